@@ -1,0 +1,161 @@
+// Package abi holds the names, numbers and wire types of the wasmreconcile
+// guest ABI. It mirrors docs/abi.md, which is the contract: the host and the
+// guest SDK both import this package, so the document and the code cannot
+// drift apart silently. It has no dependencies and builds for every GOOS,
+// including wasip1.
+//
+// # Calling convention
+//
+// The host writes a request into guest memory obtained from [ExportAlloc], then
+// calls [ExportReconcile] with (ptr, len). The guest returns a [PackedBuffer]:
+// the pointer in the high 32 bits and the length in the low 32 bits of an i64.
+// Both buffers hold JSON documents ([Request], [Response]).
+package abi
+
+// Version is the ABI version this package describes. A module declares the
+// version it was built for by exporting the marker function named by
+// [ExportVersionMarker]; the host refuses modules that declare none, or one it
+// does not know.
+const Version = "v1"
+
+// Export names that a guest module must provide.
+const (
+	// ExportVersionMarker is an exported function with no parameters and no
+	// results. Its presence declares ABI v1. It is never called.
+	//
+	//	(export "wr_abi_v1" (func))
+	ExportVersionMarker = "wr_abi_v1"
+
+	// ExportInitialize is the WASI reactor initializer. The host calls it once,
+	// right after instantiation, before any other export.
+	//
+	//	(export "_initialize" (func))
+	ExportInitialize = "_initialize"
+
+	// ExportMemory is the guest's linear memory.
+	ExportMemory = "memory"
+
+	// ExportAlloc returns a pointer to size bytes of guest memory that stay
+	// valid until the next call into the guest.
+	//
+	//	(export "wr_alloc" (func (param $size i32) (result (;ptr;) i32)))
+	ExportAlloc = "wr_alloc"
+
+	// ExportManifest returns the module's Manifest as JSON, packed as a
+	// PackedBuffer.
+	//
+	//	(export "wr_manifest" (func (result (;packed;) i64)))
+	ExportManifest = "wr_manifest"
+
+	// ExportReconcile takes a Request as JSON and returns a Response as JSON,
+	// packed as a PackedBuffer.
+	//
+	//	(export "wr_reconcile" (func (param $ptr i32) (param $len i32) (result (;packed;) i64)))
+	ExportReconcile = "wr_reconcile"
+)
+
+// ImportModule is the module name of every host function.
+const ImportModule = "wasmreconcile"
+
+// Host function names, imported from [ImportModule].
+const (
+	// ImportLog writes one log line at the given level.
+	//
+	//	(import "wasmreconcile" "log" (func (param $level i32) (param $ptr i32) (param $len i32)))
+	ImportLog = "log"
+)
+
+// LogLevel is the level argument of [ImportLog].
+type LogLevel int32
+
+// Log levels. Unknown levels are logged as LogLevelInfo.
+const (
+	LogLevelDebug LogLevel = 0
+	LogLevelInfo  LogLevel = 1
+	LogLevelWarn  LogLevel = 2
+	LogLevelError LogLevel = 3
+)
+
+// PackedBuffer is a guest pointer and a length packed into one i64:
+// ptr<<32 | len. A zero PackedBuffer means "no output".
+type PackedBuffer uint64
+
+// Pack packs ptr and length into a PackedBuffer.
+func Pack(ptr, length uint32) PackedBuffer { return PackedBuffer(uint64(ptr)<<32 | uint64(length)) }
+
+// Ptr is the guest pointer of b.
+func (b PackedBuffer) Ptr() uint32 { return uint32(b >> 32) }
+
+// Len is the length in bytes of b.
+func (b PackedBuffer) Len() uint32 { return uint32(b) }
+
+// GroupVersionKind names a Kubernetes kind.
+type GroupVersionKind struct {
+	Group   string `json:"group"`
+	Version string `json:"version"`
+	Kind    string `json:"kind"`
+}
+
+// Manifest describes a module to the host. The host reads it once at load time
+// and validates it before the module may reconcile anything.
+type Manifest struct {
+	// Name is the module's name, used in logs, metrics, Events and as the
+	// server-side apply field manager. Required: lower-case DNS label.
+	Name string `json:"name"`
+	// For is the kind the module reconciles. Required.
+	For GroupVersionKind `json:"for"`
+}
+
+// Request is what the host passes to ExportReconcile.
+type Request struct {
+	// Object is the object to reconcile, as the API server returned it.
+	Object map[string]any `json:"object"`
+	// Attempt counts consecutive calls for this object that ended in an error;
+	// it is 0 on the first try after a success.
+	Attempt int `json:"attempt"`
+	// Now is the host's wall clock in RFC 3339, truncated to seconds. Guests
+	// have no clock of their own; use Now for timestamps such as a condition's
+	// lastTransitionTime.
+	Now string `json:"now"`
+}
+
+// Response is what a guest returns from ExportReconcile.
+type Response struct {
+	// Status, when non-nil, is the desired .status of the object. The host
+	// writes it through the status subresource, and only when it differs from
+	// the observed status. A nil Status leaves the status alone.
+	Status map[string]any `json:"status,omitempty"`
+	// Events are recorded on the object.
+	Events []Event `json:"events,omitempty"`
+	// RequeueAfterSeconds, when > 0, asks the host to reconcile the object
+	// again after that many seconds even if nothing changes.
+	RequeueAfterSeconds int64 `json:"requeueAfterSeconds,omitempty"`
+	// Error, when non-nil, reports that reconciliation failed. The host applies
+	// Status anyway (so guests can surface the failure in a condition), records
+	// a Warning Event, and retries with backoff unless Error.Terminal is set.
+	Error *Error `json:"error,omitempty"`
+}
+
+// EventType is the type of a Kubernetes Event.
+type EventType string
+
+// Event types.
+const (
+	EventNormal  EventType = "Normal"
+	EventWarning EventType = "Warning"
+)
+
+// Event is a Kubernetes Event a guest asks the host to record on the object.
+type Event struct {
+	Type    EventType `json:"type"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+}
+
+// Error is a reconcile failure reported by the guest.
+type Error struct {
+	// Message says what went wrong and, ideally, what to do about it.
+	Message string `json:"message"`
+	// Terminal errors are not retried until the object changes.
+	Terminal bool `json:"terminal,omitempty"`
+}

@@ -1,0 +1,3 @@
+module github.com/wasmreconcile/wasmreconcile/guest-sdk
+
+go 1.26

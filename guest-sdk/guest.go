@@ -1,0 +1,122 @@
+// Package guest is the Go SDK for wasmreconcile reconcile modules.
+//
+// A module is a Go main package built as a WASI reactor:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o widget.wasm .
+//
+// It registers one handler from an init function (a reactor's main is never
+// called):
+//
+//	func init() {
+//		guest.Handle(guest.Manifest{Name: "widget", For: guest.GVK("example.io", "v1", "Widget")}, reconcile)
+//	}
+//
+//	func reconcile(req *guest.Request) *guest.Response { ... }
+//	func main() {}
+//
+// The handler is a pure function from what the host observed (the Request) to
+// what the module desires (the Response). The host applies the Response: it
+// writes the status, records Events and requeues. Because the handler does no
+// I/O of its own, it can be unit-tested with plain `go test`, and the compiled
+// module can be run offline.
+//
+// The package has no dependencies outside the standard library.
+package guest
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+)
+
+// Re-exported wire types; see package abi and docs/abi.md for the contract.
+type (
+	Manifest         = abi.Manifest
+	GroupVersionKind = abi.GroupVersionKind
+	Request          = abi.Request
+	Response         = abi.Response
+	Event            = abi.Event
+	Error            = abi.Error
+)
+
+// GVK is a short constructor for a GroupVersionKind.
+func GVK(group, version, kind string) GroupVersionKind {
+	return GroupVersionKind{Group: group, Version: version, Kind: kind}
+}
+
+// HandlerFunc reconciles one object. It must not retain req after returning.
+type HandlerFunc func(req *Request) *Response
+
+var (
+	manifest Manifest
+	handler  HandlerFunc
+)
+
+// Handle registers the module's manifest and its reconcile handler. Call it
+// exactly once, from an init function. It panics if called twice, so that a
+// module cannot silently serve the wrong handler.
+func Handle(m Manifest, h HandlerFunc) {
+	if handler != nil {
+		panic("guest.Handle called twice")
+	}
+	if h == nil {
+		panic("guest.Handle: nil handler")
+	}
+	manifest, handler = m, h
+}
+
+// Errorf returns a Response that reports a retryable error; the host retries
+// with backoff.
+func Errorf(format string, args ...any) *Response {
+	return &Response{Error: &Error{Message: fmt.Sprintf(format, args...)}}
+}
+
+// TerminalErrorf returns a Response that reports an error the host does not
+// retry until the object changes.
+func TerminalErrorf(format string, args ...any) *Response {
+	return &Response{Error: &Error{Message: fmt.Sprintf(format, args...), Terminal: true}}
+}
+
+// manifestJSON encodes the registered manifest.
+func manifestJSON() []byte {
+	b, err := json.Marshal(manifest)
+	if err != nil {
+		// Manifest holds only strings; this cannot fail.
+		panic(err)
+	}
+	return b
+}
+
+// Dispatch decodes a JSON Request, runs the registered handler and encodes its
+// Response. A handler panic is recovered and reported as a retryable error, so
+// one bad object cannot take the module down. It is what the wasm export
+// calls; it is exported for the offline test harness (package sdktest).
+func Dispatch(request []byte) []byte {
+	resp := dispatch(request)
+	b, err := json.Marshal(resp)
+	if err != nil {
+		b, _ = json.Marshal(&Response{Error: &Error{Message: "guest: encoding response: " + err.Error()}})
+	}
+	return b
+}
+
+func dispatch(request []byte) (resp *Response) {
+	if handler == nil {
+		return &Response{Error: &Error{Message: "guest: no handler registered; call guest.Handle from an init function", Terminal: true}}
+	}
+	var req Request
+	if err := json.Unmarshal(request, &req); err != nil {
+		return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			resp = &Response{Error: &Error{Message: fmt.Sprintf("guest: handler panicked: %v", r)}}
+		}
+	}()
+	resp = handler(&req)
+	if resp == nil {
+		resp = &Response{}
+	}
+	return resp
+}

@@ -1,0 +1,63 @@
+//go:build wasip1
+
+package guest
+
+import (
+	"unsafe"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+)
+
+//go:wasmimport wasmreconcile log
+func wasmLog(level int32, ptr unsafe.Pointer, length uint32)
+
+func hostLog(level abi.LogLevel, msg string) {
+	if len(msg) == 0 {
+		return
+	}
+	wasmLog(int32(level), unsafe.Pointer(unsafe.StringData(msg)), uint32(len(msg)))
+}
+
+// input is the buffer the host last allocated; output is the last result. Both
+// are package variables so the Go GC keeps them alive while the host reads or
+// writes them.
+var input, output []byte
+
+//go:wasmexport wr_abi_v1
+func wrABIv1() {}
+
+//go:wasmexport wr_alloc
+func wrAlloc(size uint32) uint32 {
+	if size == 0 {
+		input = input[:0]
+		return 0
+	}
+	input = make([]byte, size)
+	return uint32(uintptr(unsafe.Pointer(&input[0])))
+}
+
+//go:wasmexport wr_manifest
+func wrManifest() uint64 {
+	return uint64(publish(manifestJSON()))
+}
+
+//go:wasmexport wr_reconcile
+func wrReconcile(ptr unsafe.Pointer, length uint32) uint64 {
+	var req []byte
+	if length > 0 {
+		req = unsafe.Slice((*byte)(ptr), length)
+	}
+	return uint64(publish(Dispatch(req)))
+}
+
+func publish(b []byte) abi.PackedBuffer {
+	output = b
+	if len(b) == 0 {
+		return 0
+	}
+	return abi.Pack(uint32(uintptr(unsafe.Pointer(&b[0]))), uint32(len(b)))
+}
+
+// TakeLogs returns nil in wasm builds, where log lines go to the host. In
+// native builds (unit tests) it returns and clears the lines logged so far.
+func TakeLogs() []LogLine { return nil }

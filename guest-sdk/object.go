@@ -1,0 +1,117 @@
+package guest
+
+import "strconv"
+
+// Object wraps an unstructured Kubernetes object decoded from JSON.
+// Numbers decode as float64, as encoding/json does.
+type Object map[string]any
+
+// NestedField returns the value at path and whether it was present.
+func (o Object) NestedField(path ...string) (any, bool) {
+	var cur any = map[string]any(o)
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[p]; !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// NestedString returns the string at path, or "" when absent or not a string.
+func (o Object) NestedString(path ...string) string {
+	v, _ := o.NestedField(path...)
+	s, _ := v.(string)
+	return s
+}
+
+// NestedInt64 returns the integer at path. ok is false when the value is
+// absent or not a whole number.
+func (o Object) NestedInt64(path ...string) (n int64, ok bool) {
+	v, found := o.NestedField(path...)
+	if !found {
+		return 0, false
+	}
+	switch x := v.(type) {
+	case float64:
+		if x != float64(int64(x)) {
+			return 0, false
+		}
+		return int64(x), true
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// Generation is metadata.generation, or 0.
+func (o Object) Generation() int64 {
+	n, _ := o.NestedInt64("metadata", "generation")
+	return n
+}
+
+// Name is metadata.name.
+func (o Object) Name() string { return o.NestedString("metadata", "name") }
+
+// Namespace is metadata.namespace.
+func (o Object) Namespace() string { return o.NestedString("metadata", "namespace") }
+
+// Condition is a metav1.Condition as a guest sees it.
+type Condition struct {
+	Type               string `json:"type"`
+	Status             string `json:"status"`
+	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+	LastTransitionTime string `json:"lastTransitionTime"`
+	Reason             string `json:"reason"`
+	Message            string `json:"message"`
+}
+
+// Condition returns the status condition of type t, if the object has one.
+func (o Object) Condition(t string) (Condition, bool) {
+	v, _ := o.NestedField("status", "conditions")
+	list, _ := v.([]any)
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		if m["type"] != t {
+			continue
+		}
+		c := Condition{Type: t}
+		c.Status, _ = m["status"].(string)
+		c.LastTransitionTime, _ = m["lastTransitionTime"].(string)
+		c.Reason, _ = m["reason"].(string)
+		c.Message, _ = m["message"].(string)
+		c.ObservedGeneration, _ = Object(m).NestedInt64("observedGeneration")
+		return c, true
+	}
+	return Condition{}, false
+}
+
+// SetCondition returns c as it should be stored, given the object's current
+// conditions: LastTransitionTime is kept from the existing condition of the
+// same type when Status did not change, and set to now otherwise. This keeps
+// the desired status stable across reconciles, so the host does not write.
+func (o Object) SetCondition(c Condition, now string) map[string]any {
+	c.LastTransitionTime = now
+	if old, ok := o.Condition(c.Type); ok && old.Status == c.Status && old.LastTransitionTime != "" {
+		c.LastTransitionTime = old.LastTransitionTime
+	}
+	m := map[string]any{
+		"type":               c.Type,
+		"status":             c.Status,
+		"lastTransitionTime": c.LastTransitionTime,
+		"reason":             c.Reason,
+		"message":            c.Message,
+	}
+	if c.ObservedGeneration != 0 {
+		m["observedGeneration"] = c.ObservedGeneration
+	}
+	return m
+}

@@ -1,0 +1,256 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+)
+
+var (
+	sharedEngine     *engine.Engine
+	sharedEngineOnce sync.Once
+)
+
+// newEngine shares one Engine (and so one compilation cache) across tests, so
+// each guest is compiled once per test binary.
+func newEngine(t *testing.T) *engine.Engine {
+	sharedEngineOnce.Do(func() {
+		e, err := engine.New(engine.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sharedEngine = e
+	})
+	return sharedEngine
+}
+
+func load(t *testing.T, pkg string, limits engine.Limits) *engine.Module {
+	t.Helper()
+	ctx := context.Background()
+	m, err := newEngine(t).Load(ctx, pkg, testwasm.Build(t, pkg), limits)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", pkg, err)
+	}
+	t.Cleanup(func() { _ = m.Close(ctx) })
+	return m
+}
+
+func request(t *testing.T, spec map[string]any) []byte {
+	t.Helper()
+	b, err := json.Marshal(abi.Request{
+		Object: map[string]any{
+			"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "Widget",
+			"metadata": map[string]any{"name": "w", "namespace": "default", "generation": 2},
+			"spec":     spec,
+		},
+		Now: "2026-01-01T00:00:00Z",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decode(t *testing.T, b []byte) abi.Response {
+	t.Helper()
+	var r abi.Response
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("response %q: %v", b, err)
+	}
+	return r
+}
+
+func TestLoadReadsManifestAndDigest(t *testing.T) {
+	wasm := testwasm.Build(t, "./widget")
+	m, err := newEngine(t).Load(context.Background(), "widget.wasm", wasm, engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	sum := sha256.Sum256(wasm)
+	if want := "sha256:" + hex.EncodeToString(sum[:]); m.Digest() != want {
+		t.Errorf("Digest() = %s, want %s", m.Digest(), want)
+	}
+	want := abi.Manifest{Name: "widget", For: abi.GroupVersionKind{Group: "examples.wasmreconcile.io", Version: "v1alpha1", Kind: "Widget"}}
+	if m.Manifest() != want {
+		t.Errorf("Manifest() = %+v, want %+v", m.Manifest(), want)
+	}
+	if m.Name() != "widget" {
+		t.Errorf("Name() = %q", m.Name())
+	}
+	if got := m.Limits(); got.Timeout != engine.DefaultTimeout || got.MaxInstances != engine.DefaultMaxInstances ||
+		got.MemoryLimitPages != engine.DefaultMemoryLimitPages {
+		t.Errorf("defaults not applied: %+v", got)
+	}
+}
+
+func TestReconcileWidget(t *testing.T) {
+	m := load(t, "./widget", engine.Limits{})
+	out, err := m.Reconcile(context.Background(), "reconcile default/w", request(t, map[string]any{"size": 3, "color": "blue"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decode(t, out)
+	if r.Error != nil || r.Status["summary"] != "3 x blue" || r.Status["observedGeneration"] != float64(2) {
+		t.Errorf("unexpected response %s", out)
+	}
+}
+
+func TestLoadRejectsBadModules(t *testing.T) {
+	cases := []struct {
+		name string
+		wasm []byte
+		want string
+	}{
+		{"garbage", []byte("this is not wasm"), "not a valid WebAssembly module"},
+		{"truncated", testwasm.Build(t, "./widget")[:1000], "not a valid WebAssembly module"},
+		// The smallest valid module: magic and version, no sections.
+		{"no abi marker", []byte{0, 'a', 's', 'm', 1, 0, 0, 0}, `does not export "wr_abi_v1"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := newEngine(t).Load(context.Background(), "bad.wasm", tc.wasm, engine.Limits{})
+			if err == nil {
+				m.Close(context.Background())
+				t.Fatal("Load succeeded")
+			}
+			var invalid *engine.InvalidModuleError
+			if !errors.As(err, &invalid) {
+				t.Fatalf("error %T is not *InvalidModuleError: %v", err, err)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "module[bad.wasm]") {
+				t.Errorf("error %q does not name the module and say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadRejectsMemoryOverLimit(t *testing.T) {
+	// Go guests start with more than one page of memory.
+	_, err := newEngine(t).Load(context.Background(), "w", testwasm.Build(t, "./widget"), engine.Limits{MemoryLimitPages: 1})
+	if !engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "memoryLimitPages") {
+		t.Fatalf("want memory-limit InvalidModuleError, got %v", err)
+	}
+}
+
+func TestDeadlineStopsSpinningGuestAndPoolRecovers(t *testing.T) {
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{Timeout: 200 * time.Millisecond, MaxInstances: 1})
+	ctx := context.Background()
+	_, err := m.Reconcile(ctx, "reconcile default/spin", request(t, map[string]any{"mode": "spin"}))
+	var dl *engine.DeadlineExceededError
+	if !errors.As(err, &dl) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want *DeadlineExceededError, got %T %v", err, err)
+	}
+	if !strings.Contains(err.Error(), "module[misbehave] reconcile default/spin: deadline exceeded") {
+		t.Errorf("message %q", err)
+	}
+	// The only instance was discarded; the next call gets a fresh one.
+	out, err := m.Reconcile(ctx, "reconcile default/ok", request(t, map[string]any{}))
+	if err != nil {
+		t.Fatalf("call after deadline: %v", err)
+	}
+	if r := decode(t, out); r.Status["summary"] != "ok" {
+		t.Errorf("unexpected response %s", out)
+	}
+}
+
+func TestCallerCancel(t *testing.T) {
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{Timeout: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	_, err := m.Reconcile(ctx, "reconcile default/spin", request(t, map[string]any{"mode": "spin"}))
+	var c *engine.CanceledError
+	if !errors.As(err, &c) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("want *CanceledError, got %T %v", err, err)
+	}
+}
+
+func TestGuestExitIsTrap(t *testing.T) {
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{MaxInstances: 1})
+	_, err := m.Reconcile(context.Background(), "reconcile default/exit", request(t, map[string]any{"mode": "exit"}))
+	var trap *engine.TrapError
+	if !errors.As(err, &trap) {
+		t.Fatalf("want *TrapError, got %T %v", err, err)
+	}
+	if !strings.Contains(trap.Reason, "exit") {
+		t.Errorf("reason %q does not mention exit", trap.Reason)
+	}
+	if _, err := m.Reconcile(context.Background(), "reconcile default/ok", request(t, map[string]any{})); err != nil {
+		t.Fatalf("call after trap: %v", err)
+	}
+}
+
+func TestGuestPanicIsRecoveredIntoError(t *testing.T) {
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{})
+	out, err := m.Reconcile(context.Background(), "reconcile default/panic", request(t, map[string]any{"mode": "panic"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decode(t, out)
+	if r.Error == nil || r.Error.Terminal || !strings.Contains(r.Error.Message, "panicked") {
+		t.Errorf("want retryable panic error, got %s", out)
+	}
+}
+
+func TestSizeLimits(t *testing.T) {
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 64 << 10})
+	ctx := context.Background()
+
+	_, err := m.Reconcile(ctx, "reconcile default/huge", make([]byte, 1<<20+1))
+	var abiErr *engine.ABIError
+	if !errors.As(err, &abiErr) || !strings.Contains(err.Error(), "maxRequestBytes") {
+		t.Fatalf("oversized request: want *ABIError, got %T %v", err, err)
+	}
+
+	_, err = m.Reconcile(ctx, "reconcile default/big", request(t, map[string]any{"mode": "big", "bytes": 100 << 10}))
+	if !errors.As(err, &abiErr) || !strings.Contains(err.Error(), "maxResponseBytes") {
+		t.Fatalf("oversized response: want *ABIError, got %T %v", err, err)
+	}
+	if _, err := m.Reconcile(ctx, "reconcile default/small", request(t, map[string]any{"mode": "big", "bytes": 10})); err != nil {
+		t.Fatalf("small response after oversized one: %v", err)
+	}
+}
+
+// TestConcurrentCalls hammers one module from many goroutines; run with -race.
+func TestConcurrentCalls(t *testing.T) {
+	m := load(t, "./widget", engine.Limits{MaxInstances: 3})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 8; i++ {
+				out, err := m.Reconcile(context.Background(), "reconcile", request(t, map[string]any{"size": g, "color": "c"}))
+				if err != nil {
+					errs <- err
+					return
+				}
+				var r abi.Response
+				if err := json.Unmarshal(out, &r); err != nil {
+					errs <- err
+					return
+				}
+				if want := string(rune('0'+g)) + " x c"; r.Status["summary"] != want {
+					errs <- errors.New("cross-talk: got " + r.Status["summary"].(string) + ", want " + want)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

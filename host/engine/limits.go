@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits bound what one module may consume. The zero value of every field
+// means "use the default" stated on the field.
+type Limits struct {
+	// Timeout is the wall-clock budget of one reconcile call. When it passes,
+	// the call is stopped and returns a *DeadlineExceededError.
+	// Defaults to 5 seconds.
+	Timeout time.Duration
+
+	// MemoryLimitPages caps the guest's linear memory, in 64 KiB wasm pages.
+	// Growing past it fails inside the guest. A module that declares a larger
+	// minimum memory is refused at load.
+	// Defaults to 2048 pages (128 MiB).
+	MemoryLimitPages uint32
+
+	// MaxRequestBytes caps the encoded request passed to the guest. Larger
+	// requests are refused with an *ABIError before the guest runs.
+	// Defaults to 4 MiB.
+	MaxRequestBytes int
+
+	// MaxResponseBytes caps the encoded response a guest may return. Larger
+	// responses are refused with an *ABIError.
+	// Defaults to 4 MiB.
+	MaxResponseBytes int
+
+	// MaxInstances caps the instances kept for the module, and so the number
+	// of concurrent calls into it. Further calls wait for a free instance.
+	// Defaults to 4.
+	MaxInstances int
+}
+
+// Defaults for Limits.
+const (
+	DefaultTimeout          = 5 * time.Second
+	DefaultMemoryLimitPages = 2048
+	DefaultMaxRequestBytes  = 4 << 20
+	DefaultMaxResponseBytes = 4 << 20
+	DefaultMaxInstances     = 4
+)
+
+// withDefaults returns l with zero fields replaced by their defaults, or an
+// error naming the first invalid field.
+func (l Limits) withDefaults() (Limits, error) {
+	if l.Timeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 {
+		return l, fmt.Errorf("limits must not be negative: %+v", l)
+	}
+	if l.MemoryLimitPages > 65536 {
+		return l, fmt.Errorf("limits.memoryLimitPages %d exceeds the wasm32 maximum of 65536 pages (4 GiB)", l.MemoryLimitPages)
+	}
+	if l.Timeout == 0 {
+		l.Timeout = DefaultTimeout
+	}
+	if l.MemoryLimitPages == 0 {
+		l.MemoryLimitPages = DefaultMemoryLimitPages
+	}
+	if l.MaxRequestBytes == 0 {
+		l.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if l.MaxResponseBytes == 0 {
+		l.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if l.MaxInstances == 0 {
+		l.MaxInstances = DefaultMaxInstances
+	}
+	return l, nil
+}

@@ -1,0 +1,250 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+)
+
+// Module is a loaded guest module with its pool of instances. It is safe for
+// concurrent use; at most Limits.MaxInstances calls run at once.
+type Module struct {
+	name     string
+	digest   string
+	size     int
+	limits   Limits
+	manifest abi.Manifest
+	runtime  wazero.Runtime
+	compiled wazero.CompiledModule
+	pool     *pool
+}
+
+// Name is the module's name from its manifest.
+func (m *Module) Name() string { return m.name }
+
+// Digest is "sha256:" followed by the hex SHA-256 of the module bytes.
+func (m *Module) Digest() string { return m.digest }
+
+// Size is the size in bytes of the module binary.
+func (m *Module) Size() int { return m.size }
+
+// Manifest is the manifest the module declared at load.
+func (m *Module) Manifest() abi.Manifest { return m.manifest }
+
+// Limits are the limits in force, with defaults filled in.
+func (m *Module) Limits() Limits { return m.limits }
+
+// Reconcile passes request to the guest's reconcile export and returns the
+// response bytes. call describes the call in errors and logs, e.g.
+// "reconcile default/foo".
+//
+// The call runs under Limits.Timeout and ctx, whichever ends first. It waits
+// for a free instance first; that wait is bounded by ctx only. Errors are
+// typed: *ABIError, *DeadlineExceededError, *CanceledError or *TrapError. After
+// any error the instance used is discarded, because a guest's runtime state is
+// undefined after a trap or a stop; the pool replaces it on demand.
+func (m *Module) Reconcile(ctx context.Context, call string, request []byte) ([]byte, error) {
+	if len(request) > m.limits.MaxRequestBytes {
+		return nil, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
+			"request of %d bytes exceeds limits.maxRequestBytes of %d; raise the limit or shrink the object", len(request), m.limits.MaxRequestBytes)}
+	}
+	return m.call(ctx, call, func(ctx context.Context, inst *instance) ([]byte, error) {
+		res, err := inst.alloc.Call(ctx, uint64(len(request)))
+		if err != nil {
+			return nil, err
+		}
+		ptr := uint32(res[0])
+		if len(request) > 0 && !inst.mod.Memory().Write(ptr, request) {
+			return nil, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
+				"%s(%d) returned pointer %d outside guest memory of %d bytes", abi.ExportAlloc, len(request), ptr, inst.mod.Memory().Size())}
+		}
+		res, err = inst.reconcile.Call(ctx, uint64(ptr), uint64(len(request)))
+		if err != nil {
+			return nil, err
+		}
+		return inst.read(abi.PackedBuffer(res[0]), m.limits.MaxResponseBytes)
+	})
+}
+
+// Close releases the module's instances and compiled code. Calls in flight
+// fail with a *TrapError or *CanceledError.
+func (m *Module) Close(ctx context.Context) error { return m.runtime.Close(ctx) }
+
+// call runs fn on a pooled instance under the module's timeout and turns
+// wazero's errors into typed ones.
+func (m *Module) call(ctx context.Context, call string, fn func(context.Context, *instance) ([]byte, error)) ([]byte, error) {
+	inst, err := m.pool.get(ctx)
+	if err != nil {
+		return nil, m.classify(ctx, call, nil, 0, err)
+	}
+	start := time.Now()
+	callCtx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
+	defer cancel()
+	out, err := fn(callCtx, inst)
+	if err != nil {
+		m.pool.put(inst, false)
+		return nil, m.classify(ctx, call, inst, time.Since(start), err)
+	}
+	m.pool.put(inst, true)
+	return out, nil
+}
+
+func (m *Module) classify(parent context.Context, call string, inst *instance, elapsed time.Duration, err error) error {
+	var (
+		deadline *DeadlineExceededError
+		canceled *CanceledError
+		trap     *TrapError
+	)
+	if errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &trap) {
+		return err // already classified, e.g. by newInstance
+	}
+	var abiErr *ABIError
+	if errors.As(err, &abiErr) {
+		abiErr.Module, abiErr.Call = m.name, call
+		return abiErr
+	}
+	var exit *sys.ExitError
+	if errors.As(err, &exit) {
+		switch exit.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
+		case sys.ExitCodeContextCanceled:
+			return &CanceledError{Module: m.name, Call: call}
+		}
+	}
+	if errors.Is(err, context.Canceled) || (parent.Err() != nil && errors.Is(parent.Err(), context.Canceled)) {
+		return &CanceledError{Module: m.name, Call: call}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
+	}
+	t := &TrapError{Module: m.name, Call: call, Reason: err.Error()}
+	if inst != nil {
+		t.Stderr = inst.stderr.String()
+	}
+	return t
+}
+
+// instance is one instantiation of the module. It is not safe for concurrent
+// use; the pool hands it to one caller at a time.
+type instance struct {
+	mod                        api.Module
+	alloc, manifest, reconcile api.Function
+	stderr                     *tailBuffer
+}
+
+func (m *Module) newInstance(ctx context.Context) (*instance, error) {
+	stderr := &tailBuffer{max: 4096}
+	cfg := wazero.NewModuleConfig().
+		WithName(""). // anonymous: many instances may coexist
+		WithStartFunctions(abi.ExportInitialize).
+		WithStderr(stderr)
+	// No WithFS, WithEnv, WithArgs, WithSysWalltime, WithSysNanotime or
+	// WithRandSource: the guest sees no files, no environment, a fake clock
+	// and a deterministic random source.
+	ctx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
+	defer cancel()
+	mod, err := m.runtime.InstantiateModule(ctx, m.compiled, cfg)
+	if err != nil {
+		return nil, m.classify(ctx, "_initialize", &instance{stderr: stderr}, 0, err)
+	}
+	return &instance{
+		mod:       mod,
+		alloc:     mod.ExportedFunction(abi.ExportAlloc),
+		manifest:  mod.ExportedFunction(abi.ExportManifest),
+		reconcile: mod.ExportedFunction(abi.ExportReconcile),
+		stderr:    stderr,
+	}, nil
+}
+
+// read copies a packed buffer out of guest memory.
+func (i *instance) read(b abi.PackedBuffer, limit int) ([]byte, error) {
+	if b == 0 {
+		return nil, nil
+	}
+	if int(b.Len()) > limit {
+		return nil, &ABIError{Reason: fmt.Sprintf("response of %d bytes exceeds limits.maxResponseBytes of %d; raise the limit or return less", b.Len(), limit)}
+	}
+	buf, ok := i.mod.Memory().Read(b.Ptr(), b.Len())
+	if !ok {
+		return nil, &ABIError{Reason: fmt.Sprintf("response at %d+%d is outside guest memory of %d bytes", b.Ptr(), b.Len(), i.mod.Memory().Size())}
+	}
+	return append([]byte(nil), buf...), nil
+}
+
+func (i *instance) close(ctx context.Context) {
+	if i.mod != nil {
+		_ = i.mod.Close(ctx)
+	}
+}
+
+// pool bounds the instances of a module. Healthy instances are reused;
+// instances that hit any error are closed and replaced lazily.
+type pool struct {
+	slots chan struct{}  // one token per running call, capacity max
+	idle  chan *instance // warm instances, capacity max
+	fresh func(context.Context) (*instance, error)
+}
+
+func newPool(max int, fresh func(context.Context) (*instance, error)) *pool {
+	return &pool{slots: make(chan struct{}, max), idle: make(chan *instance, max), fresh: fresh}
+}
+
+func (p *pool) get(ctx context.Context) (*instance, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case inst := <-p.idle:
+		return inst, nil
+	default:
+	}
+	inst, err := p.fresh(ctx)
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (p *pool) put(inst *instance, healthy bool) {
+	if healthy {
+		p.idle <- inst // never blocks: at most cap(slots) instances exist
+	} else {
+		inst.close(context.Background())
+	}
+	<-p.slots
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

@@ -1,0 +1,74 @@
+// Command misbehave is a test guest for the host. It reconciles Widgets and
+// misbehaves on purpose according to spec.mode, so that host tests can prove
+// each failure is contained:
+//
+//	""         status.summary = "ok"
+//	"flaky"    retryable error until the attempt counter reaches spec.failAttempts,
+//	           then status.attempts = the attempt that succeeded
+//	"terminal" terminal error
+//	"spin"     for {} — never returns
+//	"panic"    the handler panics (the SDK recovers it into a retryable error)
+//	"exit"     os.Exit(3) — the instance dies
+//	"big"      a response of spec.bytes bytes
+//	"events"   a Normal and a Warning event, no status
+//
+// Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o misbehave.wasm .
+package main
+
+import (
+	"os"
+	"strings"
+
+	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
+)
+
+var sink int
+
+func init() {
+	guest.Handle(guest.Manifest{
+		Name: "misbehave",
+		For:  guest.GVK("examples.wasmreconcile.io", "v1alpha1", "Widget"),
+	}, reconcile)
+}
+
+func reconcile(req *guest.Request) *guest.Response {
+	obj := guest.Object(req.Object)
+	ok := map[string]any{"observedGeneration": obj.Generation(), "summary": "ok"}
+	switch mode := obj.NestedString("spec", "mode"); mode {
+	case "":
+		return &guest.Response{Status: ok}
+	case "flaky":
+		want, _ := obj.NestedInt64("spec", "failAttempts")
+		if int64(req.Attempt) < want {
+			return guest.Errorf("flaky: attempt %d of %d fails on purpose", req.Attempt, want)
+		}
+		ok["summary"] = "recovered"
+		ok["attempts"] = req.Attempt
+		return &guest.Response{Status: ok}
+	case "terminal":
+		return guest.TerminalErrorf("terminal: spec.mode=terminal; change spec.mode")
+	case "spin":
+		for {
+			sink++
+		}
+	case "panic":
+		var m map[string]int
+		m["boom"] = 1
+	case "exit":
+		os.Exit(3)
+	case "big":
+		n, _ := obj.NestedInt64("spec", "bytes")
+		ok["summary"] = strings.Repeat("x", int(n))
+		return &guest.Response{Status: ok}
+	case "events":
+		return &guest.Response{Events: []guest.Event{
+			{Type: "Normal", Reason: "Hello", Message: "normal event from the guest"},
+			{Type: "Warning", Reason: "Careful", Message: "warning event from the guest"},
+		}}
+	default:
+		return guest.TerminalErrorf("unknown spec.mode %q", mode)
+	}
+	return nil
+}
+
+func main() {}
