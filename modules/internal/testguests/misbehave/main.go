@@ -1,4 +1,5 @@
-// Command misbehave is a test guest for the host. It reconciles Widgets and
+// Command misbehave is a test guest for the host. It reconciles Gadgets
+// (host/reconciler/testdata/gadgets.yaml) and
 // misbehaves on purpose according to spec.mode, so that host tests can prove
 // each failure is contained:
 //
@@ -27,7 +28,7 @@ var sink int
 func init() {
 	guest.Handle(guest.Manifest{
 		Name: "misbehave",
-		For:  guest.GVK("examples.wasmreconcile.io", "v1alpha1", "Widget"),
+		For:  guest.GVK("test.wasmreconcile.io", "v1", "Gadget"),
 	}, reconcile)
 }
 

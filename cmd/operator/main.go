@@ -1,0 +1,125 @@
+// Command operator runs wasm reconcile modules against a Kubernetes cluster.
+//
+//	operator run --module widget.wasm [--module other.wasm ...]
+//	operator version
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+)
+
+const usage = `operator runs Kubernetes reconcile logic compiled to WebAssembly.
+
+Usage:
+  operator run --module FILE.wasm [--module FILE.wasm ...] [flags]
+  operator version
+
+Run "operator run --help" for the flags of run.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing subcommand")
+	}
+	switch args[0] {
+	case "run":
+		return runOperator(args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, version())
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown subcommand %q", args[0])
+}
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func runOperator(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		opts    operator.Options
+		modules stringList
+		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
+	)
+	fs.Var(&modules, "module", "path of a .wasm reconcile module to run (repeatable)")
+	fs.DurationVar(&opts.Limits.Timeout, "timeout", engine.DefaultTimeout, "wall-clock limit of one reconcile call")
+	var memLimit uint
+	fs.UintVar(&memLimit, "memory-limit-pages", engine.DefaultMemoryLimitPages, "guest memory cap in 64 KiB pages")
+	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
+	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules across restarts (default: in memory)")
+	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" disables them`)
+	zapOpts.BindFlags(fs)
+	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if len(modules) == 0 {
+		return errors.New("no modules: pass --module FILE.wasm at least once")
+	}
+	opts.Modules = modules
+	opts.Limits.MemoryLimitPages = uint32(memLimit)
+
+	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+
+	if *kubeconfig != "" {
+		os.Setenv("KUBECONFIG", *kubeconfig)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w; pass --kubeconfig or set KUBECONFIG", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	start := time.Now()
+	op, err := operator.New(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Modules()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
+	return op.Start(ctx)
+}
+
+func version() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	return "wasmreconcile operator " + v
+}
+

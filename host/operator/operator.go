@@ -1,0 +1,137 @@
+// Package operator wires modules, the engine and controller-runtime into one
+// runnable operator. cmd/operator is a thin flag layer over it.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+)
+
+// Options configure an Operator. Zero fields take the stated defaults.
+type Options struct {
+	// Modules are paths of .wasm files to load. A module that fails to load
+	// is reported by LoadErrors and logged; the others still run.
+	Modules []string
+
+	// Limits apply to every module. Zero fields take engine defaults.
+	Limits engine.Limits
+
+	// CompilationCacheDir persists compiled modules across restarts.
+	// Defaults to "" (in memory only).
+	CompilationCacheDir string
+
+	// MetricsBindAddress serves Prometheus metrics. "0" disables it.
+	// Defaults to ":8080".
+	MetricsBindAddress string
+
+	// HealthProbeBindAddress serves /healthz and /readyz. "0" disables it.
+	// Defaults to ":8081".
+	HealthProbeBindAddress string
+}
+
+// Operator runs a set of modules against one cluster.
+type Operator struct {
+	mgr        manager.Manager
+	engine     *engine.Engine
+	modules    []*engine.Module
+	loadErrors []error
+}
+
+// New loads the modules in opts and registers a controller for each one with
+// a new manager for cfg. It fails only on errors that stop the operator as a
+// whole (a bad config, an unusable cache directory); module load failures are
+// collected in LoadErrors.
+func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error) {
+	if opts.MetricsBindAddress == "" {
+		opts.MetricsBindAddress = ":8080"
+	}
+	if opts.HealthProbeBindAddress == "" {
+		opts.HealthProbeBindAddress = ":8081"
+	}
+	log := ctrl.Log.WithName("operator")
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress: opts.HealthProbeBindAddress,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating controller manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	eng, err := engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir})
+	if err != nil {
+		return nil, err
+	}
+	o := &Operator{mgr: mgr, engine: eng}
+	seen := map[string]string{}
+	for _, path := range opts.Modules {
+		m, err := loadFile(ctx, eng, path, opts.Limits)
+		if err == nil {
+			if prev, dup := seen[m.Name()]; dup {
+				_ = m.Close(ctx)
+				err = fmt.Errorf("module[%s] from %s: a module of that name is already loaded from %s; module names must be unique", m.Name(), path, prev)
+			}
+		}
+		if err == nil {
+			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{})
+			if err != nil {
+				_ = m.Close(ctx)
+			}
+		}
+		if err != nil {
+			log.Error(err, "module not loaded; the operator keeps running without it", "path", path)
+			o.loadErrors = append(o.loadErrors, err)
+			continue
+		}
+		seen[m.Name()] = path
+		o.modules = append(o.modules, m)
+		f := m.Manifest().For
+		log.Info("module loaded", "module", m.Name(), "path", path, "digest", m.Digest(),
+			"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", m.Size())
+	}
+	return o, nil
+}
+
+func loadFile(ctx context.Context, eng *engine.Engine, path string, limits engine.Limits) (*engine.Module, error) {
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("module file %s: %w; check the path passed to --module", path, err)
+	}
+	return eng.Load(ctx, filepath.Base(path), wasm, limits)
+}
+
+// Modules are the modules that loaded.
+func (o *Operator) Modules() []*engine.Module { return o.modules }
+
+// LoadErrors are the errors of modules that failed to load.
+func (o *Operator) LoadErrors() []error { return o.loadErrors }
+
+// Manager is the underlying controller-runtime manager.
+func (o *Operator) Manager() manager.Manager { return o.mgr }
+
+// Start runs the operator until ctx is done, then closes the modules.
+func (o *Operator) Start(ctx context.Context) error {
+	err := o.mgr.Start(ctx)
+	var errs []error
+	for _, m := range o.modules {
+		errs = append(errs, m.Close(context.Background()))
+	}
+	errs = append(errs, o.engine.Close(context.Background()))
+	return errors.Join(append([]error{err}, errs...)...)
+}

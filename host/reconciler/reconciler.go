@@ -1,0 +1,305 @@
+// Package reconciler connects a guest module to controller-runtime. It turns
+// each reconcile request into an ABI request, calls the module through the
+// engine, and applies the declarative response: it writes the status through
+// the status subresource (server-side apply, only when it changes), records
+// Events, and requeues.
+//
+// The data path is one straight line:
+//
+//	informer cache → workqueue → Reconciler.Reconcile → engine (limits) → guest
+//	  → abi.Response → status apply, Events, requeue
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+)
+
+// Event reasons recorded by the host on reconciled objects.
+const (
+	ReasonReconcileFailed  = "ReconcileFailed"  // the guest returned an error
+	ReasonDeadlineExceeded = "DeadlineExceeded" // the guest ran past its timeout
+	ReasonGuestTrapped     = "GuestTrapped"     // the guest trapped or exited
+	ReasonABIViolation     = "ABIViolation"     // the guest broke the ABI or a size limit
+	ReasonInvalidResponse  = "InvalidResponse"  // the guest's response could not be applied
+)
+
+// MaxEventsPerResponse caps the Events one response may record; the rest are
+// dropped with a log line, so a buggy guest cannot flood the API server.
+const MaxEventsPerResponse = 10
+
+// Options configure a Reconciler's controller. Zero fields take the stated
+// defaults.
+type Options struct {
+	// MaxConcurrentReconciles is the number of objects reconciled at once.
+	// Defaults to the module's Limits.MaxInstances, so no worker waits for an
+	// instance.
+	MaxConcurrentReconciles int
+
+	// RateLimiter paces retries of failed objects. Defaults to
+	// controller-runtime's default: per-item exponential backoff from 5 ms to
+	// 1000 s combined with a 10 qps / 100 burst token bucket.
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+
+	// Now returns the wall clock passed to guests as Request.Now.
+	// Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Reconciler reconciles the objects of one module's kind by calling the
+// module. It is safe for concurrent use.
+type Reconciler struct {
+	client   client.Client
+	recorder recorder.EventRecorder
+	module   *engine.Module
+	gvk      schema.GroupVersionKind
+	now      func() time.Time
+
+	mu       sync.Mutex
+	attempts map[types.NamespacedName]int
+}
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// New returns a Reconciler that reconciles module.Manifest().For objects with
+// module. c must read from the informer cache (the manager's client does).
+func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opts Options) *Reconciler {
+	for_ := module.Manifest().For
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Reconciler{
+		client:   c,
+		recorder: rec,
+		module:   module,
+		gvk:      schema.GroupVersionKind{Group: for_.Group, Version: for_.Version, Kind: for_.Kind},
+		now:      now,
+		attempts: map[types.NamespacedName]int{},
+	}
+}
+
+// SetupWithManager registers a controller named after the module that watches
+// the module's kind and calls r.
+func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*Reconciler, error) {
+	r := New(mgr.GetClient(), mgr.GetEventRecorder("wasmreconcile/"+module.Name()), module, opts)
+	workers := opts.MaxConcurrentReconciles
+	if workers == 0 {
+		workers = module.Limits().MaxInstances
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named(module.Name()).
+		For(obj).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter}).
+		Complete(r)
+	if err != nil {
+		return nil, fmt.Errorf("module[%s]: setting up controller for %s: %w", module.Name(), r.gvk, err)
+	}
+	return r, nil
+}
+
+// GuestError is a reconcile failure the guest reported in its response.
+type GuestError struct {
+	Module   string
+	Object   string // namespace/name
+	Message  string
+	Terminal bool
+}
+
+func (e *GuestError) Error() string {
+	kind := "error"
+	if e.Terminal {
+		kind = "terminal error (not retried until the object changes)"
+	}
+	return fmt.Sprintf("module[%s] reconcile %s: guest reported %s: %s", e.Module, e.Object, kind, e.Message)
+}
+
+// Reconcile implements reconcile.Reconciler.
+//
+// It reads the object from the cache and calls the module. Then:
+//   - if the guest returned a status that differs from the observed one, it is
+//     applied to the status subresource with the module name as field manager;
+//   - the guest's Events are recorded on the object;
+//   - if the call failed (deadline, trap, ABI violation) or the guest reported
+//     an error, a Warning Event is recorded and an error is returned, so the
+//     object is retried with the controller's backoff; a terminal guest error
+//     is returned as a reconcile.TerminalError and not retried;
+//   - otherwise, a positive RequeueAfterSeconds becomes Result.RequeueAfter.
+//
+// A deleted object is forgotten and not an error.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx).WithValues("module", r.module.Name())
+	ctx = log.IntoContext(ctx, logger)
+	start := time.Now()
+	logger.V(1).Info("START reconcile")
+	res, err := r.reconcile(ctx, req)
+	logger.V(1).Info("FINISH reconcile", "duration", time.Since(start).String(), "error", err != nil)
+	return res, err
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+
+	request, err := utiljson.Marshal(abi.Request{
+		Object:  obj.Object,
+		Attempt: r.attempt(req.NamespacedName),
+		Now:     r.now().UTC().Truncate(time.Second).Format(time.RFC3339),
+	})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("encoding request for %s: %w", req.NamespacedName, err)
+	}
+	out, err := r.module.Reconcile(ctx, "reconcile "+req.String(), request)
+	if err != nil {
+		var canceled *engine.CanceledError
+		if !errors.As(err, &canceled) {
+			r.warn(obj, reasonFor(err), err.Error())
+			r.failed(req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+
+	var resp abi.Response
+	if err := utiljson.Unmarshal(out, &resp); err != nil {
+		err = &engine.ABIError{Module: r.module.Name(), Call: "reconcile " + req.String(), Reason: "response is not valid JSON: " + err.Error()}
+		r.warn(obj, ReasonABIViolation, err.Error())
+		r.failed(req.NamespacedName)
+		return ctrl.Result{}, err
+	}
+
+	if resp.Status != nil {
+		if err := r.applyStatus(ctx, obj, resp.Status); err != nil {
+			r.failed(req.NamespacedName)
+			return ctrl.Result{}, err
+		}
+	}
+	r.recordEvents(ctx, obj, resp.Events)
+
+	if resp.Error != nil {
+		gerr := &GuestError{Module: r.module.Name(), Object: req.String(), Message: resp.Error.Message, Terminal: resp.Error.Terminal}
+		r.warn(obj, ReasonReconcileFailed, resp.Error.Message)
+		if gerr.Terminal {
+			r.forget(req.NamespacedName)
+			return ctrl.Result{}, reconcile.TerminalError(gerr)
+		}
+		r.failed(req.NamespacedName)
+		return ctrl.Result{}, gerr
+	}
+	r.forget(req.NamespacedName)
+	if resp.RequeueAfterSeconds > 0 {
+		return ctrl.Result{RequeueAfter: time.Duration(resp.RequeueAfterSeconds) * time.Second}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// applyStatus writes desired as the object's status unless it already is.
+func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstructured, desired map[string]any) error {
+	observed, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status")
+	if equality.Semantic.DeepEqual(observed, any(desired)) {
+		return nil
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{"status": desired}}
+	patch.SetGroupVersionKind(r.gvk)
+	patch.SetNamespace(obj.GetNamespace())
+	patch.SetName(obj.GetName())
+	err := r.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch),
+		client.FieldOwner(r.module.Name()), client.ForceOwnership)
+	if err != nil {
+		if apierrors.IsInvalid(err) {
+			msg := fmt.Sprintf("the API server refused the status returned by the guest: %v; fix the module's status to match the CRD schema", err)
+			r.warn(obj, ReasonInvalidResponse, msg)
+			return reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s/%s: %s", r.module.Name(), obj.GetNamespace(), obj.GetName(), msg))
+		}
+		return fmt.Errorf("module[%s] applying status of %s/%s: %w", r.module.Name(), obj.GetNamespace(), obj.GetName(), err)
+	}
+	log.FromContext(ctx).V(1).Info("status applied")
+	return nil
+}
+
+func (r *Reconciler) recordEvents(ctx context.Context, obj *unstructured.Unstructured, events []abi.Event) {
+	for i, e := range events {
+		if i == MaxEventsPerResponse {
+			log.FromContext(ctx).Info("guest returned too many events; dropping the rest", "returned", len(events), "max", MaxEventsPerResponse)
+			return
+		}
+		typ := string(e.Type)
+		if typ != corev1.EventTypeNormal && typ != corev1.EventTypeWarning {
+			log.FromContext(ctx).Info("guest event has an invalid type; recording it as Warning", "type", typ, "reason", e.Reason)
+			typ = corev1.EventTypeWarning
+		}
+		reason := e.Reason
+		if reason == "" {
+			reason = "GuestEvent"
+		}
+		r.recorder.Eventf(obj, nil, typ, reason, "Reconcile", "%s", e.Message)
+	}
+}
+
+func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
+	r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+}
+
+func reasonFor(err error) string {
+	var (
+		deadline *engine.DeadlineExceededError
+		trap     *engine.TrapError
+		abiErr   *engine.ABIError
+	)
+	switch {
+	case errors.As(err, &deadline):
+		return ReasonDeadlineExceeded
+	case errors.As(err, &trap):
+		return ReasonGuestTrapped
+	case errors.As(err, &abiErr):
+		return ReasonABIViolation
+	}
+	return ReasonReconcileFailed
+}
+
+func (r *Reconciler) attempt(key types.NamespacedName) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts[key]
+}
+
+func (r *Reconciler) failed(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts[key]++
+}
+
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.attempts, key)
+}

@@ -1,0 +1,368 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+)
+
+var (
+	cfg     *rest.Config
+	k8s     client.Client
+	eng     *engine.Engine
+	nsCount atomic.Int32
+
+	widgetGVK = schema.GroupVersionKind{Group: "examples.wasmreconcile.io", Version: "v1alpha1", Kind: "Widget"}
+	gadgetGVK = schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Gadget"}
+)
+
+// TestMain starts one real kube-apiserver and etcd for the package.
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	env, c, err := testenv.Start("examples/crds", "host/reconciler/testdata")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cfg = c
+	if k8s, err = client.New(cfg, client.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if eng, err = engine.New(engine.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+// run starts a manager with one module's controller and returns a fresh
+// namespace for the test's objects.
+func run(t *testing.T, pkg string, limits engine.Limits) (string, *engine.Module) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	mod, err := eng.Load(ctx, pkg, testwasm.Build(t, pkg), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip := true
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return countStatusWrites{rt} })
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reconciler.SetupWithManager(mgr, mod, reconciler.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+		_ = mod.Close(context.Background())
+	})
+	ns := fmt.Sprintf("t%d-%d", time.Now().Unix()%100000, nsCount.Add(1))
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns, mod
+}
+
+// statusWrites counts the requests the managers under test send to a status
+// subresource with a writing verb.
+var statusWrites atomic.Int64
+
+type countStatusWrites struct{ next http.RoundTripper }
+
+func (c countStatusWrites) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/status") {
+		statusWrites.Add(1)
+	}
+	return c.next.RoundTrip(req)
+}
+
+func newObject(gvk schema.GroupVersionKind, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// eventually polls cond every 50 ms until it returns nil or the timeout ends.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = cond(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+}
+
+func get(t *testing.T, gvk schema.GroupVersionKind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func statusString(u *unstructured.Unstructured, field string) string {
+	s, _, _ := unstructured.NestedString(u.Object, "status", field)
+	return s
+}
+
+func readyCondition(u *unstructured.Unstructured) map[string]any {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			return m
+		}
+	}
+	return nil
+}
+
+// events lists the events.k8s.io Events regarding the named object.
+func events(t *testing.T, ns, name string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func findEvent(t *testing.T, ns, name, typ, reason string) (*eventsv1.Event, error) {
+	for _, e := range events(t, ns, name) {
+		if e.Type == typ && e.Reason == reason {
+			return &e, nil
+		}
+	}
+	return nil, fmt.Errorf("no %s event with reason %s on %s/%s", typ, reason, ns, name)
+}
+
+// reconcileTotal reads controller_runtime_reconcile_total for a controller.
+func reconcileTotal(t *testing.T, controller string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+func TestGuestComputesStatusAndFollowsSpec(t *testing.T) {
+	ns, _ := run(t, "./widget", engine.Limits{})
+	ctx := context.Background()
+	w := newObject(widgetGVK, ns, "w1", map[string]any{"size": int64(3), "color": "blue"})
+	if err := k8s.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 30*time.Second, "status from the guest", func() error {
+		u := get(t, widgetGVK, ns, "w1")
+		if got := statusString(u, "summary"); got != "3 x blue" {
+			return fmt.Errorf("summary %q", got)
+		}
+		if gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); gen != u.GetGeneration() {
+			return fmt.Errorf("observedGeneration %d, generation %d", gen, u.GetGeneration())
+		}
+		if c := readyCondition(u); c == nil || c["status"] != "True" || c["reason"] != "Reconciled" {
+			return fmt.Errorf("Ready condition %v", c)
+		}
+		return nil
+	})
+
+	// A spec change makes the status follow.
+	u := get(t, widgetGVK, ns, "w1")
+	if err := unstructured.SetNestedField(u.Object, int64(7), "spec", "size"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "status to follow the spec", func() error {
+		u := get(t, widgetGVK, ns, "w1")
+		gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		if got := statusString(u, "summary"); got != "7 x blue" || gen != 2 {
+			return fmt.Errorf("summary %q observedGeneration %d", got, gen)
+		}
+		return nil
+	})
+
+	// An invalid spec gives Ready=False, a Warning Event and no retry storm.
+	u = get(t, widgetGVK, ns, "w1")
+	if err := unstructured.SetNestedField(u.Object, int64(1000), "spec", "size"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "Ready=False and a Warning Event", func() error {
+		u := get(t, widgetGVK, ns, "w1")
+		if c := readyCondition(u); c == nil || c["status"] != "False" || c["reason"] != "InvalidSpec" {
+			return fmt.Errorf("Ready condition %v", c)
+		}
+		e, err := findEvent(t, ns, "w1", corev1.EventTypeWarning, reconciler.ReasonReconcileFailed)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(e.Note, "spec.size 1000 is outside 0..100") {
+			return fmt.Errorf("event note %q", e.Note)
+		}
+		return nil
+	})
+}
+
+func TestUnchangedStatusIsNotWritten(t *testing.T) {
+	ns, mod := run(t, "./widget", engine.Limits{})
+	ctx := context.Background()
+	if err := k8s.Create(ctx, newObject(widgetGVK, ns, "w2", map[string]any{"size": int64(1)})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "first status", func() error {
+		if got := statusString(get(t, widgetGVK, ns, "w2"), "summary"); got != "1 x grey" {
+			return fmt.Errorf("summary %q", got)
+		}
+		return nil
+	})
+	// Let the reconcile triggered by our own status write finish.
+	time.Sleep(500 * time.Millisecond)
+
+	// Touch metadata: the object is reconciled again, the guest computes the
+	// same status, and the host must not write it.
+	before := reconcileTotal(t, mod.Name())
+	writesBefore := statusWrites.Load()
+	if writesBefore == 0 {
+		t.Fatal("no status write was counted for the first status; the counter is broken")
+	}
+	u := get(t, widgetGVK, ns, "w2")
+	u.SetAnnotations(map[string]string{"touched": "yes"})
+	if err := k8s.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	rv := u.GetResourceVersion()
+	eventually(t, 30*time.Second, "a reconcile after the annotation", func() error {
+		if after := reconcileTotal(t, mod.Name()); after <= before {
+			return fmt.Errorf("reconcile_total still %v", after)
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if n := statusWrites.Load() - writesBefore; n != 0 {
+		t.Fatalf("%d status write(s) sent for an unchanged status", n)
+	}
+	if got := get(t, widgetGVK, ns, "w2").GetResourceVersion(); got != rv {
+		t.Fatalf("resourceVersion moved from %s to %s: an unchanged status was written", rv, got)
+	}
+}
+
+func TestGuestErrorGivesWarningEventAndRetry(t *testing.T) {
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{})
+	ctx := context.Background()
+	if err := k8s.Create(ctx, newObject(gadgetGVK, ns, "flaky", map[string]any{"mode": "flaky", "failAttempts": int64(3)})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "recovery after retries", func() error {
+		u := get(t, gadgetGVK, ns, "flaky")
+		attempts, _, _ := unstructured.NestedInt64(u.Object, "status", "attempts")
+		if statusString(u, "summary") != "recovered" || attempts != 3 {
+			return fmt.Errorf("status %v", u.Object["status"])
+		}
+		return nil
+	})
+	e, err := findEvent(t, ns, "flaky", corev1.EventTypeWarning, reconciler.ReasonReconcileFailed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(e.Note, "fails on purpose") {
+		t.Errorf("event note %q", e.Note)
+	}
+}
+
+func TestDeadlineExceededGivesWarningEvent(t *testing.T) {
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{Timeout: 200 * time.Millisecond})
+	if err := k8s.Create(context.Background(), newObject(gadgetGVK, ns, "spin", map[string]any{"mode": "spin"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a DeadlineExceeded event", func() error {
+		e, err := findEvent(t, ns, "spin", corev1.EventTypeWarning, reconciler.ReasonDeadlineExceeded)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(e.Note, "module[misbehave]") || !strings.Contains(e.Note, "raise spec.limits.timeout") {
+			return fmt.Errorf("event note %q", e.Note)
+		}
+		return nil
+	})
+}
+
+func TestGuestEventsAreRecorded(t *testing.T) {
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{})
+	if err := k8s.Create(context.Background(), newObject(gadgetGVK, ns, "ev", map[string]any{"mode": "events"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "guest events", func() error {
+		if _, err := findEvent(t, ns, "ev", corev1.EventTypeNormal, "Hello"); err != nil {
+			return err
+		}
+		_, err := findEvent(t, ns, "ev", corev1.EventTypeWarning, "Careful")
+		return err
+	})
+}
