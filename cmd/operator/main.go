@@ -122,4 +122,3 @@ func version() string {
 	}
 	return "wasmreconcile operator " + v
 }
-

@@ -1,0 +1,264 @@
+// Command demo runs wasmreconcile end to end on an embedded, real control
+// plane: it starts etcd and kube-apiserver on loopback in a temporary
+// directory, installs the example CRD, starts the operator with the example
+// module, applies sample Widgets and shows their status converging with
+// kubectl. Ctrl-C stops everything and removes the temporary directory.
+//
+// It is run by `make demo`, which builds the binaries it needs first:
+//
+//	go run ./hack/demo --assets DIR --operator bin/operator --module bin/modules/widget.wasm
+//
+// With --exit-when-ready it exits 0 by itself once every Widget is Ready, or 1
+// after --ready-timeout.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo: error:", err)
+		os.Exit(1)
+	}
+}
+
+type demo struct {
+	kubectl    string
+	kubeconfig string
+	start      time.Time
+}
+
+func run() error {
+	var (
+		assets       = flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd and kubectl (from hack/controlplane.sh)")
+		operatorBin  = flag.String("operator", "bin/operator", "operator binary")
+		module       = flag.String("module", "bin/modules/widget.wasm", "module to run")
+		crds         = flag.String("crds", "examples/crds", "directory of CRDs to install")
+		samples      = flag.String("samples", "examples/widgets/widgets.yaml", "sample objects to apply")
+		exitReady    = flag.Bool("exit-when-ready", false, "exit once every Widget is Ready (for scripts and CI)")
+		readyTimeout = flag.Duration("ready-timeout", 2*time.Minute, "how long to wait for the Widgets to become Ready")
+	)
+	flag.Parse()
+	if *assets == "" {
+		return errors.New("no control plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make demo does this)")
+	}
+	for _, f := range []string{*operatorBin, *module, *crds, *samples} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%w; run `make demo` from the repository root", err)
+		}
+	}
+	d := &demo{kubectl: filepath.Join(*assets, "kubectl"), start: time.Now()}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	tmp, err := os.MkdirTemp("", "wasmreconcile-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	d.say("starting etcd and kube-apiserver on loopback (data in %s)", tmp)
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: *assets,
+		CRDDirectoryPaths:     []string{*crds},
+		ErrorIfCRDPathMissing: true,
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{}
+	env.ControlPlane.Etcd.DataDir = filepath.Join(tmp, "etcd")
+	if err := os.MkdirAll(env.ControlPlane.Etcd.DataDir, 0o700); err != nil {
+		return err
+	}
+	if _, err := env.Start(); err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
+	}
+	defer func() {
+		d.say("stopping the control plane")
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo: stopping control plane:", err)
+		}
+	}()
+	user, err := env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	d.kubeconfig = filepath.Join(tmp, "kubeconfig")
+	if err := os.WriteFile(d.kubeconfig, kc, 0o600); err != nil {
+		return err
+	}
+	d.say("control plane up at %s; CRDs from %s installed", env.Config.Host, *crds)
+	if err := d.kubectl_(ctx, "version"); err != nil {
+		return err
+	}
+
+	d.say("starting the operator with %s", *module)
+	op := exec.Command(*operatorBin, "run", "--module", *module, "--kubeconfig", d.kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	op.Stdout = prefixWriter("[operator] ", os.Stdout)
+	op.Stderr = prefixWriter("[operator] ", os.Stdout)
+	op.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches us; we stop it in order
+	if err := op.Start(); err != nil {
+		return fmt.Errorf("starting operator: %w", err)
+	}
+	opDone := make(chan error, 1)
+	go func() { opDone <- op.Wait() }()
+	defer func() {
+		d.say("stopping the operator")
+		_ = op.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-opDone:
+		case <-time.After(10 * time.Second):
+			_ = op.Process.Kill()
+			<-opDone
+		}
+	}()
+
+	if err := d.kubectl_(ctx, "apply", "-f", *samples); err != nil {
+		return err
+	}
+	if err := d.waitReady(ctx, opDone, *readyTimeout); err != nil {
+		return err
+	}
+	if *exitReady {
+		d.say("all Widgets are Ready; exiting (--exit-when-ready)")
+		return nil
+	}
+
+	d.say("changing spec.size of small-blue from 3 to 5; the guest recomputes the status")
+	if err := d.kubectl_(ctx, "patch", "widget", "small-blue", "--type=merge", "-p", `{"spec":{"size":5}}`); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "small-blue summary 5 x blue", func(out string) bool {
+		return strings.Contains(out, "5 x blue")
+	}); err != nil {
+		return err
+	}
+	d.say("the cluster keeps running. Try, in another shell:")
+	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
+	fmt.Printf("    %s get widgets -w\n", d.kubectl)
+	fmt.Printf("    %s patch widget large-red --type=merge -p '{\"spec\":{\"size\":500}}'\n", d.kubectl)
+	d.say("press Ctrl-C to stop everything")
+	select {
+	case <-ctx.Done():
+		fmt.Println()
+		return nil
+	case err := <-opDone:
+		return fmt.Errorf("operator exited: %v", err)
+	}
+}
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Printf("==> [%5.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// kubectl_ runs kubectl against the demo cluster, echoing the command.
+func (d *demo) kubectl_(ctx context.Context, args ...string) error {
+	fmt.Printf("$ kubectl %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+func (d *demo) getWidgets(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, d.kubectl, "--kubeconfig", d.kubeconfig, "get", "widgets", "-n", "default").CombinedOutput()
+	return string(out), err
+}
+
+// waitReady prints the Widget table whenever it changes until every Widget is
+// Ready=True.
+func (d *demo) waitReady(ctx context.Context, opDone <-chan error, timeout time.Duration) error {
+	return d.waitFor(ctx, opDone, timeout, "every Widget Ready", func(out string) bool {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) < 2 {
+			return false
+		}
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) < 6 || f[len(f)-2] != "True" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (d *demo) waitFor(ctx context.Context, opDone <-chan error, timeout time.Duration, what string, done func(string) bool) error {
+	fmt.Println("$ kubectl get widgets   # printed whenever it changes")
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		out, err := d.getWidgets(ctx)
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("kubectl get widgets: %v: %s", err, out)
+		}
+		if out != last {
+			fmt.Print(out)
+			last = out
+		}
+		if done(out) {
+			d.say("%s", what)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.New("interrupted")
+		case err := <-opDone:
+			return fmt.Errorf("operator exited before %s: %v", what, err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+	}
+}
+
+// prefixWriter prefixes every line written to w.
+func prefixWriter(prefix string, w io.Writer) io.Writer {
+	return &prefixed{prefix: prefix, w: w}
+}
+
+type prefixed struct {
+	mu     sync.Mutex
+	prefix string
+	w      io.Writer
+	buf    bytes.Buffer
+}
+
+func (p *prefixed) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf.Write(b)
+	for {
+		line, err := p.buf.ReadBytes('\n')
+		if err != nil {
+			p.buf.Write(line) // incomplete line: keep for the next write
+			return len(b), nil
+		}
+		if _, err := fmt.Fprintf(p.w, "%s%s", p.prefix, line); err != nil {
+			return len(b), err
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package operator_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+)
+
+// TestBadModuleDoesNotStopTheOperator runs the operator against a real API
+// server with one malformed module, one missing file and one good module: the
+// bad ones are reported with clear errors, the good one reconciles.
+func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	env, cfg, err := testenv.Start("examples/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "broken.wasm")
+	if err := os.WriteFile(bad, []byte("\x00asm\x01\x00\x00\x00garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.wasm")
+	good := testwasm.BuildFile(t, "./widget")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	op, err := operator.New(ctx, cfg, operator.Options{
+		Modules:                []string{bad, missing, good},
+		MetricsBindAddress:     "0",
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatalf("operator.New: %v", err)
+	}
+	if n := len(op.Modules()); n != 1 || op.Modules()[0].Name() != "widget" {
+		t.Fatalf("loaded %d modules, want only widget", n)
+	}
+	errs := op.LoadErrors()
+	if len(errs) != 2 {
+		t.Fatalf("LoadErrors() = %v, want 2 errors", errs)
+	}
+	var invalid *engine.InvalidModuleError
+	if !errors.As(errs[0], &invalid) || !strings.Contains(errs[0].Error(), "module[broken.wasm] invalid: not a valid WebAssembly module") {
+		t.Errorf("malformed module error = %v", errs[0])
+	}
+	if !errors.Is(errs[1], os.ErrNotExist) || !strings.Contains(errs[1].Error(), "missing.wasm") {
+		t.Errorf("missing module error = %v", errs[1])
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- op.Start(ctx) }()
+
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &unstructured.Unstructured{}
+	w.SetAPIVersion("examples.wasmreconcile.io/v1alpha1")
+	w.SetKind("Widget")
+	w.SetNamespace("default")
+	w.SetName("survivor")
+	if err := unstructured.SetNestedField(w.Object, int64(2), "spec", "size"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+			t.Fatal(err)
+		}
+		if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s == "2 x grey" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("widget status never converged: %v", w.Object["status"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start returned %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("operator did not stop")
+	}
+}
