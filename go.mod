@@ -6,6 +6,7 @@ replace github.com/wasmreconcile/wasmreconcile/guest-sdk => ./guest-sdk
 
 require (
 	github.com/go-logr/logr v1.4.3
+	github.com/tetratelabs/wabin v0.0.0-20230304001439-f6f874872834
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/wasmreconcile/wasmreconcile/guest-sdk v0.0.0-00010101000000-000000000000
 	go.uber.org/zap v1.27.1

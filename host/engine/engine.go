@@ -5,16 +5,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )
 
 // Options configure an Engine. The zero value is ready to use.
@@ -24,12 +28,26 @@ type Options struct {
 	// compilation. Defaults to "": an in-memory cache shared by the Engine's
 	// modules.
 	CompilationCacheDir string
+
+	// FuelSlice is how much fuel a guest receives per refuel. Between two
+	// refuels a guest runs without returning to Go, so the slice bounds how
+	// late a deadline is noticed and how long a guest can delay a GC.
+	// Defaults to meter.DefaultSlice (see docs/benchmarks.md).
+	FuelSlice uint64
 }
 
-// Engine compiles and loads guest modules. It is safe for concurrent use.
+// Engine instruments, compiles and loads guest modules. It is safe for
+// concurrent use.
 type Engine struct {
-	cache wazero.CompilationCache
+	cache     wazero.CompilationCache
+	fuelSlice uint64
+
+	mu           sync.Mutex
+	instrumented map[string][]byte // by digest of the original bytes
 }
+
+// maxInstrumentedCache bounds the in-memory cache of instrumented bytes.
+const maxInstrumentedCache = 32
 
 // New returns an Engine configured by opts.
 func New(opts Options) (*Engine, error) {
@@ -43,7 +61,32 @@ func New(opts Options) (*Engine, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
-	return &Engine{cache: cache}, nil
+	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, instrumented: map[string][]byte{}}, nil
+}
+
+// instrument returns the metered rewrite of wasm, from cache when the same
+// bytes were instrumented before.
+func (e *Engine) instrument(digest string, wasm []byte) ([]byte, error) {
+	e.mu.Lock()
+	out, ok := e.instrumented[digest]
+	e.mu.Unlock()
+	if ok {
+		return out, nil
+	}
+	out, err := instrument.Instrument(wasm)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.instrumented) >= maxInstrumentedCache {
+		for k := range e.instrumented { // evict one arbitrary entry
+			delete(e.instrumented, k)
+			break
+		}
+	}
+	e.instrumented[digest] = out
+	return out, nil
 }
 
 // Close releases the compilation cache. Modules loaded from the Engine must be
@@ -65,19 +108,29 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	}
 	sum := sha256.Sum256(wasm)
 	m := &Module{
-		name:   source,
-		digest: "sha256:" + hex.EncodeToString(sum[:]),
-		limits: l,
-		size:   len(wasm),
+		name:      source,
+		digest:    "sha256:" + hex.EncodeToString(sum[:]),
+		limits:    l,
+		size:      len(wasm),
+		fuelSlice: e.fuelSlice,
 	}
 	invalid := func(reason string, err error) error {
 		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
 	}
 
+	metered, err := e.instrument(m.digest, wasm)
+	if err != nil {
+		var unsupported *instrument.UnsupportedError
+		if errors.As(err, &unsupported) {
+			return nil, invalid("cannot be metered", err)
+		}
+		return nil, invalid("not a valid WebAssembly module", err)
+	}
+
+	// No WithCloseOnContextDone: the fuel meter stops calls at their deadline.
 	cfg := wazero.NewRuntimeConfig().
 		WithCompilationCache(e.cache).
-		WithMemoryLimitPages(l.MemoryLimitPages).
-		WithCloseOnContextDone(true)
+		WithMemoryLimitPages(l.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	ok := false
 	defer func() {
@@ -86,7 +139,7 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 		}
 	}()
 
-	compiled, err := rt.CompileModule(ctx, wasm)
+	compiled, err := rt.CompileModule(ctx, metered)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
 			return nil, invalid(fmt.Sprintf("module's minimum memory is over limits.memoryLimitPages (%d pages); raise the limit", l.MemoryLimitPages), err)
@@ -102,12 +155,15 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	if err := instantiateHostModule(ctx, rt); err != nil {
 		return nil, fmt.Errorf("module[%s]: instantiating host functions: %w", source, err)
 	}
+	if err := meter.Instantiate(ctx, rt); err != nil {
+		return nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
+	}
 	m.runtime, m.compiled = rt, compiled
 	m.pool = newPool(l.MaxInstances, m.newInstance)
 
 	// Instantiate once: this runs _initialize and reads the manifest, and
 	// leaves a warm instance in the pool.
-	out, err := m.call(ctx, "load", func(ctx context.Context, inst *instance) ([]byte, error) {
+	res, err := m.call(ctx, "load", func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.manifest.Call(ctx)
 		if err != nil {
 			return nil, err
@@ -118,7 +174,7 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 		return nil, invalid("loading failed", err)
 	}
 	var man abi.Manifest
-	if err := json.Unmarshal(out, &man); err != nil {
+	if err := json.Unmarshal(res.Output, &man); err != nil {
 		return nil, invalid("manifest is not valid JSON", err)
 	}
 	if err := validateManifest(man); err != nil {
@@ -179,6 +235,7 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 		switch {
 		case mod == wasi_snapshot_preview1.ModuleName:
 		case mod == abi.ImportModule && name == abi.ImportLog:
+		case mod == instrument.ImportModule && name == instrument.ImportRefuel: // added by the instrumenter
 		default:
 			return fmt.Errorf("imports unknown function %s.%s; this host provides %s.%s and WASI preview1", mod, name, abi.ImportModule, abi.ImportLog)
 		}

@@ -96,11 +96,15 @@ func TestLoadReadsManifestAndDigest(t *testing.T) {
 
 func TestReconcileWidget(t *testing.T) {
 	m := load(t, "./widget", engine.Limits{})
-	out, err := m.Reconcile(context.Background(), "reconcile default/w", request(t, map[string]any{"size": 3, "color": "blue"}))
+	res, err := m.Reconcile(context.Background(), "reconcile default/w", request(t, map[string]any{"size": 3, "color": "blue"}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	out := res.Output
 	r := decode(t, out)
+	if res.Fuel == 0 || res.Duration <= 0 {
+		t.Errorf("fuel %d and duration %s not reported", res.Fuel, res.Duration)
+	}
 	if r.Error != nil || r.Status["summary"] != "3 x blue" || r.Status["observedGeneration"] != float64(2) {
 		t.Errorf("unexpected response %s", out)
 	}
@@ -144,7 +148,7 @@ func TestLoadRejectsMemoryOverLimit(t *testing.T) {
 }
 
 func TestDeadlineStopsSpinningGuestAndPoolRecovers(t *testing.T) {
-	m := load(t, "./internal/testguests/misbehave", engine.Limits{Timeout: 200 * time.Millisecond, MaxInstances: 1})
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{Fuel: 1 << 50, Timeout: 200 * time.Millisecond, MaxInstances: 1})
 	ctx := context.Background()
 	_, err := m.Reconcile(ctx, "reconcile default/spin", request(t, map[string]any{"mode": "spin"}))
 	var dl *engine.DeadlineExceededError
@@ -155,17 +159,17 @@ func TestDeadlineStopsSpinningGuestAndPoolRecovers(t *testing.T) {
 		t.Errorf("message %q", err)
 	}
 	// The only instance was discarded; the next call gets a fresh one.
-	out, err := m.Reconcile(ctx, "reconcile default/ok", request(t, map[string]any{}))
+	res, err := m.Reconcile(ctx, "reconcile default/ok", request(t, map[string]any{}))
 	if err != nil {
 		t.Fatalf("call after deadline: %v", err)
 	}
-	if r := decode(t, out); r.Status["summary"] != "ok" {
-		t.Errorf("unexpected response %s", out)
+	if r := decode(t, res.Output); r.Status["summary"] != "ok" {
+		t.Errorf("unexpected response %s", res.Output)
 	}
 }
 
 func TestCallerCancel(t *testing.T) {
-	m := load(t, "./internal/testguests/misbehave", engine.Limits{Timeout: time.Minute})
+	m := load(t, "./internal/testguests/misbehave", engine.Limits{Fuel: 1 << 50, Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	_, err := m.Reconcile(ctx, "reconcile default/spin", request(t, map[string]any{"mode": "spin"}))
@@ -192,13 +196,13 @@ func TestGuestExitIsTrap(t *testing.T) {
 
 func TestGuestPanicIsRecoveredIntoError(t *testing.T) {
 	m := load(t, "./internal/testguests/misbehave", engine.Limits{})
-	out, err := m.Reconcile(context.Background(), "reconcile default/panic", request(t, map[string]any{"mode": "panic"}))
+	res, err := m.Reconcile(context.Background(), "reconcile default/panic", request(t, map[string]any{"mode": "panic"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := decode(t, out)
+	r := decode(t, res.Output)
 	if r.Error == nil || r.Error.Terminal || !strings.Contains(r.Error.Message, "panicked") {
-		t.Errorf("want retryable panic error, got %s", out)
+		t.Errorf("want retryable panic error, got %s", res.Output)
 	}
 }
 
@@ -231,13 +235,13 @@ func TestConcurrentCalls(t *testing.T) {
 		go func(g int) {
 			defer wg.Done()
 			for i := 0; i < 8; i++ {
-				out, err := m.Reconcile(context.Background(), "reconcile", request(t, map[string]any{"size": g, "color": "c"}))
+				res, err := m.Reconcile(context.Background(), "reconcile", request(t, map[string]any{"size": g, "color": "c"}))
 				if err != nil {
 					errs <- err
 					return
 				}
 				var r abi.Response
-				if err := json.Unmarshal(out, &r); err != nil {
+				if err := json.Unmarshal(res.Output, &r); err != nil {
 					errs <- err
 					return
 				}

@@ -94,3 +94,43 @@ func IsInvalidModule(err error) bool {
 	var t *InvalidModuleError
 	return errors.As(err, &t)
 }
+
+// FuelExhaustedError reports a call stopped because it used its whole fuel
+// budget (Limits.Fuel, or Limits.InitFuel during instantiation).
+type FuelExhaustedError struct {
+	Module string
+	Call   string
+	Used   uint64
+	Budget uint64
+}
+
+func (e *FuelExhaustedError) Error() string {
+	return fmt.Sprintf("module[%s] %s: fuel exhausted after %d units (budget %d); raise spec.limits.fuel or fix the loop",
+		e.Module, e.Call, e.Used, e.Budget)
+}
+
+// MemoryLimitError reports a guest that ran out of memory because growing
+// its linear memory past Limits.MemoryLimitPages failed.
+type MemoryLimitError struct {
+	Module     string
+	Call       string
+	LimitPages uint32
+	Stderr     string
+}
+
+func (e *MemoryLimitError) Error() string {
+	return fmt.Sprintf("module[%s] %s: memory limit of %d pages (%d MiB) reached; raise spec.limits.memory or allocate less",
+		e.Module, e.Call, e.LimitPages, uint64(e.LimitPages)*64/1024)
+}
+
+// StackOverflowError reports a guest whose call stack grew past the engine's
+// limit, usually through unbounded recursion.
+type StackOverflowError struct {
+	Module string
+	Call   string
+	Reason string
+}
+
+func (e *StackOverflowError) Error() string {
+	return fmt.Sprintf("module[%s] %s: stack overflow; look for unbounded recursion in the guest", e.Module, e.Call)
+}

@@ -8,6 +8,18 @@ import (
 // Limits bound what one module may consume. The zero value of every field
 // means "use the default" stated on the field.
 type Limits struct {
+	// Fuel is the budget of one reconcile call, in fuel units; one unit is
+	// about one executed wasm instruction (see host/internal/instrument).
+	// When it runs out the call stops with a *FuelExhaustedError. The count
+	// is deterministic: the same module and input use the same fuel.
+	// Defaults to 500,000,000.
+	Fuel uint64
+
+	// InitFuel is the budget of instantiation, which runs the module's
+	// _initialize (for a Go guest, the Go runtime and package initialisers).
+	// Defaults to 500,000,000.
+	InitFuel uint64
+
 	// Timeout is the wall-clock budget of one reconcile call. When it passes,
 	// the call is stopped and returns a *DeadlineExceededError.
 	// Defaults to 5 seconds.
@@ -33,10 +45,18 @@ type Limits struct {
 	// of concurrent calls into it. Further calls wait for a free instance.
 	// Defaults to 4.
 	MaxInstances int
+
+	// FreshInstancePerCall, when true, instantiates a new instance for every
+	// call and discards it afterwards, so no state survives between calls.
+	// It costs an instantiation per call (milliseconds for a Go guest).
+	// Defaults to false: healthy instances are reused.
+	FreshInstancePerCall bool
 }
 
 // Defaults for Limits.
 const (
+	DefaultFuel             = 500_000_000
+	DefaultInitFuel         = 500_000_000
 	DefaultTimeout          = 5 * time.Second
 	DefaultMemoryLimitPages = 2048
 	DefaultMaxRequestBytes  = 4 << 20
@@ -52,6 +72,12 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.MemoryLimitPages > 65536 {
 		return l, fmt.Errorf("limits.memoryLimitPages %d exceeds the wasm32 maximum of 65536 pages (4 GiB)", l.MemoryLimitPages)
+	}
+	if l.Fuel == 0 {
+		l.Fuel = DefaultFuel
+	}
+	if l.InitFuel == 0 {
+		l.InitFuel = DefaultInitFuel
 	}
 	if l.Timeout == 0 {
 		l.Timeout = DefaultTimeout

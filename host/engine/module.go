@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,19 +13,21 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )
 
 // Module is a loaded guest module with its pool of instances. It is safe for
 // concurrent use; at most Limits.MaxInstances calls run at once.
 type Module struct {
-	name     string
-	digest   string
-	size     int
-	limits   Limits
-	manifest abi.Manifest
-	runtime  wazero.Runtime
-	compiled wazero.CompiledModule
-	pool     *pool
+	fuelSlice uint64
+	name      string
+	digest    string
+	size      int
+	limits    Limits
+	manifest  abi.Manifest
+	runtime   wazero.Runtime
+	compiled  wazero.CompiledModule
+	pool      *pool
 }
 
 // Name is the module's name from its manifest.
@@ -42,18 +45,32 @@ func (m *Module) Manifest() abi.Manifest { return m.manifest }
 // Limits are the limits in force, with defaults filled in.
 func (m *Module) Limits() Limits { return m.limits }
 
+// Result describes one completed or failed call.
+type Result struct {
+	// Output is the guest's response; nil when the call failed.
+	Output []byte
+	// Fuel is the fuel the call used. It is deterministic: the same module
+	// and the same request use the same fuel, in any instance or process.
+	Fuel uint64
+	// Duration is the wall-clock time spent in the guest, excluding the wait
+	// for a free instance.
+	Duration time.Duration
+}
+
 // Reconcile passes request to the guest's reconcile export and returns the
 // response bytes. call describes the call in errors and logs, e.g.
 // "reconcile default/foo".
 //
-// The call runs under Limits.Timeout and ctx, whichever ends first. It waits
-// for a free instance first; that wait is bounded by ctx only. Errors are
-// typed: *ABIError, *DeadlineExceededError, *CanceledError or *TrapError. After
+// The call runs under Limits.Fuel, Limits.Timeout and ctx, whichever ends
+// first. It waits for a free instance first; that wait is bounded by ctx only.
+// Errors are typed: *ABIError, *FuelExhaustedError, *DeadlineExceededError,
+// *CanceledError, *MemoryLimitError, *StackOverflowError or *TrapError. After
 // any error the instance used is discarded, because a guest's runtime state is
-// undefined after a trap or a stop; the pool replaces it on demand.
-func (m *Module) Reconcile(ctx context.Context, call string, request []byte) ([]byte, error) {
+// undefined after a trap or a stop; the pool replaces it on demand. The
+// Result carries the fuel and time used even when the call failed.
+func (m *Module) Reconcile(ctx context.Context, call string, request []byte) (Result, error) {
 	if len(request) > m.limits.MaxRequestBytes {
-		return nil, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
+		return Result{}, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
 			"request of %d bytes exceeds limits.maxRequestBytes of %d; raise the limit or shrink the object", len(request), m.limits.MaxRequestBytes)}
 	}
 	return m.call(ctx, call, func(ctx context.Context, inst *instance) ([]byte, error) {
@@ -78,33 +95,53 @@ func (m *Module) Reconcile(ctx context.Context, call string, request []byte) ([]
 // fail with a *TrapError or *CanceledError.
 func (m *Module) Close(ctx context.Context) error { return m.runtime.Close(ctx) }
 
-// call runs fn on a pooled instance under the module's timeout and turns
-// wazero's errors into typed ones.
-func (m *Module) call(ctx context.Context, call string, fn func(context.Context, *instance) ([]byte, error)) ([]byte, error) {
+// call runs fn on a pooled instance under the module's fuel budget and
+// timeout, and turns wazero's errors into typed ones.
+func (m *Module) call(ctx context.Context, call string, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
 	inst, err := m.pool.get(ctx)
 	if err != nil {
-		return nil, m.classify(ctx, call, nil, 0, err)
+		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
 	start := time.Now()
 	callCtx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
 	defer cancel()
+	fuel := &meter.Meter{Budget: m.limits.Fuel, Slice: m.fuelSlice}
+	callCtx = meter.WithMeter(callCtx, fuel)
+	fuel.Start(inst.mod)
 	out, err := fn(callCtx, inst)
+	res := Result{Output: out, Fuel: fuel.Used(inst.mod), Duration: time.Since(start)}
+	healthy := err == nil && !m.limits.FreshInstancePerCall
+	m.pool.put(inst, healthy)
 	if err != nil {
-		m.pool.put(inst, false)
-		return nil, m.classify(ctx, call, inst, time.Since(start), err)
+		res.Output = nil
+		return res, m.classify(ctx, call, inst, res.Duration, err)
 	}
-	m.pool.put(inst, true)
-	return out, nil
+	return res, nil
 }
 
 func (m *Module) classify(parent context.Context, call string, inst *instance, elapsed time.Duration, err error) error {
 	var (
-		deadline *DeadlineExceededError
-		canceled *CanceledError
-		trap     *TrapError
+		deadline  *DeadlineExceededError
+		canceled  *CanceledError
+		trap      *TrapError
+		fuelErr   *FuelExhaustedError
+		memErr    *MemoryLimitError
+		stackErr  *StackOverflowError
+		exhausted *meter.ExhaustedError
+		stopped   *meter.StoppedError
 	)
-	if errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &trap) {
+	if errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &trap) ||
+		errors.As(err, &fuelErr) || errors.As(err, &memErr) || errors.As(err, &stackErr) {
 		return err // already classified, e.g. by newInstance
+	}
+	if errors.As(err, &exhausted) {
+		return &FuelExhaustedError{Module: m.name, Call: call, Used: exhausted.Used, Budget: exhausted.Budget}
+	}
+	if errors.As(err, &stopped) {
+		if errors.Is(stopped.Err, context.DeadlineExceeded) {
+			return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
+		}
+		return &CanceledError{Module: m.name, Call: call}
 	}
 	var abiErr *ABIError
 	if errors.As(err, &abiErr) {
@@ -126,11 +163,17 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
 	}
-	t := &TrapError{Module: m.name, Call: call, Reason: err.Error()}
+	var stderr string
 	if inst != nil {
-		t.Stderr = inst.stderr.String()
+		stderr = inst.stderr.String()
 	}
-	return t
+	if strings.Contains(err.Error(), "stack overflow") || strings.Contains(stderr, "stack overflow") {
+		return &StackOverflowError{Module: m.name, Call: call, Reason: err.Error()}
+	}
+	if strings.Contains(stderr, "out of memory") {
+		return &MemoryLimitError{Module: m.name, Call: call, LimitPages: m.limits.MemoryLimitPages, Stderr: stderr}
+	}
+	return &TrapError{Module: m.name, Call: call, Reason: err.Error(), Stderr: stderr}
 }
 
 // instance is one instantiation of the module. It is not safe for concurrent
@@ -152,9 +195,13 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	// and a deterministic random source.
 	ctx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
 	defer cancel()
+	// The fuel global starts at 0, so _initialize refuels from this meter at
+	// its first charge.
+	ctx = meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice})
+	start := time.Now()
 	mod, err := m.runtime.InstantiateModule(ctx, m.compiled, cfg)
 	if err != nil {
-		return nil, m.classify(ctx, "_initialize", &instance{stderr: stderr}, 0, err)
+		return nil, m.classify(ctx, "_initialize", &instance{stderr: stderr}, time.Since(start), err)
 	}
 	return &instance{
 		mod:       mod,

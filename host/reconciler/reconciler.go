@@ -39,7 +39,10 @@ import (
 // Event reasons recorded by the host on reconciled objects.
 const (
 	ReasonReconcileFailed  = "ReconcileFailed"  // the guest returned an error
+	ReasonFuelExhausted    = "FuelExhausted"    // the guest used its whole fuel budget
 	ReasonDeadlineExceeded = "DeadlineExceeded" // the guest ran past its timeout
+	ReasonMemoryLimit      = "MemoryLimit"      // the guest ran out of memory at its cap
+	ReasonStackOverflow    = "StackOverflow"    // the guest's call stack overflowed
 	ReasonGuestTrapped     = "GuestTrapped"     // the guest trapped or exited
 	ReasonABIViolation     = "ABIViolation"     // the guest broke the ABI or a size limit
 	ReasonInvalidResponse  = "InvalidResponse"  // the guest's response could not be applied
@@ -179,7 +182,8 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("encoding request for %s: %w", req.NamespacedName, err)
 	}
-	out, err := r.module.Reconcile(ctx, "reconcile "+req.String(), request)
+	res, err := r.module.Reconcile(ctx, "reconcile "+req.String(), request)
+	log.FromContext(ctx).V(1).Info("guest returned", "fuel", res.Fuel, "guestDuration", res.Duration.String())
 	if err != nil {
 		var canceled *engine.CanceledError
 		if !errors.As(err, &canceled) {
@@ -190,7 +194,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 
 	var resp abi.Response
-	if err := utiljson.Unmarshal(out, &resp); err != nil {
+	if err := utiljson.Unmarshal(res.Output, &resp); err != nil {
 		err = &engine.ABIError{Module: r.module.Name(), Call: "reconcile " + req.String(), Reason: "response is not valid JSON: " + err.Error()}
 		r.warn(obj, ReasonABIViolation, err.Error())
 		r.failed(req.NamespacedName)
@@ -271,13 +275,22 @@ func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
 
 func reasonFor(err error) string {
 	var (
+		fuel     *engine.FuelExhaustedError
 		deadline *engine.DeadlineExceededError
 		trap     *engine.TrapError
 		abiErr   *engine.ABIError
+		memErr   *engine.MemoryLimitError
+		stackErr *engine.StackOverflowError
 	)
 	switch {
+	case errors.As(err, &fuel):
+		return ReasonFuelExhausted
 	case errors.As(err, &deadline):
 		return ReasonDeadlineExceeded
+	case errors.As(err, &memErr):
+		return ReasonMemoryLimit
+	case errors.As(err, &stackErr):
+		return ReasonStackOverflow
 	case errors.As(err, &trap):
 		return ReasonGuestTrapped
 	case errors.As(err, &abiErr):

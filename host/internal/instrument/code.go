@@ -1,0 +1,364 @@
+package instrument
+
+import "fmt"
+
+// Opcodes the rewrite acts on.
+const (
+	opBlock      = 0x02
+	opLoop       = 0x03
+	opIf         = 0x04
+	opElse       = 0x05
+	opEnd        = 0x0b
+	opCall       = 0x10
+	opReturnCall = 0x12
+	opRefFunc    = 0xd2
+	opGlobalGet  = 0x23
+	opGlobalSet  = 0x24
+	opI64Const   = 0x42
+	opI64Sub     = 0x7d
+	opI64LtS     = 0x53
+	blockEmpty   = 0x40
+)
+
+func (m *module) rewriteCode(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("function body count")
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
+	for i := uint32(0); i < n; i++ {
+		size, err := r.u32("function body size")
+		if err != nil {
+			return nil, err
+		}
+		body, err := r.bytes(int(size), "function body")
+		if err != nil {
+			return nil, err
+		}
+		nb, err := m.rewriteBody(body)
+		if err != nil {
+			return nil, fmt.Errorf("function %d (index %d): %w", i, m.numFuncImports+i, err)
+		}
+		out = appendU32(out, uint32(len(nb)))
+		out = append(out, nb...)
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
+	}
+	return out, nil
+}
+
+// edit is a change pass 2 makes at a byte offset of the body.
+type edit struct {
+	at    int    // offset in the body
+	end   int    // for remaps: end of the LEB index being replaced
+	kind  byte   // editCheck, editCharge or editRemap
+	cost  int64  // for charges
+	index uint32 // for remaps
+}
+
+const (
+	editCheck  = iota // charge and check: function entry, loop header
+	editCharge        // charge only: merge points
+	editRemap         // replace a function index
+)
+
+// rewriteBody inserts fuel charges into one function body and remaps the
+// function indices it uses.
+//
+// The body is cut into regions at charge points: the function entry, every
+// loop header (right after `loop`), and every point a forward branch can
+// land on (right after the `end` of a block or if, and right after `else`).
+// Each region is charged its static instruction count when entered. Entries
+// and loop headers also check the counter and call refuel when it is
+// negative; merge points only subtract, because reaching one again requires
+// passing a loop header or a function entry first. Pass 1 finds the edits,
+// pass 2 applies them.
+func (m *module) rewriteBody(body []byte) ([]byte, error) {
+	r := newReader(body)
+	groups, err := r.u32("local declaration count")
+	if err != nil {
+		return nil, err
+	}
+	for i := uint32(0); i < groups; i++ {
+		if _, err := r.u32("local count"); err != nil {
+			return nil, err
+		}
+		if _, err := r.byte("local type"); err != nil {
+			return nil, err
+		}
+	}
+	codeStart := r.pos()
+
+	// Pass 1: edits and region costs.
+	edits := []edit{{at: codeStart, kind: editCheck}}
+	region := 0        // index in edits of the current region's charge
+	stack := []byte{0} // control frames by opening opcode; 0 is the function
+	for len(stack) > 0 {
+		if r.done() {
+			return nil, fmt.Errorf("function body has no final end")
+		}
+		start := r.pos()
+		op, err := r.byte("opcode")
+		if err != nil {
+			return nil, err
+		}
+		if op != opBlock && op != opLoop && op != opElse && op != opEnd {
+			edits[region].cost++ // structural markers compile to no code and are free
+		}
+		if err := skipInstruction(r, op); err != nil {
+			return nil, err
+		}
+		if err := m.checkIndices(op, body[start+1:r.pos()]); err != nil {
+			return nil, err
+		}
+		switch op {
+		case opCall, opReturnCall, opRefFunc:
+			ir := newReader(body[start+1 : r.pos()])
+			idx, _ := ir.u32("function index")
+			if nidx := m.remapFunc(idx); nidx != idx {
+				edits = append(edits, edit{at: start + 1, end: r.pos(), kind: editRemap, index: nidx})
+			}
+		case opBlock, opIf:
+			stack = append(stack, op)
+		case opLoop:
+			stack = append(stack, op)
+			edits = append(edits, edit{at: r.pos(), kind: editCheck})
+			region = len(edits) - 1
+		case opElse:
+			edits = append(edits, edit{at: r.pos(), kind: editCharge})
+			region = len(edits) - 1
+		case opEnd:
+			closed := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if closed == opBlock || closed == opIf {
+				edits = append(edits, edit{at: r.pos(), kind: editCharge})
+				region = len(edits) - 1
+			}
+		}
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d bytes after the function's final end", len(body)-r.pos())
+	}
+
+	// Pass 2: apply the edits in order.
+	out := make([]byte, 0, len(body)+16*len(edits))
+	prev := 0
+	for _, e := range edits {
+		out = append(out, body[prev:e.at]...)
+		prev = e.at
+		switch e.kind {
+		case editCheck:
+			out = m.appendCharge(out, e.cost, true)
+		case editCharge:
+			if e.cost > 0 {
+				out = m.appendCharge(out, e.cost, false)
+			}
+		case editRemap:
+			out = appendU32(out, e.index)
+			prev = e.end
+		}
+	}
+	return append(out, body[prev:]...), nil
+}
+
+// checkIndices refuses global and type indices past the end of the input's
+// index spaces. The rewrite appends a global and possibly a type, so an index
+// that was out of range (an invalid module) would otherwise come to name the
+// fuel global or the refuel type and validate: a guest could then read or
+// reset its own fuel.
+func (m *module) checkIndices(op byte, imm []byte) error {
+	r := newReader(imm)
+	switch op {
+	case opGlobalGet, opGlobalSet:
+		idx, _ := r.u32("global index")
+		return m.checkGlobal(idx)
+	case opBlock, opLoop, opIf:
+		bt, _ := r.s33("block type")
+		if bt >= 0 {
+			return m.checkType(uint32(bt))
+		}
+	case 0x11, 0x13: // call_indirect, return_call_indirect
+		idx, _ := r.u32("type index")
+		return m.checkType(idx)
+	}
+	return nil
+}
+
+func (m *module) checkGlobal(idx uint32) error {
+	if idx >= m.numGlobals {
+		return fmt.Errorf("unknown global %d (the module has %d)", idx, m.numGlobals)
+	}
+	return nil
+}
+
+func (m *module) checkType(idx uint32) error {
+	if idx >= m.numTypes {
+		return fmt.Errorf("unknown type %d (the module has %d)", idx, m.numTypes)
+	}
+	return nil
+}
+
+// appendCharge appends the fuel charge of a region:
+//
+//	global.get $fuel  i64.const cost  i64.sub  global.set $fuel
+//
+// and, when check is set:
+//
+//	global.get $fuel  i64.const 0  i64.lt_s  if  call $refuel  end
+func (m *module) appendCharge(out []byte, cost int64, check bool) []byte {
+	if cost < 1 {
+		cost = 1
+	}
+	g := m.fuelGlobalIndex
+	out = append(out, opGlobalGet)
+	out = appendU32(out, g)
+	out = append(out, opI64Const)
+	out = appendS64(out, cost)
+	out = append(out, opI64Sub, opGlobalSet)
+	out = appendU32(out, g)
+	if !check {
+		return out
+	}
+	out = append(out, opGlobalGet)
+	out = appendU32(out, g)
+	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty, opCall)
+	out = appendU32(out, m.refuelIndex)
+	return append(out, opEnd)
+}
+
+// skipInstruction consumes the immediates of op, which has been read. It
+// decodes every opcode of WebAssembly 2.0 plus tail calls, and refuses the
+// opcodes of proposals it cannot meter.
+func skipInstruction(r *reader, op byte) error {
+	switch {
+	case op == 0x00, op == 0x01, op == 0x05, op == opEnd, op == 0x0f, op == 0x1a, op == 0x1b,
+		op >= 0x45 && op <= 0xc4, op == 0xd1:
+		return nil
+	case op == opBlock, op == opLoop, op == opIf:
+		_, err := r.s33("block type")
+		return err
+	case op == 0x0c, op == 0x0d: // br, br_if
+		_, err := r.u32("label")
+		return err
+	case op == 0x0e: // br_table
+		n, err := r.u32("br_table count")
+		if err != nil {
+			return err
+		}
+		for i := uint32(0); i <= n; i++ {
+			if _, err := r.u32("br_table label"); err != nil {
+				return err
+			}
+		}
+		return nil
+	case op == opCall, op == opReturnCall, op == opRefFunc:
+		_, err := r.u32("function index")
+		return err
+	case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
+		if _, err := r.u32("type index"); err != nil {
+			return err
+		}
+		_, err := r.u32("table index")
+		return err
+	case op == 0x1c: // select t*
+		n, err := r.u32("select type count")
+		if err != nil {
+			return err
+		}
+		return r.skip(int(n), "select types")
+	case op >= 0x20 && op <= 0x26: // local.*, global.*, table.get/set
+		_, err := r.u32("index")
+		return err
+	case op >= 0x28 && op <= 0x3e:
+		return skipMemarg(r)
+	case op == 0x3f, op == 0x40: // memory.size, memory.grow
+		_, err := r.u32("memory index")
+		return err
+	case op == 0x41:
+		return r.s32("i32.const")
+	case op == opI64Const:
+		return r.s64("i64.const")
+	case op == 0x43:
+		return r.skip(4, "f32.const")
+	case op == 0x44:
+		return r.skip(8, "f64.const")
+	case op == 0xd0: // ref.null heaptype
+		_, err := r.s33("heap type")
+		return err
+	case op == 0xfc:
+		return skipMisc(r)
+	case op == 0xfd:
+		return skipSIMD(r)
+	case op >= 0x06 && op <= 0x0a, op == 0x18, op == 0x19, op == 0x1f:
+		return &UnsupportedError{Feature: fmt.Sprintf("exception handling (opcode 0x%02x)", op)}
+	case op == 0x14, op == 0x15, op >= 0xd3 && op <= 0xd6:
+		return &UnsupportedError{Feature: fmt.Sprintf("typed function references (opcode 0x%02x)", op)}
+	case op == 0xfb:
+		return &UnsupportedError{Feature: "garbage collection (0xFB prefix)"}
+	case op == 0xfe:
+		return &UnsupportedError{Feature: "threads (0xFE prefix)"}
+	}
+	return fmt.Errorf("unknown opcode 0x%02x at offset %d", op, r.pos()-1)
+}
+
+func skipMemarg(r *reader) error {
+	align, err := r.u32("memarg align")
+	if err != nil {
+		return err
+	}
+	if align&0x40 != 0 { // multi-memory: explicit memory index
+		if _, err := r.u32("memarg memory index"); err != nil {
+			return err
+		}
+	}
+	_, err = r.u32("memarg offset")
+	return err
+}
+
+func skipMisc(r *reader) error {
+	sub, err := r.u32("0xFC sub-opcode")
+	if err != nil {
+		return err
+	}
+	var immediates int
+	switch {
+	case sub <= 7: // trunc_sat
+	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
+		immediates = 2
+	case sub == 9, sub == 11, sub == 13, sub >= 15 && sub <= 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
+		immediates = 1
+	default:
+		return &UnsupportedError{Feature: fmt.Sprintf("0xFC sub-opcode %d", sub)}
+	}
+	for i := 0; i < immediates; i++ {
+		if _, err := r.u32("0xFC immediate"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func skipSIMD(r *reader) error {
+	sub, err := r.u32("0xFD sub-opcode")
+	if err != nil {
+		return err
+	}
+	switch {
+	case sub <= 11, sub == 0x5c, sub == 0x5d: // loads, store, load*_zero
+		return skipMemarg(r)
+	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+		return r.skip(16, "v128 immediate")
+	case sub >= 0x15 && sub <= 0x22: // extract_lane, replace_lane
+		return r.skip(1, "lane index")
+	case sub >= 0x54 && sub <= 0x5b: // load*_lane, store*_lane
+		if err := skipMemarg(r); err != nil {
+			return err
+		}
+		return r.skip(1, "lane index")
+	case sub <= 0x113: // the rest of SIMD and relaxed SIMD take no immediates
+		return nil
+	}
+	return &UnsupportedError{Feature: fmt.Sprintf("0xFD sub-opcode 0x%x", sub)}
+}

@@ -1,0 +1,593 @@
+package instrument
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+)
+
+// Section IDs of the wasm binary format.
+const (
+	secCustom    = 0
+	secType      = 1
+	secImport    = 2
+	secFunction  = 3
+	secTable     = 4
+	secMemory    = 5
+	secGlobal    = 6
+	secExport    = 7
+	secStart     = 8
+	secElement   = 9
+	secCode      = 10
+	secData      = 11
+	secDataCount = 12
+	secTag       = 13
+)
+
+// sectionRank orders non-custom sections as the binary format requires.
+var sectionRank = map[byte]int{
+	secType: 1, secImport: 2, secFunction: 3, secTable: 4, secMemory: 5, secTag: 6,
+	secGlobal: 7, secExport: 8, secStart: 9, secElement: 10, secDataCount: 11, secCode: 12, secData: 13,
+}
+
+// MalformedError reports module bytes that could not be decoded.
+type MalformedError struct{ Reason string }
+
+func (e *MalformedError) Error() string { return "malformed module: " + e.Reason }
+
+// UnsupportedError reports a module that uses a WebAssembly feature the
+// instrumenter cannot meter. Such a module is refused rather than run with
+// a miscounted or missing fuel charge.
+type UnsupportedError struct{ Feature string }
+
+func (e *UnsupportedError) Error() string {
+	return "unsupported WebAssembly feature: " + e.Feature + "; wasmreconcile meters WebAssembly 2.0 (core) modules plus tail calls"
+}
+
+type section struct {
+	id      byte
+	payload []byte
+}
+
+// module holds what the rewrite needs to know about the input.
+type module struct {
+	sections        []section
+	numTypes        uint32
+	numFuncImports  uint32
+	numGlobals      uint32 // imported and defined
+	emptyFuncType   int64  // index of an existing (func) type, or -1
+	refuelIndex     uint32 // function index of the added import
+	fuelGlobalIndex uint32 // global index of the added global
+}
+
+// remapFunc maps a function index of the input to the output.
+func (m *module) remapFunc(i uint32) uint32 {
+	if i < m.numFuncImports {
+		return i
+	}
+	return i + 1
+}
+
+var magic = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
+
+// Instrument returns a metered copy of the module in wasm. See the package
+// documentation for what it adds. It returns a *MalformedError for bytes it
+// cannot decode and an *UnsupportedError for features it cannot meter; it
+// does not otherwise validate the module (the engine does, on the output).
+func Instrument(wasm []byte) ([]byte, error) {
+	m, err := parse(wasm)
+	if err != nil {
+		return nil, err
+	}
+	return m.rewrite()
+}
+
+func parse(wasm []byte) (*module, error) {
+	if len(wasm) < 8 || !bytes.Equal(wasm[:8], magic) {
+		return nil, &MalformedError{Reason: "missing wasm magic number and version 1 header"}
+	}
+	m := &module{emptyFuncType: -1}
+	r := newReader(wasm[8:])
+	last := 0
+	for !r.done() {
+		id, err := r.byte("section id")
+		if err != nil {
+			return nil, &MalformedError{Reason: err.Error()}
+		}
+		size, err := r.u32("section size")
+		if err != nil {
+			return nil, &MalformedError{Reason: err.Error()}
+		}
+		payload, err := r.bytes(int(size), fmt.Sprintf("section %d", id))
+		if err != nil {
+			return nil, &MalformedError{Reason: err.Error()}
+		}
+		if id != secCustom {
+			rank, ok := sectionRank[id]
+			if !ok {
+				return nil, &MalformedError{Reason: fmt.Sprintf("unknown section id %d", id)}
+			}
+			if rank <= last {
+				return nil, &MalformedError{Reason: fmt.Sprintf("section %d out of order or repeated", id)}
+			}
+			last = rank
+		}
+		if id == secTag {
+			return nil, &UnsupportedError{Feature: "exception handling (tag section)"}
+		}
+		m.sections = append(m.sections, section{id: id, payload: payload})
+	}
+	for _, s := range m.sections {
+		var err error
+		switch s.id {
+		case secType:
+			err = m.scanTypes(s.payload)
+		case secImport:
+			err = m.scanImports(s.payload)
+		case secFunction:
+			err = m.scanFunctions(s.payload)
+		case secGlobal:
+			var n uint32
+			n, err = newReader(s.payload).u32("global count")
+			m.numGlobals += n
+		}
+		if err != nil {
+			var u *UnsupportedError
+			if errors.As(err, &u) {
+				return nil, err
+			}
+			return nil, &MalformedError{Reason: err.Error()}
+		}
+	}
+	m.refuelIndex = m.numFuncImports
+	m.fuelGlobalIndex = m.numGlobals
+	return m, nil
+}
+
+func (m *module) scanTypes(p []byte) error {
+	r := newReader(p)
+	n, err := r.u32("type count")
+	if err != nil {
+		return err
+	}
+	m.numTypes = n
+	for i := uint32(0); i < n; i++ {
+		form, err := r.byte("type form")
+		if err != nil {
+			return err
+		}
+		if form != 0x60 {
+			return &UnsupportedError{Feature: fmt.Sprintf("type form 0x%x (GC or typed function references)", form)}
+		}
+		np, err := r.u32("param count")
+		if err != nil {
+			return err
+		}
+		if err := r.skip(int(np), "param types"); err != nil {
+			return err
+		}
+		nr, err := r.u32("result count")
+		if err != nil {
+			return err
+		}
+		if err := r.skip(int(nr), "result types"); err != nil {
+			return err
+		}
+		if np == 0 && nr == 0 && m.emptyFuncType < 0 {
+			m.emptyFuncType = int64(i)
+		}
+	}
+	return nil
+}
+
+// scanFunctions checks the type index of every defined function.
+func (m *module) scanFunctions(p []byte) error {
+	r := newReader(p)
+	n, err := r.u32("function count")
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		t, err := r.u32("function type index")
+		if err != nil {
+			return err
+		}
+		if err := m.checkType(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *module) scanImports(p []byte) error {
+	r := newReader(p)
+	n, err := r.u32("import count")
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		mod, err := r.name("import module")
+		if err != nil {
+			return err
+		}
+		if string(mod) == ImportModule {
+			return &MalformedError{Reason: fmt.Sprintf("module already imports from %q, which is reserved for the host", ImportModule)}
+		}
+		if _, err := r.name("import name"); err != nil {
+			return err
+		}
+		kind, err := r.byte("import kind")
+		if err != nil {
+			return err
+		}
+		switch kind {
+		case 0: // func
+			t, err := r.u32("import type index")
+			if err != nil {
+				return err
+			}
+			if err := m.checkType(t); err != nil {
+				return err
+			}
+			m.numFuncImports++
+		case 1: // table
+			if _, err := r.byte("table ref type"); err != nil {
+				return err
+			}
+			if err := skipLimits(r); err != nil {
+				return err
+			}
+		case 2: // memory
+			if err := skipLimits(r); err != nil {
+				return err
+			}
+		case 3: // global
+			if err := r.skip(2, "global type"); err != nil {
+				return err
+			}
+			m.numGlobals++
+		case 4:
+			return &UnsupportedError{Feature: "exception handling (tag import)"}
+		default:
+			return fmt.Errorf("unknown import kind %d", kind)
+		}
+	}
+	return nil
+}
+
+func skipLimits(r *reader) error {
+	flags, err := r.u32("limits flags")
+	if err != nil {
+		return err
+	}
+	if _, err := r.u32("limits min"); err != nil {
+		return err
+	}
+	if flags&1 != 0 {
+		if _, err := r.u32("limits max"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rewrite produces the instrumented module.
+func (m *module) rewrite() ([]byte, error) {
+	out := append([]byte(nil), magic...)
+	have := map[byte]bool{}
+	for _, s := range m.sections {
+		have[s.id] = true
+	}
+	// Sections the rewrite must add to, created empty when absent.
+	var pending []byte
+	for _, id := range []byte{secType, secImport, secGlobal, secExport} {
+		if !have[id] {
+			pending = append(pending, id)
+		}
+	}
+	emit := func(id byte, payload []byte) {
+		out = append(out, id)
+		out = appendU32(out, uint32(len(payload)))
+		out = append(out, payload...)
+	}
+	flushBefore := func(rank int) error {
+		for len(pending) > 0 && sectionRank[pending[0]] < rank {
+			p, err := m.rewriteSection(pending[0], emptyVec)
+			if err != nil {
+				return err
+			}
+			emit(pending[0], p)
+			pending = pending[1:]
+		}
+		return nil
+	}
+	for _, s := range m.sections {
+		if s.id != secCustom {
+			if err := flushBefore(sectionRank[s.id]); err != nil {
+				return nil, err
+			}
+		}
+		p, err := m.rewriteSection(s.id, s.payload)
+		if err != nil {
+			return nil, err
+		}
+		if p == nil { // dropped
+			continue
+		}
+		// A custom section named "name" is rewritten by rewriteSection too.
+		emit(s.id, p)
+	}
+	if err := flushBefore(1 << 30); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+var emptyVec = []byte{0x00}
+
+func (m *module) rewriteSection(id byte, p []byte) ([]byte, error) {
+	var (
+		out []byte
+		err error
+	)
+	switch id {
+	case secType:
+		out, err = m.rewriteTypes(p)
+	case secImport:
+		out, err = m.rewriteImports(p)
+	case secGlobal:
+		out, err = m.rewriteGlobals(p)
+	case secExport:
+		out, err = m.rewriteExports(p)
+	case secStart:
+		out, err = m.rewriteStart(p)
+	case secElement:
+		out, err = m.rewriteElements(p)
+	case secCode:
+		out, err = m.rewriteCode(p)
+	case secCustom:
+		out, err = m.rewriteCustom(p)
+	default:
+		return p, nil
+	}
+	if err != nil {
+		var u *UnsupportedError
+		if errors.As(err, &u) {
+			return nil, err
+		}
+		return nil, &MalformedError{Reason: fmt.Sprintf("section %d: %v", id, err)}
+	}
+	return out, nil
+}
+
+// refuelType is the type index of the refuel import.
+func (m *module) refuelType() uint32 {
+	if m.emptyFuncType >= 0 {
+		return uint32(m.emptyFuncType)
+	}
+	return m.numTypes
+}
+
+func (m *module) rewriteTypes(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("type count")
+	if err != nil {
+		return nil, err
+	}
+	if m.emptyFuncType >= 0 {
+		return p, nil
+	}
+	out := appendU32(nil, n+1)
+	out = append(out, p[r.pos():]...)
+	return append(out, 0x60, 0x00, 0x00), nil
+}
+
+func (m *module) rewriteImports(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("import count")
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(nil, n+1)
+	out = append(out, p[r.pos():]...)
+	out = appendU32(out, uint32(len(ImportModule)))
+	out = append(out, ImportModule...)
+	out = appendU32(out, uint32(len(ImportRefuel)))
+	out = append(out, ImportRefuel...)
+	out = append(out, 0x00)
+	return appendU32(out, m.refuelType()), nil
+}
+
+func (m *module) rewriteGlobals(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("global count")
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(nil, n+1)
+	for i := uint32(0); i < n; i++ {
+		gt, err := r.bytes(2, "global type")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, gt...)
+		if out, err = m.copyConstExpr(r, out); err != nil {
+			return nil, err
+		}
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
+	}
+	// (global (mut i64) (i64.const 0))
+	return append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b), nil
+}
+
+// copyConstExpr copies a constant expression, remapping ref.func.
+func (m *module) copyConstExpr(r *reader, out []byte) ([]byte, error) {
+	for {
+		start := r.pos()
+		op, err := r.byte("constant expression opcode")
+		if err != nil {
+			return nil, err
+		}
+		switch op {
+		case 0x0b: // end
+			return append(out, op), nil
+		case 0xd2: // ref.func
+			idx, err := r.u32("ref.func index")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, op)
+			out = appendU32(out, m.remapFunc(idx))
+			continue
+		}
+		if err := skipInstruction(r, op); err != nil {
+			return nil, err
+		}
+		if err := m.checkIndices(op, r.buf[start+1:r.pos()]); err != nil {
+			return nil, err
+		}
+		out = append(out, r.buf[start:r.pos()]...)
+	}
+}
+
+func (m *module) rewriteExports(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("export count")
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(nil, n+1)
+	for i := uint32(0); i < n; i++ {
+		name, err := r.name("export name")
+		if err != nil {
+			return nil, err
+		}
+		if string(name) == ExportFuel {
+			return nil, fmt.Errorf("module already exports %q, which is reserved for the host", ExportFuel)
+		}
+		kind, err := r.byte("export kind")
+		if err != nil {
+			return nil, err
+		}
+		idx, err := r.u32("export index")
+		if err != nil {
+			return nil, err
+		}
+		switch kind {
+		case 0:
+			idx = m.remapFunc(idx)
+		case 3:
+			if err := m.checkGlobal(idx); err != nil {
+				return nil, err
+			}
+		}
+		out = appendU32(out, uint32(len(name)))
+		out = append(out, name...)
+		out = append(out, kind)
+		out = appendU32(out, idx)
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
+	}
+	out = appendU32(out, uint32(len(ExportFuel)))
+	out = append(out, ExportFuel...)
+	out = append(out, 0x03)
+	return appendU32(out, m.fuelGlobalIndex), nil
+}
+
+func (m *module) rewriteStart(p []byte) ([]byte, error) {
+	r := newReader(p)
+	idx, err := r.u32("start function index")
+	if err != nil {
+		return nil, err
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
+	}
+	return appendU32(nil, m.remapFunc(idx)), nil
+}
+
+func (m *module) rewriteElements(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("element count")
+	if err != nil {
+		return nil, err
+	}
+	out := appendU32(nil, n)
+	for i := uint32(0); i < n; i++ {
+		flags, err := r.u32("element flags")
+		if err != nil {
+			return nil, err
+		}
+		if flags > 7 {
+			return nil, fmt.Errorf("element segment %d: unknown flags %d", i, flags)
+		}
+		out = appendU32(out, flags)
+		active := flags&1 == 0
+		explicitTable := flags&2 != 0
+		exprs := flags&4 != 0
+		if active && explicitTable {
+			t, err := r.u32("element table index")
+			if err != nil {
+				return nil, err
+			}
+			out = appendU32(out, t)
+		}
+		if active {
+			if out, err = m.copyConstExpr(r, out); err != nil {
+				return nil, err
+			}
+		}
+		if !active || explicitTable { // elemkind or reftype byte
+			b, err := r.byte("element kind")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, b)
+		}
+		count, err := r.u32("element init count")
+		if err != nil {
+			return nil, err
+		}
+		out = appendU32(out, count)
+		for j := uint32(0); j < count; j++ {
+			if exprs {
+				if out, err = m.copyConstExpr(r, out); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			idx, err := r.u32("element function index")
+			if err != nil {
+				return nil, err
+			}
+			out = appendU32(out, m.remapFunc(idx))
+		}
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
+	}
+	return out, nil
+}
+
+// rewriteCustom remaps the function indices of the "name" section and keeps
+// every other custom section as it is. A name section that cannot be decoded
+// is dropped: it is debug information only.
+func (m *module) rewriteCustom(p []byte) ([]byte, error) {
+	r := newReader(p)
+	name, err := r.name("custom section name")
+	if err != nil {
+		return nil, err
+	}
+	if string(name) != "name" {
+		return p, nil
+	}
+	prefixEnd := r.pos()
+	subsections, err := m.rewriteNames(r)
+	if err != nil {
+		return nil, nil // drop
+	}
+	return append(append([]byte(nil), p[:prefixEnd]...), subsections...), nil
+}

@@ -1,0 +1,157 @@
+// Package meter is the runtime half of fuel metering: it provides the
+// refuel host import that instrumented modules call (see package instrument)
+// and keeps the fuel account of one call.
+//
+// A call's fuel is handed out in slices. The host sets the module's fuel
+// global to the first slice before the call; when the guest's counter goes
+// negative it calls refuel, which:
+//
+//  1. stops the call if its context is canceled or past its deadline;
+//  2. stops the call if the budget is spent (*ExhaustedError);
+//  3. otherwise grants the next slice from the remaining budget.
+//
+// Every refuel is a return from machine code into Go, so it is also where the
+// Go scheduler can preempt the goroutine and where a stop-the-world GC can
+// proceed. The slice size bounds how long a guest runs between those points.
+package meter
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
+)
+
+// DefaultSlice is the fuel granted per refuel when a Meter's Slice is 0.
+// See docs/benchmarks.md for the measurement behind it.
+const DefaultSlice = 1 << 20
+
+// Meter is the fuel account of one call. It is not safe for concurrent use:
+// a call runs on one goroutine.
+type Meter struct {
+	// Budget is the total fuel the call may use.
+	Budget uint64
+	// Slice is the fuel granted per refuel. Defaults to DefaultSlice.
+	Slice uint64
+
+	granted uint64 // fuel handed to the guest so far
+	ctx     context.Context
+}
+
+// ExhaustedError reports a call stopped because it used its whole budget.
+type ExhaustedError struct {
+	Used, Budget uint64
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("fuel exhausted after %d units (budget %d)", e.Used, e.Budget)
+}
+
+// StoppedError reports a call stopped at a refuel because its context ended.
+// Err is context.Canceled or context.DeadlineExceeded.
+type StoppedError struct{ Err error }
+
+func (e *StoppedError) Error() string { return "stopped: " + e.Err.Error() }
+func (e *StoppedError) Unwrap() error { return e.Err }
+
+type ctxKey struct{}
+
+// WithMeter returns a context that carries m; calls into instrumented
+// modules made with it are metered by m, and stopped when it ends.
+func WithMeter(ctx context.Context, m *Meter) context.Context {
+	m.ctx = ctx
+	return context.WithValue(ctx, ctxKey{}, m)
+}
+
+// FromContext returns the Meter carried by ctx, or nil.
+func FromContext(ctx context.Context) *Meter {
+	m, _ := ctx.Value(ctxKey{}).(*Meter)
+	return m
+}
+
+func (m *Meter) slice() uint64 {
+	if m.Slice == 0 {
+		return DefaultSlice
+	}
+	return m.Slice
+}
+
+// grant hands out the next slice and returns it, or 0 when the budget is spent.
+func (m *Meter) grant() uint64 {
+	if m.granted >= m.Budget {
+		return 0
+	}
+	g := min(m.slice(), m.Budget-m.granted)
+	m.granted += g
+	return g
+}
+
+// Start prepares mod for a call metered by m: it grants the first slice by
+// writing the module's fuel global. It returns false if mod is not
+// instrumented.
+func (m *Meter) Start(mod api.Module) bool {
+	g, ok := fuelGlobal(mod)
+	if !ok {
+		return false
+	}
+	g.Set(m.grant())
+	return true
+}
+
+// Used is the fuel consumed so far by calls into mod metered by m: what was
+// granted minus what is left in the module's fuel global (which is negative
+// when the call overran its last slice).
+func (m *Meter) Used(mod api.Module) uint64 {
+	g, ok := fuelGlobal(mod)
+	if !ok {
+		return 0
+	}
+	left := int64(g.Get())
+	return uint64(int64(m.granted) - left)
+}
+
+func fuelGlobal(mod api.Module) (api.MutableGlobal, bool) {
+	g, ok := mod.ExportedGlobal(instrument.ExportFuel).(api.MutableGlobal)
+	return g, ok
+}
+
+// Instantiate adds the host module that instrumented modules import to rt.
+// Instantiate it once per runtime, before instrumented modules.
+func Instantiate(ctx context.Context, rt wazero.Runtime) error {
+	_, err := rt.NewHostModuleBuilder(instrument.ImportModule).
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(refuel), nil, nil).
+		Export(instrument.ImportRefuel).
+		Instantiate(ctx)
+	return err
+}
+
+// refuel is called by an instrumented module when its fuel counter goes
+// negative. It panics with *StoppedError or *ExhaustedError to stop the call;
+// wazero turns the panic into the error returned by api.Function.Call.
+func refuel(ctx context.Context, mod api.Module, _ []uint64) {
+	m := FromContext(ctx)
+	if m == nil {
+		panic(fmt.Errorf("metered module called without a meter in its context; this is a host bug"))
+	}
+	if err := m.ctx.Err(); err != nil {
+		panic(&StoppedError{Err: err})
+	}
+	g, _ := fuelGlobal(mod)
+	left := int64(g.Get())
+	for left < 0 {
+		n := m.grant()
+		if n == 0 {
+			panic(&ExhaustedError{Used: uint64(int64(m.granted) - left), Budget: m.Budget})
+		}
+		left += int64(n)
+	}
+	g.Set(uint64(left))
+	// Yield so that a guest spinning on this P cannot starve other
+	// goroutines, and so that a pending GC stop-the-world proceeds.
+	runtime.Gosched()
+}
