@@ -34,13 +34,20 @@ type Options struct {
 	// late a deadline is noticed and how long a guest can delay a GC.
 	// Defaults to meter.DefaultSlice (see docs/benchmarks.md).
 	FuelSlice uint64
+
+	// Interpreter runs guests on wazero's interpreter instead of its
+	// optimizing compiler: compilation is about 10x faster, execution much
+	// slower. Fuel counts are identical on both.
+	// Defaults to false (compiler, where the platform supports it).
+	Interpreter bool
 }
 
 // Engine instruments, compiles and loads guest modules. It is safe for
 // concurrent use.
 type Engine struct {
-	cache     wazero.CompilationCache
-	fuelSlice uint64
+	cache       wazero.CompilationCache
+	fuelSlice   uint64
+	interpreter bool
 
 	mu           sync.Mutex
 	instrumented map[string][]byte // by digest of the original bytes
@@ -61,7 +68,7 @@ func New(opts Options) (*Engine, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
-	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, instrumented: map[string][]byte{}}, nil
+	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, instrumented: map[string][]byte{}}, nil
 }
 
 // instrument returns the metered rewrite of wasm, from cache when the same
@@ -128,7 +135,11 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	}
 
 	// No WithCloseOnContextDone: the fuel meter stops calls at their deadline.
-	cfg := wazero.NewRuntimeConfig().
+	cfg := wazero.NewRuntimeConfig()
+	if e.interpreter {
+		cfg = wazero.NewRuntimeConfigInterpreter()
+	}
+	cfg = cfg.
 		WithCompilationCache(e.cache).
 		WithMemoryLimitPages(l.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)

@@ -45,7 +45,7 @@ func load(t *testing.T, pkg string, limits engine.Limits) *engine.Module {
 	return m
 }
 
-func request(t *testing.T, spec map[string]any) []byte {
+func request(t testing.TB, spec map[string]any) []byte {
 	t.Helper()
 	b, err := json.Marshal(abi.Request{
 		Object: map[string]any{

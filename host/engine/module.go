@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -91,6 +92,17 @@ func (m *Module) Reconcile(ctx context.Context, call string, request []byte) (Re
 	})
 }
 
+// PoolStats describes a module's instances.
+type PoolStats struct {
+	Live int // instances that exist: idle plus in use
+	Idle int // instances ready for the next call
+}
+
+// PoolStats reports the module's instances now.
+func (m *Module) PoolStats() PoolStats {
+	return PoolStats{Live: int(m.pool.live.Load()), Idle: len(m.pool.idle)}
+}
+
 // Close releases the module's instances and compiled code. Calls in flight
 // fail with a *TrapError or *CanceledError.
 func (m *Module) Close(ctx context.Context) error { return m.runtime.Close(ctx) }
@@ -170,10 +182,20 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 	if strings.Contains(err.Error(), "stack overflow") || strings.Contains(stderr, "stack overflow") {
 		return &StackOverflowError{Module: m.name, Call: call, Reason: err.Error()}
 	}
-	if strings.Contains(stderr, "out of memory") {
+	if strings.Contains(stderr, "out of memory") || (inst != nil && inst.mod != nil && m.atMemoryCap(inst.mod)) {
 		return &MemoryLimitError{Module: m.name, Call: call, LimitPages: m.limits.MemoryLimitPages, Stderr: stderr}
 	}
 	return &TrapError{Module: m.name, Call: call, Reason: err.Error(), Stderr: stderr}
+}
+
+// atMemoryCap reports whether mod's memory cannot grow by another 64 KiB page
+// chunk of 16, i.e. a trap there is most likely a failed allocation.
+func (m *Module) atMemoryCap(mod api.Module) bool {
+	mem := mod.Memory()
+	if mem == nil {
+		return false
+	}
+	return mem.Size()/65536+16 > m.limits.MemoryLimitPages
 }
 
 // instance is one instantiation of the module. It is not safe for concurrent
@@ -185,7 +207,7 @@ type instance struct {
 }
 
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
-	stderr := &tailBuffer{max: 4096}
+	stderr := &tailBuffer{max: 8192}
 	cfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: many instances may coexist
 		WithStartFunctions(abi.ExportInitialize).
@@ -236,6 +258,7 @@ func (i *instance) close(ctx context.Context) {
 // pool bounds the instances of a module. Healthy instances are reused;
 // instances that hit any error are closed and replaced lazily.
 type pool struct {
+	live  atomic.Int64   // instances that exist
 	slots chan struct{}  // one token per running call, capacity max
 	idle  chan *instance // warm instances, capacity max
 	fresh func(context.Context) (*instance, error)
@@ -261,6 +284,7 @@ func (p *pool) get(ctx context.Context) (*instance, error) {
 		<-p.slots
 		return nil, err
 	}
+	p.live.Add(1)
 	return inst, nil
 }
 
@@ -269,29 +293,44 @@ func (p *pool) put(inst *instance, healthy bool) {
 		p.idle <- inst // never blocks: at most cap(slots) instances exist
 	} else {
 		inst.close(context.Background())
+		p.live.Add(-1)
 	}
 	<-p.slots
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the first and the last max/2 bytes written to it: a Go
+// guest's fatal error names its cause in the first lines and the failing
+// frames in the last.
 type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
+	mu      sync.Mutex
+	max     int
+	head    []byte
+	tail    []byte
+	dropped bool
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
+	n := len(p)
+	if room := t.max/2 - len(t.head); room > 0 {
+		k := min(room, len(p))
+		t.head = append(t.head, p[:k]...)
+		p = p[k:]
 	}
-	return len(p), nil
+	t.tail = append(t.tail, p...)
+	if over := len(t.tail) - t.max/2; over > 0 {
+		t.tail = append(t.tail[:0], t.tail[over:]...)
+		t.dropped = true
+	}
+	return n, nil
 }
 
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return string(t.buf)
+	if t.dropped {
+		return string(t.head) + "\n…\n" + string(t.tail)
+	}
+	return string(t.head) + string(t.tail)
 }

@@ -8,6 +8,9 @@
 //	           then status.attempts = the attempt that succeeded
 //	"terminal" terminal error
 //	"spin"     for {} — never returns
+//	"count"    a counter loop of spec.iterations iterations, then "ok"
+//	"alloc"    allocates and keeps 1 MiB chunks until memory runs out
+//	"recurse"  unbounded Go recursion
 //	"panic"    the handler panics (the SDK recovers it into a retryable error)
 //	"exit"     os.Exit(3) — the instance dies
 //	"big"      a response of spec.bytes bytes
@@ -52,6 +55,21 @@ func reconcile(req *guest.Request) *guest.Response {
 		for {
 			sink++
 		}
+	case "count":
+		n, _ := obj.NestedInt64("spec", "iterations")
+		for i := int64(0); i < n; i++ {
+			sink += int(i)
+		}
+		ok["summary"] = "counted"
+		return &guest.Response{Status: ok}
+	case "alloc":
+		var keep [][]byte
+		for {
+			keep = append(keep, make([]byte, 1<<20))
+			sink += len(keep)
+		}
+	case "recurse":
+		sink = recurse(0)
 	case "panic":
 		var m map[string]int
 		m["boom"] = 1
@@ -71,5 +89,7 @@ func reconcile(req *guest.Request) *guest.Response {
 	}
 	return nil
 }
+
+func recurse(n int) int { return recurse(n+1) + 1 }
 
 func main() {}
