@@ -200,4 +200,3 @@ func TestCompilationCacheDir(t *testing.T) {
 		t.Errorf("bad cache dir: %v", err)
 	}
 }
-

@@ -89,7 +89,7 @@ func TestSpecSuite(t *testing.T) {
 
 // wazeroSpecRoot returns wazero's internal/integration_test/spectest
 // directory in the module cache, for the wazero version in go.mod.
-func wazeroSpecRoot(t *testing.T) string {
+func wazeroSpecRoot(t testing.TB) string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/tetratelabs/wazero")
 	var stderr bytes.Buffer
