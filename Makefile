@@ -56,8 +56,13 @@ lint: ## gofmt, go vet (native and wasip1) and a go mod tidy diff for all three 
 	@for m in $(GOMODS); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 .PHONY: bench
-bench: modules ## Run the benchmarks (ratios are measured within one run).
-	$(GO) test -run '^$$' -bench . -benchmem ./host/...
+bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measured within one run).
+	$(GO) test -run '^$$' -bench 'Metering|Deadline|FourSpinners|FuelSlice' -benchtime=30x ./host/engine/
+	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime=3s ./host/engine/
+
+.PHONY: fuzz
+fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).
+	$(GO) test -run '^$$' -fuzz FuzzInstrument -fuzztime $(or $(FUZZTIME),2m) ./host/internal/instrument/
 
 .PHONY: demo
 demo: controlplane modules operator ## Run the operator with the example module on an embedded real control plane.

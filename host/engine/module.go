@@ -100,7 +100,7 @@ type PoolStats struct {
 
 // PoolStats reports the module's instances now.
 func (m *Module) PoolStats() PoolStats {
-	return PoolStats{Live: int(m.pool.live.Load()), Idle: len(m.pool.idle)}
+	return PoolStats{Live: int(m.pool.live.Load()), Idle: m.pool.idleCount()}
 }
 
 // Close releases the module's instances and compiled code. Calls in flight
@@ -115,13 +115,11 @@ func (m *Module) call(ctx context.Context, call string, fn func(context.Context,
 		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
 	start := time.Now()
-	callCtx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
-	defer cancel()
-	fuel := &meter.Meter{Budget: m.limits.Fuel, Slice: m.fuelSlice}
-	callCtx = meter.WithMeter(callCtx, fuel)
-	fuel.Start(inst.mod)
+	fuel := &meter.Meter{Budget: m.limits.Fuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.Timeout)}
+	callCtx := meter.WithMeter(ctx, fuel)
+	fuel.StartGlobal(inst.fuel)
 	out, err := fn(callCtx, inst)
-	res := Result{Output: out, Fuel: fuel.Used(inst.mod), Duration: time.Since(start)}
+	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start)}
 	healthy := err == nil && !m.limits.FreshInstancePerCall
 	m.pool.put(inst, healthy)
 	if err != nil {
@@ -202,6 +200,7 @@ func (m *Module) atMemoryCap(mod api.Module) bool {
 // use; the pool hands it to one caller at a time.
 type instance struct {
 	mod                        api.Module
+	fuel                       api.MutableGlobal
 	alloc, manifest, reconcile api.Function
 	stderr                     *tailBuffer
 }
@@ -215,18 +214,22 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	// No WithFS, WithEnv, WithArgs, WithSysWalltime, WithSysNanotime or
 	// WithRandSource: the guest sees no files, no environment, a fake clock
 	// and a deterministic random source.
-	ctx, cancel := context.WithTimeout(ctx, m.limits.Timeout)
-	defer cancel()
 	// The fuel global starts at 0, so _initialize refuels from this meter at
 	// its first charge.
-	ctx = meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice})
 	start := time.Now()
+	ctx = meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.Timeout)})
 	mod, err := m.runtime.InstantiateModule(ctx, m.compiled, cfg)
 	if err != nil {
 		return nil, m.classify(ctx, "_initialize", &instance{stderr: stderr}, time.Since(start), err)
 	}
+	fuel, ok := meter.Global(mod)
+	if !ok {
+		_ = mod.Close(ctx)
+		return nil, fmt.Errorf("module[%s]: instance has no fuel global; this is a host bug", m.name)
+	}
 	return &instance{
 		mod:       mod,
+		fuel:      fuel,
 		alloc:     mod.ExportedFunction(abi.ExportAlloc),
 		manifest:  mod.ExportedFunction(abi.ExportManifest),
 		reconcile: mod.ExportedFunction(abi.ExportReconcile),
@@ -256,46 +259,89 @@ func (i *instance) close(ctx context.Context) {
 }
 
 // pool bounds the instances of a module. Healthy instances are reused;
-// instances that hit any error are closed and replaced lazily.
+// instances that hit any error are closed and replaced lazily. The fast path
+// is one uncontended mutex; callers wait on a channel only when every
+// instance is busy.
 type pool struct {
-	live  atomic.Int64   // instances that exist
-	slots chan struct{}  // one token per running call, capacity max
-	idle  chan *instance // warm instances, capacity max
+	mu    sync.Mutex
+	max   int
+	busy  int         // calls holding an instance or creating one
+	idle  []*instance // warm instances
+	live  atomic.Int64
+	freed chan struct{} // a slot may be free; capacity 1
 	fresh func(context.Context) (*instance, error)
 }
 
 func newPool(max int, fresh func(context.Context) (*instance, error)) *pool {
-	return &pool{slots: make(chan struct{}, max), idle: make(chan *instance, max), fresh: fresh}
+	return &pool{max: max, freed: make(chan struct{}, 1), fresh: fresh}
 }
 
 func (p *pool) get(ctx context.Context) (*instance, error) {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for {
+		p.mu.Lock()
+		if p.busy < p.max {
+			p.busy++
+			var inst *instance
+			if n := len(p.idle); n > 0 {
+				inst, p.idle = p.idle[n-1], p.idle[:n-1]
+			}
+			more := p.busy < p.max
+			p.mu.Unlock()
+			if more {
+				p.signal() // pass the wake-up on to another waiter
+			}
+			if inst != nil {
+				return inst, nil
+			}
+			inst, err := p.fresh(ctx)
+			if err != nil {
+				p.release()
+				return nil, err
+			}
+			p.live.Add(1)
+			return inst, nil
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.freed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	select {
-	case inst := <-p.idle:
-		return inst, nil
-	default:
-	}
-	inst, err := p.fresh(ctx)
-	if err != nil {
-		<-p.slots
-		return nil, err
-	}
-	p.live.Add(1)
-	return inst, nil
 }
 
 func (p *pool) put(inst *instance, healthy bool) {
-	if healthy {
-		p.idle <- inst // never blocks: at most cap(slots) instances exist
-	} else {
+	if !healthy {
 		inst.close(context.Background())
 		p.live.Add(-1)
+		p.release()
+		return
 	}
-	<-p.slots
+	p.mu.Lock()
+	p.idle = append(p.idle, inst)
+	p.busy--
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pool) release() {
+	p.mu.Lock()
+	p.busy--
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *pool) signal() {
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
 }
 
 // tailBuffer keeps the first and the last max/2 bytes written to it: a Go

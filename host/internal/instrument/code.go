@@ -4,20 +4,29 @@ import "fmt"
 
 // Opcodes the rewrite acts on.
 const (
-	opBlock      = 0x02
-	opLoop       = 0x03
-	opIf         = 0x04
-	opElse       = 0x05
-	opEnd        = 0x0b
-	opCall       = 0x10
-	opReturnCall = 0x12
-	opRefFunc    = 0xd2
-	opGlobalGet  = 0x23
-	opGlobalSet  = 0x24
-	opI64Const   = 0x42
-	opI64Sub     = 0x7d
-	opI64LtS     = 0x53
-	blockEmpty   = 0x40
+	opBlock              = 0x02
+	opLoop               = 0x03
+	opIf                 = 0x04
+	opElse               = 0x05
+	opEnd                = 0x0b
+	opBr                 = 0x0c
+	opBrIf               = 0x0d
+	opBrTable            = 0x0e
+	opReturn             = 0x0f
+	opCall               = 0x10
+	opCallIndirect       = 0x11
+	opReturnCall         = 0x12
+	opReturnCallIndirect = 0x13
+	opLocalGet           = 0x20
+	opLocalSet           = 0x21
+	opLocalTee           = 0x22
+	opRefFunc            = 0xd2
+	opGlobalGet          = 0x23
+	opGlobalSet          = 0x24
+	opI64Const           = 0x42
+	opI64Sub             = 0x7d
+	opI64LtS             = 0x53
+	blockEmpty           = 0x40
 )
 
 func (m *module) rewriteCode(p []byte) ([]byte, error) {
@@ -25,6 +34,9 @@ func (m *module) rewriteCode(p []byte) ([]byte, error) {
 	n, err := r.u32("function body count")
 	if err != nil {
 		return nil, err
+	}
+	if int(n) != len(m.funcTypes) {
+		return nil, fmt.Errorf("%d function bodies for %d declared functions", n, len(m.funcTypes))
 	}
 	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
 	for i := uint32(0); i < n; i++ {
@@ -36,7 +48,7 @@ func (m *module) rewriteCode(p []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		nb, err := m.rewriteBody(body)
+		nb, err := m.rewriteBody(body, m.typeParams[m.funcTypes[i]])
 		if err != nil {
 			return nil, fmt.Errorf("function %d (index %d): %w", i, m.numFuncImports+i, err)
 		}
@@ -52,20 +64,23 @@ func (m *module) rewriteCode(p []byte) ([]byte, error) {
 // edit is a change pass 2 makes at a byte offset of the body.
 type edit struct {
 	at    int    // offset in the body
-	end   int    // for remaps: end of the LEB index being replaced
-	kind  byte   // editCheck, editCharge or editRemap
+	end   int    // for editRemap: end of the LEB index being replaced
+	kind  byte   // what to insert
 	cost  int64  // for charges
-	index uint32 // for remaps
+	index uint32 // for editRemap
 }
 
 const (
-	editCheck  = iota // charge and check: function entry, loop header
-	editCharge        // charge only: merge points
+	editEntry  = iota // charge from the global into the local, and check
+	editLoop          // charge the local and check
+	editCharge        // charge the local only (merge points)
+	editFlush         // store the local into the global (before calls and exits)
+	editReload        // load the local from the global (after calls)
 	editRemap         // replace a function index
 )
 
 // rewriteBody inserts fuel charges into one function body and remaps the
-// function indices it uses.
+// function indices it uses. nparams is the function's parameter count.
 //
 // The body is cut into regions at charge points: the function entry, every
 // loop header (right after `loop`), and every point a forward branch can
@@ -73,28 +88,40 @@ const (
 // Each region is charged its static instruction count when entered. Entries
 // and loop headers also check the counter and call refuel when it is
 // negative; merge points only subtract, because reaching one again requires
-// passing a loop header or a function entry first. Pass 1 finds the edits,
-// pass 2 applies them.
-func (m *module) rewriteBody(body []byte) ([]byte, error) {
+// passing a loop header or a function entry first.
+//
+// Within a function the counter lives in an added i64 local, which the
+// engine keeps in a register; it is loaded from the fuel global at entry and
+// after every call, and stored back before every call, return, tail call and
+// branch out of the function. Pass 1 finds the edits, pass 2 applies them.
+func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 	r := newReader(body)
 	groups, err := r.u32("local declaration count")
 	if err != nil {
 		return nil, err
 	}
+	nlocals := uint64(nparams)
 	for i := uint32(0); i < groups; i++ {
-		if _, err := r.u32("local count"); err != nil {
+		c, err := r.u32("local count")
+		if err != nil {
 			return nil, err
 		}
+		nlocals += uint64(c)
 		if _, err := r.byte("local type"); err != nil {
 			return nil, err
 		}
 	}
+	if nlocals >= 50_000 {
+		return nil, fmt.Errorf("%d locals: too many to add the fuel local", nlocals)
+	}
+	fuelLocal := uint32(nlocals)
 	codeStart := r.pos()
 
 	// Pass 1: edits and region costs.
-	edits := []edit{{at: codeStart, kind: editCheck}}
+	edits := []edit{{at: codeStart, kind: editEntry}}
 	region := 0        // index in edits of the current region's charge
 	stack := []byte{0} // control frames by opening opcode; 0 is the function
+	exits := func(label uint32) bool { return int(label) == len(stack)-1 }
 	for len(stack) > 0 {
 		if r.done() {
 			return nil, fmt.Errorf("function body has no final end")
@@ -110,21 +137,48 @@ func (m *module) rewriteBody(body []byte) ([]byte, error) {
 		if err := skipInstruction(r, op); err != nil {
 			return nil, err
 		}
-		if err := m.checkIndices(op, body[start+1:r.pos()]); err != nil {
+		imm := body[start+1 : r.pos()]
+		if err := m.checkIndices(op, imm); err != nil {
 			return nil, err
 		}
 		switch op {
-		case opCall, opReturnCall, opRefFunc:
-			ir := newReader(body[start+1 : r.pos()])
-			idx, _ := ir.u32("function index")
-			if nidx := m.remapFunc(idx); nidx != idx {
-				edits = append(edits, edit{at: start + 1, end: r.pos(), kind: editRemap, index: nidx})
+		case opLocalGet, opLocalSet, opLocalTee:
+			idx, _ := newReader(imm).u32("local index")
+			if idx >= fuelLocal {
+				return nil, fmt.Errorf("unknown local %d (the function has %d)", idx, fuelLocal)
+			}
+		case opCall, opCallIndirect:
+			edits = append(edits, edit{at: start, kind: editFlush})
+			if op == opCall {
+				edits = m.appendRemap(edits, start, r.pos(), imm)
+			}
+			edits = append(edits, edit{at: r.pos(), kind: editReload})
+		case opReturnCall, opReturnCallIndirect, opReturn:
+			edits = append(edits, edit{at: start, kind: editFlush})
+			if op == opReturnCall {
+				edits = m.appendRemap(edits, start, r.pos(), imm)
+			}
+		case opRefFunc:
+			edits = m.appendRemap(edits, start, r.pos(), imm)
+		case opBr, opBrIf:
+			label, _ := newReader(imm).u32("label")
+			if exits(label) {
+				edits = append(edits, edit{at: start, kind: editFlush})
+			}
+		case opBrTable:
+			ir := newReader(imm)
+			n, _ := ir.u32("br_table count")
+			for i := uint32(0); i <= n; i++ {
+				if label, _ := ir.u32("label"); exits(label) {
+					edits = append(edits, edit{at: start, kind: editFlush})
+					break
+				}
 			}
 		case opBlock, opIf:
 			stack = append(stack, op)
 		case opLoop:
 			stack = append(stack, op)
-			edits = append(edits, edit{at: r.pos(), kind: editCheck})
+			edits = append(edits, edit{at: r.pos(), kind: editLoop})
 			region = len(edits) - 1
 		case opElse:
 			edits = append(edits, edit{at: r.pos(), kind: editCharge})
@@ -132,7 +186,10 @@ func (m *module) rewriteBody(body []byte) ([]byte, error) {
 		case opEnd:
 			closed := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			if closed == opBlock || closed == opIf {
+			switch {
+			case len(stack) == 0: // the function's final end
+				edits = append(edits, edit{at: start, kind: editFlush})
+			case closed == opBlock || closed == opIf:
 				edits = append(edits, edit{at: r.pos(), kind: editCharge})
 				region = len(edits) - 1
 			}
@@ -142,25 +199,90 @@ func (m *module) rewriteBody(body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%d bytes after the function's final end", len(body)-r.pos())
 	}
 
-	// Pass 2: apply the edits in order.
-	out := make([]byte, 0, len(body)+16*len(edits))
-	prev := 0
+	// Pass 2: the locals with the fuel local appended, then the code with
+	// the edits applied in order.
+	out := make([]byte, 0, len(body)+12*len(edits)+8)
+	out = appendU32(out, groups+1)
+	out = append(out, body[newReader(body).skipU32():codeStart]...)
+	out = append(out, 0x01, 0x7e) // one i64
+	prev := codeStart
 	for _, e := range edits {
 		out = append(out, body[prev:e.at]...)
 		prev = e.at
 		switch e.kind {
-		case editCheck:
-			out = m.appendCharge(out, e.cost, true)
+		case editEntry:
+			out = append(out, opGlobalGet)
+			out = appendU32(out, m.fuelGlobalIndex)
+			out = m.appendCheck(out, e.cost, fuelLocal)
+		case editLoop:
+			out = append(out, opLocalGet)
+			out = appendU32(out, fuelLocal)
+			out = m.appendCheck(out, e.cost, fuelLocal)
 		case editCharge:
 			if e.cost > 0 {
-				out = m.appendCharge(out, e.cost, false)
+				out = append(out, opLocalGet)
+				out = appendU32(out, fuelLocal)
+				out = append(out, opI64Const)
+				out = appendS64(out, e.cost)
+				out = append(out, opI64Sub, opLocalSet)
+				out = appendU32(out, fuelLocal)
 			}
+		case editFlush:
+			out = m.appendFlush(out, fuelLocal)
+		case editReload:
+			out = m.appendReload(out, fuelLocal)
 		case editRemap:
 			out = appendU32(out, e.index)
 			prev = e.end
 		}
 	}
 	return append(out, body[prev:]...), nil
+}
+
+// appendRemap records the replacement of the function index immediate of the
+// instruction at [start, end) when the rewrite shifts it.
+func (m *module) appendRemap(edits []edit, start, end int, imm []byte) []edit {
+	idx, _ := newReader(imm).u32("function index")
+	if nidx := m.remapFunc(idx); nidx != idx {
+		edits = append(edits, edit{at: start + 1, end: end, kind: editRemap, index: nidx})
+	}
+	return edits
+}
+
+// appendCheck appends, with the counter on the stack:
+//
+//	i64.const cost  i64.sub  local.tee $f  i64.const 0  i64.lt_s
+//	if  local.get $f  global.set $fuel  call $refuel  global.get $fuel  local.set $f  end
+func (m *module) appendCheck(out []byte, cost int64, local uint32) []byte {
+	if cost < 1 {
+		cost = 1
+	}
+	out = append(out, opI64Const)
+	out = appendS64(out, cost)
+	out = append(out, opI64Sub, opLocalTee)
+	out = appendU32(out, local)
+	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty)
+	out = m.appendFlush(out, local)
+	out = append(out, opCall)
+	out = appendU32(out, m.refuelIndex)
+	out = m.appendReload(out, local)
+	return append(out, opEnd)
+}
+
+// appendFlush appends: local.get $f  global.set $fuel
+func (m *module) appendFlush(out []byte, local uint32) []byte {
+	out = append(out, opLocalGet)
+	out = appendU32(out, local)
+	out = append(out, opGlobalSet)
+	return appendU32(out, m.fuelGlobalIndex)
+}
+
+// appendReload appends: global.get $fuel  local.set $f
+func (m *module) appendReload(out []byte, local uint32) []byte {
+	out = append(out, opGlobalGet)
+	out = appendU32(out, m.fuelGlobalIndex)
+	out = append(out, opLocalSet)
+	return appendU32(out, local)
 }
 
 // checkIndices refuses global and type indices past the end of the input's
@@ -198,34 +320,6 @@ func (m *module) checkType(idx uint32) error {
 		return fmt.Errorf("unknown type %d (the module has %d)", idx, m.numTypes)
 	}
 	return nil
-}
-
-// appendCharge appends the fuel charge of a region:
-//
-//	global.get $fuel  i64.const cost  i64.sub  global.set $fuel
-//
-// and, when check is set:
-//
-//	global.get $fuel  i64.const 0  i64.lt_s  if  call $refuel  end
-func (m *module) appendCharge(out []byte, cost int64, check bool) []byte {
-	if cost < 1 {
-		cost = 1
-	}
-	g := m.fuelGlobalIndex
-	out = append(out, opGlobalGet)
-	out = appendU32(out, g)
-	out = append(out, opI64Const)
-	out = appendS64(out, cost)
-	out = append(out, opI64Sub, opGlobalSet)
-	out = appendU32(out, g)
-	if !check {
-		return out
-	}
-	out = append(out, opGlobalGet)
-	out = appendU32(out, g)
-	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty, opCall)
-	out = appendU32(out, m.refuelIndex)
-	return append(out, opEnd)
 }
 
 // skipInstruction consumes the immediates of op, which has been read. It

@@ -53,6 +53,8 @@ type section struct {
 type module struct {
 	sections        []section
 	numTypes        uint32
+	typeParams      []uint32 // parameter count of each type
+	funcTypes       []uint32 // type index of each defined function
 	numFuncImports  uint32
 	numGlobals      uint32 // imported and defined
 	emptyFuncType   int64  // index of an existing (func) type, or -1
@@ -173,6 +175,7 @@ func (m *module) scanTypes(p []byte) error {
 		if err := r.skip(int(nr), "result types"); err != nil {
 			return err
 		}
+		m.typeParams = append(m.typeParams, np)
 		if np == 0 && nr == 0 && m.emptyFuncType < 0 {
 			m.emptyFuncType = int64(i)
 		}
@@ -195,6 +198,7 @@ func (m *module) scanFunctions(p []byte) error {
 		if err := m.checkType(t); err != nil {
 			return err
 		}
+		m.funcTypes = append(m.funcTypes, t)
 	}
 	return nil
 }

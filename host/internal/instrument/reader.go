@@ -87,3 +87,11 @@ func (r *reader) name(what string) ([]byte, error) {
 
 func appendU32(b []byte, v uint32) []byte { return append(b, leb128.EncodeUint32(v)...) }
 func appendS64(b []byte, v int64) []byte  { return append(b, leb128.EncodeInt64(v)...) }
+
+// skipU32 reads one u32 and returns the offset after it, or 0 on error.
+func (r *reader) skipU32() int {
+	if _, err := r.u32("u32"); err != nil {
+		return 0
+	}
+	return r.pos()
+}

@@ -6,7 +6,8 @@
 // global to the first slice before the call; when the guest's counter goes
 // negative it calls refuel, which:
 //
-//  1. stops the call if its context is canceled or past its deadline;
+//  1. stops the call if its context is canceled or past its deadline, or
+//     past Meter.Deadline;
 //  2. stops the call if the budget is spent (*ExhaustedError);
 //  3. otherwise grants the next slice from the remaining budget.
 //
@@ -19,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -37,6 +39,9 @@ type Meter struct {
 	Budget uint64
 	// Slice is the fuel granted per refuel. Defaults to DefaultSlice.
 	Slice uint64
+	// Deadline, when set, stops the call at the first refuel after it, like
+	// a context deadline but without a timer per call.
+	Deadline time.Time
 
 	granted uint64 // fuel handed to the guest so far
 	ctx     context.Context
@@ -94,25 +99,36 @@ func (m *Meter) grant() uint64 {
 // writing the module's fuel global. It returns false if mod is not
 // instrumented.
 func (m *Meter) Start(mod api.Module) bool {
-	g, ok := fuelGlobal(mod)
+	g, ok := Global(mod)
 	if !ok {
 		return false
 	}
-	g.Set(m.grant())
+	m.StartGlobal(g)
 	return true
 }
+
+// StartGlobal is Start for a fuel global already looked up with Global.
+func (m *Meter) StartGlobal(g api.MutableGlobal) { g.Set(m.grant()) }
 
 // Used is the fuel consumed so far by calls into mod metered by m: what was
 // granted minus what is left in the module's fuel global (which is negative
 // when the call overran its last slice).
 func (m *Meter) Used(mod api.Module) uint64 {
-	g, ok := fuelGlobal(mod)
+	g, ok := Global(mod)
 	if !ok {
 		return 0
 	}
+	return m.UsedGlobal(g)
+}
+
+// UsedGlobal is Used for a fuel global already looked up with Global.
+func (m *Meter) UsedGlobal(g api.MutableGlobal) uint64 {
 	left := int64(g.Get())
 	return uint64(int64(m.granted) - left)
 }
+
+// Global returns the fuel global of an instrumented module.
+func Global(mod api.Module) (api.MutableGlobal, bool) { return fuelGlobal(mod) }
 
 func fuelGlobal(mod api.Module) (api.MutableGlobal, bool) {
 	g, ok := mod.ExportedGlobal(instrument.ExportFuel).(api.MutableGlobal)
@@ -140,6 +156,9 @@ func refuel(ctx context.Context, mod api.Module, _ []uint64) {
 	}
 	if err := m.ctx.Err(); err != nil {
 		panic(&StoppedError{Err: err})
+	}
+	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
+		panic(&StoppedError{Err: context.DeadlineExceeded})
 	}
 	g, _ := fuelGlobal(mod)
 	left := int64(g.Get())
