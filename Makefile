@@ -57,8 +57,9 @@ lint: ## gofmt, go vet (native and wasip1) and a go mod tidy diff for all three 
 
 .PHONY: bench
 bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measured within one run).
-	$(GO) test -run '^$$' -bench 'Metering|Deadline|FourSpinners|FuelSlice' -benchtime=30x ./host/engine/
+	$(GO) test -run '^$$' -bench 'ComputeLoop|Deadline|FourSpinners|FuelSlice' -benchtime=30x ./host/engine/
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime=3s ./host/engine/
+	$(GO) test -run '^$$' -bench 'JSONReconcile' -benchtime=400x ./host/engine/
 
 .PHONY: fuzz
 fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).

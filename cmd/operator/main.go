@@ -72,6 +72,7 @@ func runOperator(args []string, stderr io.Writer) error {
 		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
 	)
 	fs.Var(&modules, "module", "path of a .wasm reconcile module to run (repeatable)")
+	fs.Uint64Var(&opts.Limits.Fuel, "fuel", engine.DefaultFuel, "fuel budget of one reconcile call (about one unit per executed wasm instruction)")
 	fs.DurationVar(&opts.Limits.Timeout, "timeout", engine.DefaultTimeout, "wall-clock limit of one reconcile call")
 	var memLimit uint
 	fs.UintVar(&memLimit, "memory-limit-pages", engine.DefaultMemoryLimitPages, "guest memory cap in 64 KiB pages")
