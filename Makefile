@@ -39,11 +39,19 @@ operator: ## Build the operator binary to bin/operator.
 	$(GO) build -o $(BIN)/operator ./cmd/operator
 
 .PHONY: test
-test: controlplane modules ## Run all tests: unit, wasm guests, and envtest integration tests.
+test: controlplane modules operator ## Run all tests: unit, wasm guests, module cases, and envtest integration tests.
 	@echo "== guest-sdk (native, then vet for wasip1)"
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@echo "== modules (native logic tests)"
 	cd modules && $(GO) test ./...
+	@echo "== module cases (operator test, offline, on the built .wasm)"
+	@for d in $(MODULE_DIRS); do \
+	  [ -d modules/$$d/testdata/cases ] || continue; \
+	  name=$$(basename $$d); wasm=$(BIN)/modules/$$name.wasm; \
+	  case $$d in internal/testguests/*) wasm=$(BIN)/modules/testguests/$$name.wasm;; esac; \
+	  echo "-- modules/$$d"; \
+	  $(BIN)/operator test --memory-limit 64Mi $$wasm modules/$$d/testdata/cases || exit 1; \
+	done
 	@echo "== host (with a real kube-apiserver and etcd)"
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race ./...
 

@@ -27,13 +27,22 @@ const usage = `operator runs Kubernetes reconcile logic compiled to WebAssembly.
 
 Usage:
   operator run --module FILE.wasm [--module FILE.wasm ...] [flags]
+      Run modules against a cluster (kubeconfig or in-cluster).
+  operator invoke --module FILE.wasm --object OBJ.yaml [flags]
+      Run one reconcile offline and print the response as JSON.
+  operator test [flags] FILE.wasm CASES_DIR
+      Run a module's test cases offline; for CI.
   operator version
 
-Run "operator run --help" for the flags of run.
+Run "operator COMMAND --help" for the flags of a command.
 `
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		var exit exitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.code)
+		}
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
@@ -47,6 +56,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "run":
 		return runOperator(args[1:], stderr)
+	case "invoke":
+		return runInvoke(args[1:], stdout, stderr)
+	case "test":
+		return runTest(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil

@@ -2,8 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 func TestCLI(t *testing.T) {
@@ -34,5 +40,75 @@ func TestCLI(t *testing.T) {
 		if !strings.Contains(out.String(), c.wantOut) {
 			t.Errorf("run(%q) output %q, want %q", c.args, out.String(), c.wantOut)
 		}
+	}
+}
+
+func TestInvokeAndTestOffline(t *testing.T) {
+	widget := testwasm.BuildFile(t, "./widget")
+	dir := t.TempDir()
+	obj := filepath.Join(dir, "w.yaml")
+	if err := os.WriteFile(obj, []byte("apiVersion: examples.wasmreconcile.io/v1alpha1\nkind: Widget\nmetadata: {name: w, generation: 4}\nspec: {size: 2, color: red}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache := []string{"--compilation-cache-dir", ""}
+
+	var out, errOut bytes.Buffer
+	if err := run(append([]string{"invoke", "--module", widget, "--object", obj}, cache...), &out, &errOut); err != nil {
+		t.Fatalf("invoke: %v\n%s", err, errOut.String())
+	}
+	var resp map[string]any
+	if err := json.Unmarshal(out.Bytes(), &resp); err != nil {
+		t.Fatalf("invoke output is not JSON: %v\n%s", err, out.String())
+	}
+	status, _ := resp["status"].(map[string]any)
+	if status["summary"] != "2 x red" || resp["fuelConsumed"].(float64) <= 0 || resp["durationMs"] == nil {
+		t.Errorf("invoke output %s", out.String())
+	}
+
+	// A limit: the error kind and a non-zero exit.
+	out.Reset()
+	err := run(append([]string{"invoke", "--module", widget, "--object", obj, "--fuel", "1000"}, cache...), &out, &errOut)
+	var exit exitError
+	if !errors.As(err, &exit) || exit.code != 1 || !strings.Contains(out.String(), `"kind": "FuelExhausted"`) {
+		t.Errorf("invoke with --fuel 1000: err %v, output %s", err, out.String())
+	}
+
+	// Bad input exits 2 with a message.
+	errOut.Reset()
+	err = run([]string{"invoke", "--module", widget, "--object", filepath.Join(dir, "missing.yaml")}, &out, &errOut)
+	if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(errOut.String(), "missing.yaml") {
+		t.Errorf("missing object: err %v, stderr %s", err, errOut.String())
+	}
+	err = run([]string{"invoke", "--module", widget, "--object", obj, "--memory-limit", "lots"}, &out, &errOut)
+	if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(errOut.String(), "--memory-limit") {
+		t.Errorf("bad memory limit: err %v, stderr %s", err, errOut.String())
+	}
+
+	// operator test on the module's own cases passes and prints the summary line.
+	out.Reset()
+	cases := filepath.Join(testwasm.RepoRoot(), "modules", "widget", "testdata", "cases")
+	if err := run(append([]string{"test"}, append(cache, widget, cases)...), &out, &errOut); err != nil {
+		t.Fatalf("test: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "4 passed, 0 failed") {
+		t.Errorf("test output:\n%s", out.String())
+	}
+
+	// A failing case exits 1, shows a diff, and writes JUnit.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "c.yaml"), []byte("input:\n  object: {apiVersion: examples.wasmreconcile.io/v1alpha1, kind: Widget, metadata: {name: w}, spec: {size: 1}}\nexpect:\n  status: {summary: 9 x pink}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	junit := filepath.Join(bad, "report.xml")
+	err = run(append([]string{"test", "--junit", junit}, append(cache, widget, bad)...), &out, &errOut)
+	if !errors.As(err, &exit) || exit.code != 1 {
+		t.Fatalf("failing case: err %v", err)
+	}
+	if !strings.Contains(out.String(), "status.summary: want 9 x pink, got 1 x grey") || !strings.Contains(out.String(), "0 passed, 1 failed") {
+		t.Errorf("failing case output:\n%s", out.String())
+	}
+	if b, err := os.ReadFile(junit); err != nil || !strings.Contains(string(b), `failures="1"`) {
+		t.Errorf("junit report: %v\n%s", err, b)
 	}
 }

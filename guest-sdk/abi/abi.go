@@ -104,12 +104,35 @@ type Manifest struct {
 	Name string `json:"name"`
 	// For is the kind the module reconciles. Required.
 	For GroupVersionKind `json:"for"`
+	// Owns are the kinds of the children the module creates. The host
+	// watches them, passes the observed ones in Request.Children, applies
+	// Response.Children of these kinds and prunes the ones no longer
+	// desired. A child of any other kind is refused.
+	Owns []GroupVersionKind `json:"owns,omitempty"`
+	// Reads are the kinds, beyond For and Owns, the module may read through
+	// the host's cache; anything else is refused.
+	Reads []GroupVersionKind `json:"reads,omitempty"`
+	// Finalizer, when true, makes the host add a finalizer to every object
+	// and call the module with Request.Finalizing set when the object is
+	// deleted, until it answers Response.Finalized.
+	Finalizer bool `json:"finalizer,omitempty"`
 }
 
 // Request is what the host passes to ExportReconcile.
 type Request struct {
 	// Object is the object to reconcile, as the API server returned it.
 	Object map[string]any `json:"object"`
+	// Children are the observed objects of the Manifest.Owns kinds that the
+	// object owns (by controller owner reference).
+	Children []map[string]any `json:"children,omitempty"`
+	// Related are other objects the host passes along: in this version,
+	// those given to `operator invoke --related`.
+	Related []map[string]any `json:"related,omitempty"`
+	// Finalizing is true when the object is being deleted and the module
+	// declared a finalizer. The module cleans up and answers Finalized.
+	Finalizing bool `json:"finalizing,omitempty"`
+	// Config is the module's configuration, as given by the operator.
+	Config map[string]any `json:"config,omitempty"`
 	// Attempt counts consecutive calls for this object that ended in an error;
 	// it is 0 on the first try after a success.
 	Attempt int `json:"attempt"`
@@ -134,6 +157,14 @@ type Response struct {
 	// Status anyway (so guests can surface the failure in a condition), records
 	// a Warning Event, and retries with backoff unless Error.Terminal is set.
 	Error *Error `json:"error,omitempty"`
+	// Children are the desired children, of the Manifest.Owns kinds. The
+	// host applies each with server-side apply (field manager = module
+	// name), sets the object as their controller owner, and deletes
+	// observed children that are no longer desired.
+	Children []map[string]any `json:"children,omitempty"`
+	// Finalized, in answer to a Finalizing request, lets the host remove
+	// the finalizer so that deletion proceeds.
+	Finalized bool `json:"finalized,omitempty"`
 }
 
 // EventType is the type of a Kubernetes Event.

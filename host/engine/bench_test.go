@@ -22,7 +22,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 //go:embed testdata/echo.wasm

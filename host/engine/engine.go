@@ -174,7 +174,8 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 
 	// Instantiate once: this runs _initialize and reads the manifest, and
 	// leaves a warm instance in the pool.
-	res, err := m.call(ctx, "load", func(ctx context.Context, inst *instance) ([]byte, error) {
+	// Reading the manifest is part of loading: it runs on the InitFuel budget.
+	res, err := m.call(ctx, "load", l.InitFuel, func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.manifest.Call(ctx)
 		if err != nil {
 			return nil, err
@@ -285,6 +286,16 @@ func validateManifest(m abi.Manifest) error {
 	}
 	if m.For.Version == "" || m.For.Kind == "" {
 		return fmt.Errorf("for must name a version and kind, got %+v", m.For)
+	}
+	for _, list := range []struct {
+		field string
+		gvks  []abi.GroupVersionKind
+	}{{"owns", m.Owns}, {"reads", m.Reads}} {
+		for i, g := range list.gvks {
+			if g.Version == "" || g.Kind == "" {
+				return fmt.Errorf("%s[%d] must name a version and kind, got %+v", list.field, i, g)
+			}
+		}
 	}
 	return nil
 }

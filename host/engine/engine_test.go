@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +14,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 var (
@@ -82,7 +83,7 @@ func TestLoadReadsManifestAndDigest(t *testing.T) {
 		t.Errorf("Digest() = %s, want %s", m.Digest(), want)
 	}
 	want := abi.Manifest{Name: "widget", For: abi.GroupVersionKind{Group: "examples.wasmreconcile.io", Version: "v1alpha1", Kind: "Widget"}}
-	if m.Manifest() != want {
+	if !reflect.DeepEqual(m.Manifest(), want) {
 		t.Errorf("Manifest() = %+v, want %+v", m.Manifest(), want)
 	}
 	if m.Name() != "widget" {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // fuelSequence loads the widget guest in a new Engine and returns the fuel

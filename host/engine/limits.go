@@ -15,8 +15,9 @@ type Limits struct {
 	// Defaults to 500,000,000.
 	Fuel uint64
 
-	// InitFuel is the budget of instantiation, which runs the module's
-	// _initialize (for a Go guest, the Go runtime and package initialisers).
+	// InitFuel is the budget of loading: each instantiation, which runs the
+	// module's _initialize (for a Go guest, the Go runtime and package
+	// initialisers), and the call that reads the manifest.
 	// Defaults to 500,000,000.
 	InitFuel uint64
 

@@ -74,7 +74,7 @@ func (m *Module) Reconcile(ctx context.Context, call string, request []byte) (Re
 		return Result{}, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
 			"request of %d bytes exceeds limits.maxRequestBytes of %d; raise the limit or shrink the object", len(request), m.limits.MaxRequestBytes)}
 	}
-	return m.call(ctx, call, func(ctx context.Context, inst *instance) ([]byte, error) {
+	return m.call(ctx, call, m.limits.Fuel, func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.alloc.Call(ctx, uint64(len(request)))
 		if err != nil {
 			return nil, err
@@ -107,15 +107,15 @@ func (m *Module) PoolStats() PoolStats {
 // fail with a *TrapError or *CanceledError.
 func (m *Module) Close(ctx context.Context) error { return m.runtime.Close(ctx) }
 
-// call runs fn on a pooled instance under the module's fuel budget and
+// call runs fn on a pooled instance under the fuel budget and the module's
 // timeout, and turns wazero's errors into typed ones.
-func (m *Module) call(ctx context.Context, call string, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
+func (m *Module) call(ctx context.Context, call string, budget uint64, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
 	inst, err := m.pool.get(ctx)
 	if err != nil {
 		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
 	start := time.Now()
-	fuel := &meter.Meter{Budget: m.limits.Fuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.Timeout)}
+	fuel := &meter.Meter{Budget: budget, Slice: m.fuelSlice, Deadline: start.Add(m.limits.Timeout)}
 	callCtx := meter.WithMeter(ctx, fuel)
 	fuel.StartGlobal(inst.fuel)
 	out, err := fn(callCtx, inst)

@@ -106,6 +106,9 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 // SetupWithManager registers a controller named after the module that watches
 // the module's kind and calls r.
 func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*Reconciler, error) {
+	if man := module.Manifest(); len(man.Owns) > 0 || man.Finalizer {
+		return nil, fmt.Errorf("module[%s] declares owns or a finalizer; this operator version does not apply children or finalizers in a cluster yet (they run offline with operator invoke and operator test)", module.Name())
+	}
 	r := New(mgr.GetClient(), mgr.GetEventRecorder("wasmreconcile/"+module.Name()), module, opts)
 	workers := opts.MaxConcurrentReconciles
 	if workers == 0 {
@@ -201,6 +204,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 
+	if len(resp.Children) > 0 {
+		msg := fmt.Sprintf("the guest returned %d children, but its manifest declares no owned kinds; declare them in manifest.owns", len(resp.Children))
+		r.warn(obj, ReasonInvalidResponse, msg)
+		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s: %s", r.module.Name(), req, msg))
+	}
 	if resp.Status != nil {
 		if err := r.applyStatus(ctx, obj, resp.Status); err != nil {
 			r.failed(req.NamespacedName)

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/wasmreconcile/wasmreconcile/host/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // Assets returns the directory holding kube-apiserver, etcd and kubectl.

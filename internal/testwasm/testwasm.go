@@ -22,7 +22,7 @@ var (
 // RepoRoot is the root of the wasmreconcile checkout.
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
 // Build compiles the Go package pkg of the modules/ module (e.g. "./widget" or

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/modtest"
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+)
+
+// exitError carries a process exit code; its message, if any, has been
+// printed already.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// limitFlags registers the per-call limit flags shared by invoke and test.
+type limitFlags struct {
+	fuel     uint64
+	timeout  time.Duration
+	memory   string
+	cacheDir string
+}
+
+func (l *limitFlags) register(fs *flag.FlagSet) {
+	fs.Uint64Var(&l.fuel, "fuel", engine.DefaultFuel, "fuel budget of the call (about one unit per executed wasm instruction)")
+	fs.DurationVar(&l.timeout, "timeout", engine.DefaultTimeout, "wall-clock limit of the call")
+	fs.StringVar(&l.memory, "memory-limit", "128Mi", "guest memory cap, as a Kubernetes quantity (e.g. 64Mi)")
+	def := ""
+	if dir, err := os.UserCacheDir(); err == nil {
+		def = filepath.Join(dir, "wasmreconcile", "compiled")
+	}
+	fs.StringVar(&l.cacheDir, "compilation-cache-dir", def, `directory that keeps compiled modules between runs; "" keeps them in memory only`)
+}
+
+func (l *limitFlags) limits() (engine.Limits, error) {
+	q, err := resource.ParseQuantity(l.memory)
+	if err != nil {
+		return engine.Limits{}, fmt.Errorf("--memory-limit %q: %w; use a quantity such as 64Mi", l.memory, err)
+	}
+	pages := q.Value() / 65536
+	if pages < 1 || pages > 65536 {
+		return engine.Limits{}, fmt.Errorf("--memory-limit %s is outside 64Ki..4Gi", l.memory)
+	}
+	if l.timeout <= 0 {
+		return engine.Limits{}, fmt.Errorf("--timeout must be positive")
+	}
+	if l.fuel == 0 {
+		return engine.Limits{}, fmt.Errorf("--fuel must be positive")
+	}
+	return engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true}, nil
+}
+
+func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, func(), error) {
+	limits, err := l.limits()
+	if err != nil {
+		return nil, nil, err
+	}
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l.cacheDir != "" {
+		if err := os.MkdirAll(l.cacheDir, 0o755); err != nil {
+			l.cacheDir = "" // an unusable cache only costs time
+		}
+	}
+	eng, err := engine.New(engine.Options{CompilationCacheDir: l.cacheDir})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := eng.Load(ctx, filepath.Base(path), wasm, limits)
+	if err != nil {
+		eng.Close(ctx)
+		return nil, nil, err
+	}
+	return m, func() { m.Close(ctx); eng.Close(ctx) }, nil
+}
+
+const invokeUsage = `Usage: operator invoke --module M.wasm --object OBJ.yaml [flags]
+
+Runs one reconcile of a module offline, with no cluster, and prints the
+response as JSON with fuelConsumed and durationMs. Exits 0 on success, 1 when
+the guest reports an error or hits a limit (the JSON then has an "error" with
+a "kind"), and 2 on bad flags or unreadable files.
+
+Flags:
+`
+
+func runInvoke(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("invoke", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, invokeUsage); fs.PrintDefaults() }
+	var (
+		lf                                         limitFlags
+		module, object, children, related, cfgFile string
+		finalizing                                 bool
+	)
+	fs.StringVar(&module, "module", "", "the .wasm module (required)")
+	fs.StringVar(&object, "object", "", "YAML or JSON file with the object to reconcile (required)")
+	fs.StringVar(&children, "children", "", "directory of YAML or JSON files with the observed children")
+	fs.StringVar(&related, "related", "", "directory of YAML or JSON files with related objects")
+	fs.StringVar(&cfgFile, "config", "", "YAML or JSON file with the module configuration")
+	fs.BoolVar(&finalizing, "finalizing", false, "call the module as for an object being deleted")
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitError{2}
+	}
+	usage := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "operator invoke: "+format+"\n", a...)
+		return exitError{2}
+	}
+	if module == "" || object == "" {
+		return usage("--module and --object are required; see operator invoke --help")
+	}
+	in := offline.Input{Finalizing: finalizing}
+	var err error
+	if in.Object, err = offline.ReadObject(object); err != nil {
+		return usage("--object: %v", err)
+	}
+	if children != "" {
+		if in.Children, err = offline.ReadObjectDir(children); err != nil {
+			return usage("--children: %v", err)
+		}
+	}
+	if related != "" {
+		if in.Related, err = offline.ReadObjectDir(related); err != nil {
+			return usage("--related: %v", err)
+		}
+	}
+	if cfgFile != "" {
+		if in.Config, err = offline.ReadConfig(cfgFile); err != nil {
+			return usage("--config: %v", err)
+		}
+	}
+	ctx := context.Background()
+	m, done, err := lf.load(ctx, module)
+	if err != nil {
+		if engine.IsInvalidModule(err) {
+			printJSON(stdout, map[string]any{"error": map[string]any{"kind": offline.KindInvalidModule, "message": err.Error()}, "fuelConsumed": 0})
+			return exitError{1}
+		}
+		return usage("--module: %v", err)
+	}
+	defer done()
+	o := offline.Run(ctx, m, in)
+	ms := float64(o.Duration.Microseconds()) / 1000
+	if o.Err != nil {
+		printJSON(stdout, map[string]any{"error": map[string]any{"kind": offline.ErrorKind(o.Err), "message": o.Err.Error()}, "fuelConsumed": o.Fuel, "durationMs": ms})
+		return exitError{1}
+	}
+	var out map[string]any
+	b, _ := json.Marshal(o.Response)
+	_ = json.Unmarshal(b, &out)
+	out["fuelConsumed"], out["durationMs"] = o.Fuel, ms
+	if e, ok := out["error"].(map[string]any); ok {
+		e["kind"] = offline.KindReconcile
+		printJSON(stdout, out)
+		return exitError{1}
+	}
+	printJSON(stdout, out)
+	return nil
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+const testUsage = `Usage: operator test [flags] M.wasm CASES_DIR
+
+Runs a module's test cases offline and deterministically: each *.yaml file in
+CASES_DIR gives the input a guest observes and what its response must contain
+(see package host/modtest). Prints PASS or FAIL per case with the fuel used
+and a diff, then "N passed, N failed". Exits 1 if any case fails, 2 on bad
+flags or unreadable files.
+
+Flags:
+`
+
+func runTest(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, testUsage); fs.PrintDefaults() }
+	var (
+		lf    limitFlags
+		junit string
+	)
+	fs.StringVar(&junit, "junit", "", "also write a JUnit XML report to this file")
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitError{2}
+	}
+	if fs.NArg() != 2 {
+		fmt.Fprintln(stderr, "operator test: want a module and a cases directory; see operator test --help")
+		return exitError{2}
+	}
+	module, dir := fs.Arg(0), fs.Arg(1)
+	cases, err := modtest.LoadDir(dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "operator test:", err)
+		return exitError{2}
+	}
+	ctx := context.Background()
+	m, done, err := lf.load(ctx, module)
+	if err != nil {
+		fmt.Fprintln(stderr, "operator test:", err)
+		return exitError{2}
+	}
+	defer done()
+	var results []modtest.Result
+	passed := 0
+	for _, c := range cases {
+		o := offline.Run(ctx, m, c.Input)
+		r := modtest.Result{Case: c, Outcome: o, Diff: c.Check(o)}
+		results = append(results, r)
+		verdict := "FAIL"
+		if r.Passed() {
+			verdict = "PASS"
+			passed++
+		}
+		fmt.Fprintf(stdout, "%s  %s  (fuel %d, %s)\n", verdict, c.Name, o.Fuel, o.Duration.Round(10*time.Microsecond))
+		for _, d := range r.Diff {
+			fmt.Fprintf(stdout, "      %s\n", d)
+		}
+	}
+	if junit != "" {
+		f, err := os.Create(junit)
+		if err == nil {
+			err = modtest.WriteJUnit(f, m.Name(), results)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "operator test: writing --junit:", err)
+			return exitError{2}
+		}
+	}
+	fmt.Fprintf(stdout, "%d passed, %d failed\n", passed, len(results)-passed)
+	if passed != len(results) {
+		return exitError{1}
+	}
+	return nil
+}

@@ -1,0 +1,363 @@
+// Package modtest runs a module's test cases offline: each case is a YAML
+// file with the input a guest observes and what its response must contain.
+// It backs `operator test`.
+//
+// A case file:
+//
+//	name: a valid widget becomes Ready      # defaults to the file name
+//	input:                                  # offline.Input
+//	  object: {apiVersion: ..., kind: ..., metadata: {...}, spec: {...}}
+//	  children: [...]
+//	  related: [...]
+//	  finalizing: false
+//	  config: {...}
+//	  attempt: 0
+//	  now: "2026-01-01T00:00:00Z"           # defaults to offline.DefaultNow
+//	expect:
+//	  status: {...}                         # a subset of the response's status
+//	  children: [...]                       # the desired children, each a subset, matched by apiVersion, kind and name
+//	  events: [{type: Normal, reason: Created, messageContains: "..."}]
+//	  requeueAfterSeconds: 30
+//	  finalized: true
+//	  error: {kind: Reconcile, terminal: true, messageContains: "..."}
+//	  maxFuel: 5000000
+//
+// Without expect.error a case fails on any error. Unknown fields are errors,
+// so a typo cannot silently weaken a case.
+package modtest
+
+import (
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+)
+
+// Case is one test case.
+type Case struct {
+	Name   string        `json:"name,omitempty"`
+	Input  offline.Input `json:"input"`
+	Expect Expect        `json:"expect"`
+	// File is the file the case was read from.
+	File string `json:"-"`
+}
+
+// Expect is what a case requires of the response.
+type Expect struct {
+	Status              map[string]any   `json:"status,omitempty"`
+	Children            []map[string]any `json:"children,omitempty"`
+	Events              []EventExpect    `json:"events,omitempty"`
+	RequeueAfterSeconds *int64           `json:"requeueAfterSeconds,omitempty"`
+	Finalized           *bool            `json:"finalized,omitempty"`
+	Error               *ErrorExpect     `json:"error,omitempty"`
+	MaxFuel             uint64           `json:"maxFuel,omitempty"`
+}
+
+// EventExpect matches one Event of the response.
+type EventExpect struct {
+	Type            string `json:"type,omitempty"`
+	Reason          string `json:"reason"`
+	MessageContains string `json:"messageContains,omitempty"`
+}
+
+// ErrorExpect matches the error of a run: an engine error (see the Kind
+// constants of package offline) or, with kind Reconcile, an error the guest
+// reported in its response.
+type ErrorExpect struct {
+	Kind            string `json:"kind"`
+	Terminal        *bool  `json:"terminal,omitempty"`
+	MessageContains string `json:"messageContains,omitempty"`
+}
+
+// LoadDir reads every *.yaml, *.yml and *.json file of dir as a Case, in
+// name order.
+func LoadDir(dir string) ([]Case, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading cases: %w", err)
+	}
+	var cases []Case
+	for _, e := range entries {
+		ext := filepath.Ext(e.Name())
+		if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
+			continue
+		}
+		c, err := LoadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		cases = append(cases, c)
+	}
+	if len(cases) == 0 {
+		return nil, fmt.Errorf("no case files (*.yaml, *.yml, *.json) in %s", dir)
+	}
+	sort.Slice(cases, func(i, j int) bool { return cases[i].File < cases[j].File })
+	return cases, nil
+}
+
+// LoadFile reads one case.
+func LoadFile(path string) (Case, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Case{}, err
+	}
+	var c Case
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return Case{}, fmt.Errorf("case %s: %w", path, err)
+	}
+	if c.Input.Object == nil {
+		return Case{}, fmt.Errorf("case %s: input.object is required", path)
+	}
+	c.File = path
+	if c.Name == "" {
+		c.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	return c, nil
+}
+
+// Check compares an outcome with the case's expectations and returns one
+// line per difference; none means the case passed.
+func (c Case) Check(o offline.Outcome) []string {
+	var diff []string
+	add := func(format string, args ...any) { diff = append(diff, fmt.Sprintf(format, args...)) }
+
+	if c.Expect.MaxFuel > 0 && o.Fuel > c.Expect.MaxFuel {
+		add("fuel: used %d, more than maxFuel %d", o.Fuel, c.Expect.MaxFuel)
+	}
+	kind, msg, terminal := "", "", false
+	switch {
+	case o.Err != nil:
+		kind, msg = offline.ErrorKind(o.Err), o.Err.Error()
+	case o.Response != nil && o.Response.Error != nil:
+		kind, msg, terminal = offline.KindReconcile, o.Response.Error.Message, o.Response.Error.Terminal
+	}
+	if want := c.Expect.Error; want != nil {
+		switch {
+		case kind == "":
+			add("error: want kind %s, got no error", want.Kind)
+		case kind != want.Kind:
+			add("error: want kind %s, got %s: %s", want.Kind, kind, msg)
+		default:
+			if want.Terminal != nil && *want.Terminal != terminal {
+				add("error.terminal: want %v, got %v", *want.Terminal, terminal)
+			}
+			if want.MessageContains != "" && !strings.Contains(msg, want.MessageContains) {
+				add("error.message: want it to contain %q, got %q", want.MessageContains, msg)
+			}
+		}
+	} else if kind != "" {
+		add("error: want none, got %s: %s", kind, msg)
+	}
+	if o.Response == nil {
+		if c.Expect.Status != nil || c.Expect.Children != nil || c.Expect.Events != nil {
+			add("response: the call failed, so status, children and events cannot match")
+		}
+		return diff
+	}
+	r := o.Response
+	if c.Expect.Status != nil {
+		if r.Status == nil {
+			add("status: want %s, got none", compact(c.Expect.Status))
+		} else {
+			diff = append(diff, Subset("status", c.Expect.Status, r.Status)...)
+		}
+	}
+	if c.Expect.Children != nil {
+		if len(c.Expect.Children) != len(r.Children) {
+			add("children: want %d, got %d", len(c.Expect.Children), len(r.Children))
+		}
+		for _, want := range c.Expect.Children {
+			key := childKey(want)
+			got := findChild(r.Children, key)
+			if got == nil {
+				add("children: no %s", key)
+				continue
+			}
+			diff = append(diff, Subset("children["+key+"]", want, got)...)
+		}
+	}
+	for _, want := range c.Expect.Events {
+		found := false
+		for _, e := range r.Events {
+			if e.Reason == want.Reason && (want.Type == "" || string(e.Type) == want.Type) &&
+				strings.Contains(e.Message, want.MessageContains) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			add("events: no %s event with reason %s containing %q (got %d events)", or(want.Type, "any"), want.Reason, want.MessageContains, len(r.Events))
+		}
+	}
+	if want := c.Expect.RequeueAfterSeconds; want != nil && *want != r.RequeueAfterSeconds {
+		add("requeueAfterSeconds: want %d, got %d", *want, r.RequeueAfterSeconds)
+	}
+	if want := c.Expect.Finalized; want != nil && *want != r.Finalized {
+		add("finalized: want %v, got %v", *want, r.Finalized)
+	}
+	return diff
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func childKey(obj map[string]any) string {
+	md, _ := obj["metadata"].(map[string]any)
+	return fmt.Sprintf("%v/%v/%v", obj["apiVersion"], obj["kind"], md["name"])
+}
+
+func findChild(children []map[string]any, key string) map[string]any {
+	for _, c := range children {
+		if childKey(c) == key {
+			return c
+		}
+	}
+	return nil
+}
+
+// Subset reports where got does not contain want: every key of a wanted map
+// must be present and match; lists must have the same length and match
+// element by element; numbers compare by value.
+func Subset(path string, want, got any) []string {
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			return []string{fmt.Sprintf("%s: want an object %s, got %s", path, compact(want), compact(got))}
+		}
+		keys := make([]string, 0, len(w))
+		for k := range w {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var diff []string
+		for _, k := range keys {
+			gv, present := g[k]
+			if !present {
+				diff = append(diff, fmt.Sprintf("%s.%s: want %s, missing", path, k, compact(w[k])))
+				continue
+			}
+			diff = append(diff, Subset(path+"."+k, w[k], gv)...)
+		}
+		return diff
+	case []any:
+		g, ok := got.([]any)
+		if !ok || len(g) != len(w) {
+			return []string{fmt.Sprintf("%s: want %s, got %s", path, compact(want), compact(got))}
+		}
+		var diff []string
+		for i := range w {
+			diff = append(diff, Subset(fmt.Sprintf("%s[%d]", path, i), w[i], g[i])...)
+		}
+		return diff
+	}
+	if wn, ok := number(want); ok {
+		if gn, ok := number(got); ok && wn == gn {
+			return nil
+		}
+	} else if want == got {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: want %s, got %s", path, compact(want), compact(got))}
+}
+
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case float64:
+		return n, true
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+func compact(v any) string {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	s := strings.TrimSpace(string(b))
+	if strings.Contains(s, "\n") {
+		j, _ := yamlToJSON(b)
+		return j
+	}
+	return s
+}
+
+func yamlToJSON(b []byte) (string, error) {
+	j, err := yaml.YAMLToJSON(b)
+	return string(j), err
+}
+
+// Result is one case's outcome.
+type Result struct {
+	Case    Case
+	Outcome offline.Outcome
+	Diff    []string
+}
+
+// Passed reports whether the case passed.
+func (r Result) Passed() bool { return len(r.Diff) == 0 }
+
+// WriteJUnit writes results as a JUnit XML report.
+func WriteJUnit(w io.Writer, suite string, results []Result) error {
+	type failure struct {
+		Message string `xml:"message,attr"`
+		Text    string `xml:",chardata"`
+	}
+	type testcase struct {
+		Name      string   `xml:"name,attr"`
+		Classname string   `xml:"classname,attr"`
+		Time      string   `xml:"time,attr"`
+		Failure   *failure `xml:"failure,omitempty"`
+		SystemOut string   `xml:"system-out,omitempty"`
+	}
+	type testsuite struct {
+		XMLName  xml.Name   `xml:"testsuite"`
+		Name     string     `xml:"name,attr"`
+		Tests    int        `xml:"tests,attr"`
+		Failures int        `xml:"failures,attr"`
+		Time     string     `xml:"time,attr"`
+		Cases    []testcase `xml:"testcase"`
+	}
+	ts := testsuite{Name: suite, Tests: len(results)}
+	var total time.Duration
+	for _, r := range results {
+		tc := testcase{
+			Name: r.Case.Name, Classname: suite,
+			Time:      fmt.Sprintf("%.6f", r.Outcome.Duration.Seconds()),
+			SystemOut: fmt.Sprintf("fuel %d", r.Outcome.Fuel),
+		}
+		total += r.Outcome.Duration
+		if !r.Passed() {
+			ts.Failures++
+			tc.Failure = &failure{Message: r.Diff[0], Text: strings.Join(r.Diff, "\n")}
+		}
+		ts.Cases = append(ts.Cases, tc)
+	}
+	ts.Time = fmt.Sprintf("%.6f", total.Seconds())
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(ts); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
