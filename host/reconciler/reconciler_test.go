@@ -25,8 +25,8 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 var (
