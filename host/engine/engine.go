@@ -175,7 +175,7 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	// Instantiate once: this runs _initialize and reads the manifest, and
 	// leaves a warm instance in the pool.
 	// Reading the manifest is part of loading: it runs on the InitFuel budget.
-	res, err := m.call(ctx, "load", l.InitFuel, func(ctx context.Context, inst *instance) ([]byte, error) {
+	res, err := m.call(ctx, "load", l.InitFuel, l.InitTimeout, func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.manifest.Call(ctx)
 		if err != nil {
 			return nil, err

@@ -21,6 +21,13 @@ type Limits struct {
 	// Defaults to 500,000,000.
 	InitFuel uint64
 
+	// InitTimeout is the wall-clock budget of loading: each instantiation
+	// (which runs _initialize) and the call that reads the manifest. It is
+	// separate from Timeout because a Go guest's runtime initialisation
+	// takes milliseconds, far more than a fast reconcile.
+	// Defaults to 30 seconds.
+	InitTimeout time.Duration
+
 	// Timeout is the wall-clock budget of one reconcile call. When it passes,
 	// the call is stopped and returns a *DeadlineExceededError.
 	// Defaults to 5 seconds.
@@ -59,6 +66,7 @@ const (
 	DefaultFuel             = 500_000_000
 	DefaultInitFuel         = 500_000_000
 	DefaultTimeout          = 5 * time.Second
+	DefaultInitTimeout      = 30 * time.Second
 	DefaultMemoryLimitPages = 2048
 	DefaultMaxRequestBytes  = 4 << 20
 	DefaultMaxResponseBytes = 4 << 20
@@ -68,7 +76,7 @@ const (
 // withDefaults returns l with zero fields replaced by their defaults, or an
 // error naming the first invalid field.
 func (l Limits) withDefaults() (Limits, error) {
-	if l.Timeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 {
+	if l.Timeout < 0 || l.InitTimeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 {
 		return l, fmt.Errorf("limits must not be negative: %+v", l)
 	}
 	if l.MemoryLimitPages > 65536 {
@@ -82,6 +90,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.Timeout == 0 {
 		l.Timeout = DefaultTimeout
+	}
+	if l.InitTimeout == 0 {
+		l.InitTimeout = DefaultInitTimeout
 	}
 	if l.MemoryLimitPages == 0 {
 		l.MemoryLimitPages = DefaultMemoryLimitPages

@@ -74,7 +74,7 @@ func (m *Module) Reconcile(ctx context.Context, call string, request []byte) (Re
 		return Result{}, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
 			"request of %d bytes exceeds limits.maxRequestBytes of %d; raise the limit or shrink the object", len(request), m.limits.MaxRequestBytes)}
 	}
-	return m.call(ctx, call, m.limits.Fuel, func(ctx context.Context, inst *instance) ([]byte, error) {
+	return m.call(ctx, call, m.limits.Fuel, m.limits.Timeout, func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.alloc.Call(ctx, uint64(len(request)))
 		if err != nil {
 			return nil, err
@@ -109,13 +109,13 @@ func (m *Module) Close(ctx context.Context) error { return m.runtime.Close(ctx) 
 
 // call runs fn on a pooled instance under the fuel budget and the module's
 // timeout, and turns wazero's errors into typed ones.
-func (m *Module) call(ctx context.Context, call string, budget uint64, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
+func (m *Module) call(ctx context.Context, call string, budget uint64, timeout time.Duration, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
 	inst, err := m.pool.get(ctx)
 	if err != nil {
 		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
 	start := time.Now()
-	fuel := &meter.Meter{Budget: budget, Slice: m.fuelSlice, Deadline: start.Add(m.limits.Timeout)}
+	fuel := &meter.Meter{Budget: budget, Slice: m.fuelSlice, Deadline: start.Add(timeout)}
 	callCtx := meter.WithMeter(ctx, fuel)
 	fuel.StartGlobal(inst.fuel)
 	out, err := fn(callCtx, inst)
@@ -149,7 +149,7 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 	}
 	if errors.As(err, &stopped) {
 		if errors.Is(stopped.Err, context.DeadlineExceeded) {
-			return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
+			return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.timeoutFor(call)}
 		}
 		return &CanceledError{Module: m.name, Call: call}
 	}
@@ -162,7 +162,7 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 	if errors.As(err, &exit) {
 		switch exit.ExitCode() {
 		case sys.ExitCodeDeadlineExceeded:
-			return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
+			return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.timeoutFor(call)}
 		case sys.ExitCodeContextCanceled:
 			return &CanceledError{Module: m.name, Call: call}
 		}
@@ -171,7 +171,7 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 		return &CanceledError{Module: m.name, Call: call}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.limits.Timeout}
+		return &DeadlineExceededError{Module: m.name, Call: call, Elapsed: elapsed, Timeout: m.timeoutFor(call)}
 	}
 	var stderr string
 	if inst != nil {
@@ -196,6 +196,14 @@ func (m *Module) atMemoryCap(mod api.Module) bool {
 	return mem.Size()/65536+16 > m.limits.MemoryLimitPages
 }
 
+// timeoutFor is the timeout that applied to a call, for error messages.
+func (m *Module) timeoutFor(call string) time.Duration {
+	if call == "load" || call == "_initialize" {
+		return m.limits.InitTimeout
+	}
+	return m.limits.Timeout
+}
+
 // instance is one instantiation of the module. It is not safe for concurrent
 // use; the pool hands it to one caller at a time.
 type instance struct {
@@ -217,7 +225,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	// The fuel global starts at 0, so _initialize refuels from this meter at
 	// its first charge.
 	start := time.Now()
-	ctx = meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.Timeout)})
+	ctx = meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.InitTimeout)})
 	mod, err := m.runtime.InstantiateModule(ctx, m.compiled, cfg)
 	if err != nil {
 		return nil, m.classify(ctx, "_initialize", &instance{stderr: stderr}, time.Since(start), err)

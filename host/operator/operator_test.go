@@ -16,8 +16,8 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // TestBadModuleDoesNotStopTheOperator runs the operator against a real API
