@@ -105,7 +105,7 @@ func TestInvokeAndTestOffline(t *testing.T) {
 	if !errors.As(err, &exit) || exit.code != 1 {
 		t.Fatalf("failing case: err %v", err)
 	}
-	if !strings.Contains(out.String(), "status.summary: want 9 x pink, got 1 x grey") || !strings.Contains(out.String(), "0 passed, 1 failed") {
+	if !strings.Contains(out.String(), "status.summary: want \"9 x pink\", got \"1 x grey\"") || !strings.Contains(out.String(), "0 passed, 1 failed") {
 		t.Errorf("failing case output:\n%s", out.String())
 	}
 	if b, err := os.ReadFile(junit); err != nil || !strings.Contains(string(b), `failures="1"`) {

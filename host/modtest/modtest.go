@@ -38,6 +38,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/subset"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 )
 
@@ -167,7 +168,7 @@ func (c Case) Check(o offline.Outcome) []string {
 		if r.Status == nil {
 			add("status: want %s, got none", compact(c.Expect.Status))
 		} else {
-			diff = append(diff, Subset("status", c.Expect.Status, r.Status)...)
+			diff = append(diff, subset.Diff("status", c.Expect.Status, r.Status)...)
 		}
 	}
 	if c.Expect.Children != nil {
@@ -181,7 +182,7 @@ func (c Case) Check(o offline.Outcome) []string {
 				add("children: no %s", key)
 				continue
 			}
-			diff = append(diff, Subset("children["+key+"]", want, got)...)
+			diff = append(diff, subset.Diff("children["+key+"]", want, got)...)
 		}
 	}
 	for _, want := range c.Expect.Events {
@@ -225,64 +226,6 @@ func findChild(children []map[string]any, key string) map[string]any {
 		}
 	}
 	return nil
-}
-
-// Subset reports where got does not contain want: every key of a wanted map
-// must be present and match; lists must have the same length and match
-// element by element; numbers compare by value.
-func Subset(path string, want, got any) []string {
-	switch w := want.(type) {
-	case map[string]any:
-		g, ok := got.(map[string]any)
-		if !ok {
-			return []string{fmt.Sprintf("%s: want an object %s, got %s", path, compact(want), compact(got))}
-		}
-		keys := make([]string, 0, len(w))
-		for k := range w {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var diff []string
-		for _, k := range keys {
-			gv, present := g[k]
-			if !present {
-				diff = append(diff, fmt.Sprintf("%s.%s: want %s, missing", path, k, compact(w[k])))
-				continue
-			}
-			diff = append(diff, Subset(path+"."+k, w[k], gv)...)
-		}
-		return diff
-	case []any:
-		g, ok := got.([]any)
-		if !ok || len(g) != len(w) {
-			return []string{fmt.Sprintf("%s: want %s, got %s", path, compact(want), compact(got))}
-		}
-		var diff []string
-		for i := range w {
-			diff = append(diff, Subset(fmt.Sprintf("%s[%d]", path, i), w[i], g[i])...)
-		}
-		return diff
-	}
-	if wn, ok := number(want); ok {
-		if gn, ok := number(got); ok && wn == gn {
-			return nil
-		}
-	} else if want == got {
-		return nil
-	}
-	return []string{fmt.Sprintf("%s: want %s, got %s", path, compact(want), compact(got))}
-}
-
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case float64:
-		return n, true
-	case int64:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	}
-	return 0, false
 }
 
 func compact(v any) string {

@@ -1,13 +1,14 @@
 // Package reconciler connects a guest module to controller-runtime. It turns
 // each reconcile request into an ABI request, calls the module through the
 // engine, and applies the declarative response: it writes the status through
-// the status subresource (server-side apply, only when it changes), records
-// Events, and requeues.
+// the status subresource, applies and prunes children (server-side apply,
+// only when something changes), records Events, handles the module's
+// finalizer, and requeues.
 //
 // The data path is one straight line:
 //
-//	informer cache → workqueue → Reconciler.Reconcile → engine (limits) → guest
-//	  → abi.Response → status apply, Events, requeue
+//	informer cache → workqueue → Reconciler.Reconcile → engine (fuel + deadline)
+//	  → guest → abi.Response → status, children, Events, finalizer, requeue
 package reconciler
 
 import (
@@ -28,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -73,11 +75,13 @@ type Options struct {
 // Reconciler reconciles the objects of one module's kind by calling the
 // module. It is safe for concurrent use.
 type Reconciler struct {
-	client   client.Client
-	recorder recorder.EventRecorder
-	module   *engine.Module
-	gvk      schema.GroupVersionKind
-	now      func() time.Time
+	client    client.Client
+	recorder  recorder.EventRecorder
+	module    *engine.Module
+	gvk       schema.GroupVersionKind
+	owns      []schema.GroupVersionKind
+	finalizer string // empty when the module declares none
+	now       func() time.Time
 
 	mu       sync.Mutex
 	attempts map[types.NamespacedName]int
@@ -93,7 +97,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 	if now == nil {
 		now = time.Now
 	}
-	return &Reconciler{
+	r := &Reconciler{
 		client:   c,
 		recorder: rec,
 		module:   module,
@@ -101,14 +105,22 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 		now:      now,
 		attempts: map[types.NamespacedName]int{},
 	}
+	for _, g := range module.Manifest().Owns {
+		r.owns = append(r.owns, schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind})
+	}
+	if module.Manifest().Finalizer {
+		r.finalizer = FinalizerPrefix + module.Name()
+	}
+	return r
 }
+
+// FinalizerPrefix prefixes the module name to form the finalizer the host
+// adds for modules that declare one.
+const FinalizerPrefix = "wasmreconcile.io/"
 
 // SetupWithManager registers a controller named after the module that watches
 // the module's kind and calls r.
 func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*Reconciler, error) {
-	if man := module.Manifest(); len(man.Owns) > 0 || man.Finalizer {
-		return nil, fmt.Errorf("module[%s] declares owns or a finalizer; this operator version does not apply children or finalizers in a cluster yet (they run offline with operator invoke and operator test)", module.Name())
-	}
 	r := New(mgr.GetClient(), mgr.GetEventRecorder("wasmreconcile/"+module.Name()), module, opts)
 	workers := opts.MaxConcurrentReconciles
 	if workers == 0 {
@@ -116,11 +128,16 @@ func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*R
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
-	err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(module.Name()).
 		For(obj).
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter}).
-		Complete(r)
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter})
+	for _, gvk := range r.owns {
+		child := &unstructured.Unstructured{}
+		child.SetGroupVersionKind(gvk)
+		b = b.Owns(child) // a change to a child reconciles its controller
+	}
+	err := b.Complete(r)
 	if err != nil {
 		return nil, fmt.Errorf("module[%s]: setting up controller for %s: %w", module.Name(), r.gvk, err)
 	}
@@ -145,9 +162,17 @@ func (e *GuestError) Error() string {
 
 // Reconcile implements reconcile.Reconciler.
 //
-// It reads the object from the cache and calls the module. Then:
+// It reads the object and its observed children from the cache, adds the
+// module's finalizer if the module declares one, and calls the module (with
+// Finalizing set for an object being deleted). Then:
+//   - invalid children (an undeclared kind, no name, another namespace) make
+//     the response invalid: a Warning Event and a terminal error;
 //   - if the guest returned a status that differs from the observed one, it is
 //     applied to the status subresource with the module name as field manager;
+//   - if the guest reported no error, desired children that would change are
+//     applied and observed children no longer desired are deleted;
+//   - if the object is being deleted and the guest answered Finalized, the
+//     finalizer is removed;
 //   - the guest's Events are recorded on the object;
 //   - if the call failed (deadline, trap, ABI violation) or the guest reported
 //     an error, a Warning Event is recorded and an error is returned, so the
@@ -177,10 +202,30 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 
+	deleting := obj.GetDeletionTimestamp() != nil
+	if deleting && (r.finalizer == "" || !controllerutil.ContainsFinalizer(obj, r.finalizer)) {
+		r.forget(req.NamespacedName)
+		return ctrl.Result{}, nil // nothing of ours holds the deletion
+	}
+	if r.finalizer != "" && !deleting && !controllerutil.ContainsFinalizer(obj, r.finalizer) {
+		if err := r.patchFinalizer(ctx, obj, true); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	observed, err := r.observedChildren(ctx, obj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	children := make([]map[string]any, len(observed))
+	for i, c := range observed {
+		children[i] = c.Object
+	}
 	request, err := utiljson.Marshal(abi.Request{
-		Object:  obj.Object,
-		Attempt: r.attempt(req.NamespacedName),
-		Now:     r.now().UTC().Truncate(time.Second).Format(time.RFC3339),
+		Object:     obj.Object,
+		Children:   children,
+		Finalizing: deleting,
+		Attempt:    r.attempt(req.NamespacedName),
+		Now:        r.now().UTC().Truncate(time.Second).Format(time.RFC3339),
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("encoding request for %s: %w", req.NamespacedName, err)
@@ -204,8 +249,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 
-	if len(resp.Children) > 0 {
-		msg := fmt.Sprintf("the guest returned %d children, but its manifest declares no owned kinds; declare them in manifest.owns", len(resp.Children))
+	desired, err := r.desiredChildren(obj, resp.Children)
+	if err != nil {
+		msg := "invalid children: " + err.Error()
 		r.warn(obj, ReasonInvalidResponse, msg)
 		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s: %s", r.module.Name(), req, msg))
 	}
@@ -215,7 +261,20 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 			return ctrl.Result{}, err
 		}
 	}
+	if resp.Error == nil {
+		// Children are applied only from a response without error: a failed
+		// reconcile must not prune what it could not compute.
+		if err := r.syncChildren(ctx, desired, observed); err != nil {
+			r.failed(req.NamespacedName)
+			return ctrl.Result{}, err
+		}
+	}
 	r.recordEvents(ctx, obj, resp.Events)
+	if deleting && resp.Finalized && resp.Error == nil {
+		if err := r.patchFinalizer(ctx, obj, false); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 
 	if resp.Error != nil {
 		gerr := &GuestError{Module: r.module.Name(), Object: req.String(), Message: resp.Error.Message, Terminal: resp.Error.Terminal}
@@ -255,6 +314,21 @@ func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstruct
 		return fmt.Errorf("module[%s] applying status of %s/%s: %w", r.module.Name(), obj.GetNamespace(), obj.GetName(), err)
 	}
 	log.FromContext(ctx).V(1).Info("status applied")
+	return nil
+}
+
+// patchFinalizer adds or removes the module's finalizer, with optimistic
+// locking so that no other finalizer is lost.
+func (r *Reconciler) patchFinalizer(ctx context.Context, obj *unstructured.Unstructured, add bool) error {
+	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if add {
+		controllerutil.AddFinalizer(obj, r.finalizer)
+	} else {
+		controllerutil.RemoveFinalizer(obj, r.finalizer)
+	}
+	if err := r.client.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("module[%s] updating finalizer %s on %s/%s: %w", r.module.Name(), r.finalizer, obj.GetNamespace(), obj.GetName(), err)
+	}
 	return nil
 }
 

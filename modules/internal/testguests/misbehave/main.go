@@ -15,6 +15,7 @@
 //	"exit"     os.Exit(3) — the instance dies
 //	"big"      a response of spec.bytes bytes
 //	"events"   a Normal and a Warning event, no status
+//	"child"    a ConfigMap child, although the manifest owns nothing
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o misbehave.wasm .
 package main
@@ -84,6 +85,10 @@ func reconcile(req *guest.Request) *guest.Response {
 			{Type: "Normal", Reason: "Hello", Message: "normal event from the guest"},
 			{Type: "Warning", Reason: "Careful", Message: "warning event from the guest"},
 		}}
+	case "child":
+		return &guest.Response{Children: []map[string]any{{
+			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "stray"},
+		}}}
 	default:
 		return guest.TerminalErrorf("unknown spec.mode %q", mode)
 	}

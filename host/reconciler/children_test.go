@@ -1,0 +1,136 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+)
+
+var webappGVK = schema.GroupVersionKind{Group: "examples.wasmreconcile.io", Version: "v1alpha1", Kind: "WebApp"}
+
+// TestChildrenAndFinalizer runs modules/webapp against the real API server:
+// children are applied with owner references and the module as field
+// manager, a child that is no longer desired is pruned, a deleted child is
+// recreated, and deletion waits for the module's teardown.
+func TestChildrenAndFinalizer(t *testing.T) {
+	ns, _ := run(t, "./webapp", engine.Limits{})
+	ctx := context.Background()
+	app := newObject(webappGVK, ns, "shop", map[string]any{"image": "nginx:1.27", "port": int64(8080), "config": map[string]any{"LOG_LEVEL": "debug"}})
+	if err := k8s.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	app = get(t, webappGVK, ns, "shop")
+
+	var cm corev1.ConfigMap
+	var svc corev1.Service
+	eventually(t, 30*time.Second, "ConfigMap and Service applied, and Ready", func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-config"}, &cm); err != nil {
+			return err
+		}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, &svc); err != nil {
+			return err
+		}
+		if c := readyCondition(get(t, webappGVK, ns, "shop")); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready condition %v", c)
+		}
+		return nil
+	})
+	if cm.Data["IMAGE"] != "nginx:1.27" || cm.Data["LOG_LEVEL"] != "debug" {
+		t.Errorf("ConfigMap data %v", cm.Data)
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
+		t.Errorf("Service ports %v", svc.Spec.Ports)
+	}
+	for _, obj := range []client.Object{&cm, &svc} {
+		refs := obj.GetOwnerReferences()
+		if len(refs) != 1 || refs[0].UID != app.GetUID() || refs[0].Controller == nil || !*refs[0].Controller {
+			t.Errorf("%s owner references %v", obj.GetName(), refs)
+		}
+		managed := false
+		for _, mf := range obj.GetManagedFields() {
+			managed = managed || (mf.Manager == "webapp" && mf.Operation == "Apply")
+		}
+		if !managed {
+			t.Errorf("%s is not applied by field manager webapp: %v", obj.GetName(), obj.GetManagedFields())
+		}
+	}
+	if fins := get(t, webappGVK, ns, "shop").GetFinalizers(); len(fins) != 1 || fins[0] != reconciler.FinalizerPrefix+"webapp" {
+		t.Errorf("finalizers %v", fins)
+	}
+
+	// A child deleted by hand comes back: its deletion reconciles the owner.
+	if err := k8s.Delete(ctx, &cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the ConfigMap to be recreated", func() error {
+		var again corev1.ConfigMap
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-config"}, &again); err != nil {
+			return err
+		}
+		if again.UID == cm.UID {
+			return fmt.Errorf("still the old ConfigMap")
+		}
+		return nil
+	})
+
+	// expose=false: the Service is no longer desired and is pruned.
+	u := get(t, webappGVK, ns, "shop")
+	if err := unstructured.SetNestedField(u.Object, false, "spec", "expose"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the Service to be pruned", func() error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, &corev1.Service{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("Service still there (err %v)", err)
+	})
+
+	// Deletion: the module deletes its children, then lets the WebApp go.
+	if err := k8s.Delete(ctx, get(t, webappGVK, ns, "shop")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the WebApp and its ConfigMap to be gone", func() error {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp"}})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("WebApp still there (err %v)", err)
+		}
+		// envtest runs no garbage collector: only the module's teardown can
+		// have deleted the ConfigMap.
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop-config"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ConfigMap still there (err %v)", err)
+		}
+		return nil
+	})
+	if _, err := findEvent(t, ns, "shop", corev1.EventTypeNormal, "TearingDown"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestInvalidChildIsRefused(t *testing.T) {
+	// misbehave owns nothing; in "child" mode it returns a ConfigMap anyway.
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{})
+	if err := k8s.Create(context.Background(), newObject(gadgetGVK, ns, "kid", map[string]any{"mode": "child"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "an InvalidResponse event", func() error {
+		_, err := findEvent(t, ns, "kid", corev1.EventTypeWarning, reconciler.ReasonInvalidResponse)
+		return err
+	})
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "stray"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Errorf("an undeclared child was created (err %v)", err)
+	}
+}
