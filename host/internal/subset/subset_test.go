@@ -14,8 +14,8 @@ func TestDiff(t *testing.T) {
 		want any
 		diff string // "" means contained
 	}{
-		{map[string]any{"a": 1.0}, ""},                       // numbers compare by value
-		{map[string]any{"c": map[string]any{"d": 2.5}}, ""},  // nested subset
+		{map[string]any{"a": 1.0}, ""},                      // numbers compare by value
+		{map[string]any{"c": map[string]any{"d": 2.5}}, ""}, // nested subset
 		{map[string]any{"l": []any{map[string]any{"k": "v"}}}, ""},
 		{map[string]any{"a": 2.0}, ".a: want 2, got 1"},
 		{map[string]any{"z": "x"}, `.z: want "x", missing`},
