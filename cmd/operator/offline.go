@@ -150,7 +150,7 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 	m, done, err := lf.load(ctx, module)
 	if err != nil {
 		if engine.IsInvalidModule(err) {
-			printJSON(stdout, map[string]any{"error": map[string]any{"kind": offline.KindInvalidModule, "message": err.Error()}, "fuelConsumed": 0})
+			printJSON(stdout, map[string]any{"error": map[string]any{"kind": engine.KindInvalidModule, "message": err.Error()}, "fuelConsumed": 0})
 			return exitError{1}
 		}
 		return usage("--module: %v", err)
@@ -159,7 +159,7 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 	o := offline.Run(ctx, m, in)
 	ms := float64(o.Duration.Microseconds()) / 1000
 	if o.Err != nil {
-		printJSON(stdout, map[string]any{"error": map[string]any{"kind": offline.ErrorKind(o.Err), "message": o.Err.Error()}, "fuelConsumed": o.Fuel, "durationMs": ms})
+		printJSON(stdout, map[string]any{"error": map[string]any{"kind": engine.KindOf(o.Err), "message": o.Err.Error()}, "fuelConsumed": o.Fuel, "durationMs": ms})
 		return exitError{1}
 	}
 	var out map[string]any

@@ -134,3 +134,47 @@ type StackOverflowError struct {
 func (e *StackOverflowError) Error() string {
 	return fmt.Sprintf("module[%s] %s: stack overflow; look for unbounded recursion in the guest", e.Module, e.Call)
 }
+
+// Kinds of errors, as reported by `operator invoke` and matched by
+// `operator test`. KindOf maps an error to one of them.
+const (
+	KindInvalidModule    = "InvalidModule"
+	KindFuelExhausted    = "FuelExhausted"
+	KindDeadlineExceeded = "DeadlineExceeded"
+	KindCanceled         = "Canceled"
+	KindMemoryLimit      = "MemoryLimit"
+	KindStackOverflow    = "StackOverflow"
+	KindABI              = "ABI"
+	KindTrap             = "Trap"
+)
+
+// KindOf names the kind of an error returned by Engine.Load or
+// Module.Reconcile. Errors of other origins are KindTrap.
+func KindOf(err error) string {
+	var (
+		invalid  *InvalidModuleError
+		fuel     *FuelExhaustedError
+		deadline *DeadlineExceededError
+		canceled *CanceledError
+		mem      *MemoryLimitError
+		stack    *StackOverflowError
+		abiErr   *ABIError
+	)
+	switch {
+	case errors.As(err, &invalid):
+		return KindInvalidModule
+	case errors.As(err, &fuel):
+		return KindFuelExhausted
+	case errors.As(err, &deadline):
+		return KindDeadlineExceeded
+	case errors.As(err, &canceled):
+		return KindCanceled
+	case errors.As(err, &mem):
+		return KindMemoryLimit
+	case errors.As(err, &stack):
+		return KindStackOverflow
+	case errors.As(err, &abiErr):
+		return KindABI
+	}
+	return KindTrap
+}

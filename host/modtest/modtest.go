@@ -38,6 +38,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/subset"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 )
@@ -70,7 +71,7 @@ type EventExpect struct {
 }
 
 // ErrorExpect matches the error of a run: an engine error (see the Kind
-// constants of package offline) or, with kind Reconcile, an error the guest
+// constants of package engine) or, with kind Reconcile, an error the guest
 // reported in its response.
 type ErrorExpect struct {
 	Kind            string `json:"kind"`
@@ -136,7 +137,7 @@ func (c Case) Check(o offline.Outcome) []string {
 	kind, msg, terminal := "", "", false
 	switch {
 	case o.Err != nil:
-		kind, msg = offline.ErrorKind(o.Err), o.Err.Error()
+		kind, msg = engine.KindOf(o.Err), o.Err.Error()
 	case o.Response != nil && o.Response.Error != nil:
 		kind, msg, terminal = offline.KindReconcile, o.Response.Error.Message, o.Response.Error.Terminal
 	}

@@ -7,7 +7,6 @@ package offline
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -20,17 +19,9 @@ import (
 // offline runs deterministic.
 const DefaultNow = "2000-01-01T00:00:00Z"
 
-// Input is what the guest observes.
-type Input struct {
-	Object     map[string]any   `json:"object"`
-	Children   []map[string]any `json:"children,omitempty"`
-	Related    []map[string]any `json:"related,omitempty"`
-	Finalizing bool             `json:"finalizing,omitempty"`
-	Config     map[string]any   `json:"config,omitempty"`
-	Attempt    int              `json:"attempt,omitempty"`
-	// Now defaults to DefaultNow.
-	Now string `json:"now,omitempty"`
-}
+// Input is what the guest observes: an ABI request. An empty Now becomes
+// DefaultNow.
+type Input = abi.Request
 
 // Outcome is the result of one run.
 type Outcome struct {
@@ -51,10 +42,8 @@ func Request(in Input) ([]byte, error) {
 	if now == "" {
 		now = DefaultNow
 	}
-	return utiljson.Marshal(abi.Request{
-		Object: in.Object, Children: in.Children, Related: in.Related,
-		Finalizing: in.Finalizing, Config: in.Config, Attempt: in.Attempt, Now: now,
-	})
+	in.Now = now
+	return utiljson.Marshal(in)
 }
 
 // Run calls m once with in.
@@ -87,46 +76,6 @@ func objectName(obj map[string]any) string {
 	return ns + "/" + name
 }
 
-// Error kinds reported by `operator invoke` and matched by `operator test`.
-const (
-	KindFuelExhausted    = "FuelExhausted"
-	KindDeadlineExceeded = "DeadlineExceeded"
-	KindCanceled         = "Canceled"
-	KindTrap             = "Trap"
-	KindMemoryLimit      = "MemoryLimit"
-	KindStackOverflow    = "StackOverflow"
-	KindABI              = "ABI"
-	KindInvalidModule    = "InvalidModule"
-	// KindReconcile is a guest that reported an error in its response.
-	KindReconcile = "Reconcile"
-)
-
-// ErrorKind names the kind of an engine error.
-func ErrorKind(err error) string {
-	var (
-		fuel     *engine.FuelExhaustedError
-		deadline *engine.DeadlineExceededError
-		canceled *engine.CanceledError
-		mem      *engine.MemoryLimitError
-		stack    *engine.StackOverflowError
-		abiErr   *engine.ABIError
-		invalid  *engine.InvalidModuleError
-	)
-	switch {
-	case errors.As(err, &invalid):
-		return KindInvalidModule
-	case errors.As(err, &fuel):
-		return KindFuelExhausted
-	case errors.As(err, &deadline):
-		return KindDeadlineExceeded
-	case errors.As(err, &canceled):
-		return KindCanceled
-	case errors.As(err, &mem):
-		return KindMemoryLimit
-	case errors.As(err, &stack):
-		return KindStackOverflow
-	case errors.As(err, &abiErr):
-		return KindABI
-	}
-	return KindTrap
-}
+// KindReconcile is the error kind of a guest that reported an error in its
+// response; the other kinds are engine.KindOf's.
+const KindReconcile = "Reconcile"

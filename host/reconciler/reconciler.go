@@ -355,30 +355,18 @@ func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
 	r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 }
 
+// reasonFor is the Event reason for an engine error.
 func reasonFor(err error) string {
-	var (
-		fuel     *engine.FuelExhaustedError
-		deadline *engine.DeadlineExceededError
-		trap     *engine.TrapError
-		abiErr   *engine.ABIError
-		memErr   *engine.MemoryLimitError
-		stackErr *engine.StackOverflowError
-	)
-	switch {
-	case errors.As(err, &fuel):
-		return ReasonFuelExhausted
-	case errors.As(err, &deadline):
-		return ReasonDeadlineExceeded
-	case errors.As(err, &memErr):
-		return ReasonMemoryLimit
-	case errors.As(err, &stackErr):
-		return ReasonStackOverflow
-	case errors.As(err, &trap):
+	switch kind := engine.KindOf(err); kind {
+	case engine.KindTrap:
 		return ReasonGuestTrapped
-	case errors.As(err, &abiErr):
+	case engine.KindABI:
 		return ReasonABIViolation
+	case engine.KindInvalidModule, engine.KindCanceled:
+		return ReasonReconcileFailed
+	default: // FuelExhausted, DeadlineExceeded, MemoryLimit, StackOverflow
+		return kind
 	}
-	return ReasonReconcileFailed
 }
 
 func (r *Reconciler) attempt(key types.NamespacedName) int {
