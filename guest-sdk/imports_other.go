@@ -29,3 +29,27 @@ func TakeLogs() []LogLine {
 	logLines = nil
 	return l
 }
+
+// CacheReadFunc serves cache reads in native builds.
+type CacheReadFunc func(abi.CacheRequest) (abi.CacheStatus, []byte)
+
+var nativeCache CacheReadFunc
+
+// SetCacheReader installs the cache that Get and List read in native builds
+// (unit tests of handler logic); package sdktest installs one. nil restores
+// the default, which answers every read with abi.CacheUnavailable.
+func SetCacheReader(fn CacheReadFunc) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	nativeCache = fn
+}
+
+func cacheRead(req abi.CacheRequest) (abi.CacheStatus, []byte) {
+	logMu.Lock()
+	fn := nativeCache
+	logMu.Unlock()
+	if fn == nil {
+		return abi.CacheUnavailable, []byte("no cache in a native build; use package sdktest")
+	}
+	return fn(req)
+}

@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"encoding/json"
 	"unsafe"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
@@ -61,3 +62,21 @@ func publish(b []byte) abi.PackedBuffer {
 // TakeLogs returns nil in wasm builds, where log lines go to the host. In
 // native builds (unit tests) it returns and clears the lines logged so far.
 func TakeLogs() []LogLine { return nil }
+
+//go:wasmimport wasmreconcile cache_read
+func wasmCacheRead(reqPtr unsafe.Pointer, reqLen uint32, buf unsafe.Pointer, bufLimit uint32) uint64
+
+// cacheBuf is reused across reads; it grows to the largest result seen.
+var cacheBuf = make([]byte, 64<<10)
+
+func cacheRead(req abi.CacheRequest) (abi.CacheStatus, []byte) {
+	b, _ := json.Marshal(req)
+	for {
+		packed := abi.PackedBuffer(wasmCacheRead(unsafe.Pointer(&b[0]), uint32(len(b)), unsafe.Pointer(&cacheBuf[0]), uint32(len(cacheBuf))))
+		status, n := abi.CacheStatus(packed.Ptr()), int(packed.Len())
+		if n <= len(cacheBuf) {
+			return status, append([]byte(nil), cacheBuf[:n]...)
+		}
+		cacheBuf = make([]byte, n) // too small: grow and ask again
+	}
+}

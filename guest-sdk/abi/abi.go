@@ -63,6 +63,45 @@ const (
 	//
 	//	(import "wasmreconcile" "log" (func (param $level i32) (param $ptr i32) (param $len i32)))
 	ImportLog = "log"
+
+	// ImportCacheRead reads objects from the host's cache. The request at
+	// [req_ptr, req_ptr+req_len) is a CacheRequest as JSON. The result is
+	// packed as status<<32 | length: the host writes the result to
+	// [buf, buf+length) only when length <= buf_limit; otherwise it writes
+	// nothing and the guest calls again with a buffer of at least length
+	// bytes. For CacheOK the result is the object (get) or a JSON array of
+	// objects (list); for any other status it is a UTF-8 message.
+	//
+	//	(import "wasmreconcile" "cache_read" (func (param $req_ptr i32) (param $req_len i32) (param $buf i32) (param $buf_limit i32) (result i64)))
+	ImportCacheRead = "cache_read"
+)
+
+// CacheRequest is the request of ImportCacheRead.
+type CacheRequest struct {
+	// Op is "get" or "list".
+	Op         string `json:"op"`
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Namespace of the object (get) or to list in; "" lists across all
+	// namespaces, and names a cluster-scoped object.
+	Namespace string `json:"namespace,omitempty"`
+	// Name of the object; get only.
+	Name string `json:"name,omitempty"`
+	// LabelSelector filters a list, in kubectl's syntax (e.g. "app=web,tier!=db").
+	LabelSelector string `json:"labelSelector,omitempty"`
+}
+
+// CacheStatus is the status half of ImportCacheRead's result.
+type CacheStatus uint32
+
+// Cache statuses.
+const (
+	CacheOK          CacheStatus = 0 // the result holds the object or the list
+	CacheNotFound    CacheStatus = 1 // get: no such object
+	CacheForbidden   CacheStatus = 2 // the kind is not declared in For, Owns or Reads
+	CacheBadRequest  CacheStatus = 3 // malformed request or selector
+	CacheUnavailable CacheStatus = 4 // the host has no cache for this call
+	CacheError       CacheStatus = 5 // the read failed; the message says why
 )
 
 // LogLevel is the level argument of [ImportLog].

@@ -246,10 +246,10 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 		mod, name, _ := imp.Import()
 		switch {
 		case mod == wasi_snapshot_preview1.ModuleName:
-		case mod == abi.ImportModule && name == abi.ImportLog:
+		case mod == abi.ImportModule && (name == abi.ImportLog || name == abi.ImportCacheRead):
 		case mod == instrument.ImportModule && name == instrument.ImportRefuel: // added by the instrumenter
 		default:
-			return fmt.Errorf("imports unknown function %s.%s; this host provides %s.%s and WASI preview1", mod, name, abi.ImportModule, abi.ImportLog)
+			return fmt.Errorf("imports unknown function %s.%s; this host provides %s.%s, %s.%s and WASI preview1", mod, name, abi.ImportModule, abi.ImportLog, abi.ImportModule, abi.ImportCacheRead)
 		}
 	}
 	if len(c.ImportedMemories()) > 0 {

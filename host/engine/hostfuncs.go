@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/go-logr/logr"
 	"github.com/tetratelabs/wazero"
@@ -13,15 +14,60 @@ import (
 // maxLogLine caps one guest log line; longer lines are truncated.
 const maxLogLine = 4096
 
+// maxCacheResult caps one cache_read result.
+const maxCacheResult = 16 << 20
+
+// CacheReader serves a guest's cache reads (abi.ImportCacheRead); package
+// cacheread implements it.
+type CacheReader interface {
+	Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte)
+}
+
+type cacheReaderKey struct{}
+
+// WithCacheReader returns a context whose calls into a module serve cache
+// reads from r. Without one, cache reads answer abi.CacheUnavailable.
+func WithCacheReader(ctx context.Context, r CacheReader) context.Context {
+	return context.WithValue(ctx, cacheReaderKey{}, r)
+}
+
 // instantiateHostModule provides the functions of abi.ImportModule.
 func instantiateHostModule(ctx context.Context, rt wazero.Runtime) error {
+	i32 := api.ValueTypeI32
 	_, err := rt.NewHostModuleBuilder(abi.ImportModule).
 		NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(guestLog), []api.ValueType{api.ValueTypeI32, api.ValueTypeI32, api.ValueTypeI32}, nil).
+		WithGoModuleFunction(api.GoModuleFunc(guestLog), []api.ValueType{i32, i32, i32}, nil).
 		WithParameterNames("level", "ptr", "len").
 		Export(abi.ImportLog).
+		NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(cacheRead), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{api.ValueTypeI64}).
+		WithParameterNames("req_ptr", "req_len", "buf", "buf_limit").
+		Export(abi.ImportCacheRead).
 		Instantiate(ctx)
 	return err
+}
+
+// cacheRead implements abi.ImportCacheRead. A request or buffer outside
+// guest memory is an ABI violation and stops the call.
+func cacheRead(ctx context.Context, mod api.Module, stack []uint64) {
+	reqPtr, reqLen, buf, limit := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	req, ok := mod.Memory().Read(reqPtr, reqLen)
+	if !ok {
+		panic(&ABIError{Reason: fmt.Sprintf("cache_read request at %d+%d is outside guest memory", reqPtr, reqLen)})
+	}
+	status, out := abi.CacheUnavailable, []byte("this host provides no cache to the call")
+	if r, ok := ctx.Value(cacheReaderKey{}).(CacheReader); ok {
+		status, out = r.Read(ctx, append([]byte(nil), req...))
+	}
+	if len(out) > maxCacheResult {
+		status, out = abi.CacheError, []byte(fmt.Sprintf("result of %d bytes is over the %d-byte limit of one read; narrow the list with a namespace or label selector", len(out), maxCacheResult))
+	}
+	if uint32(len(out)) <= limit && len(out) > 0 {
+		if !mod.Memory().Write(buf, out) {
+			panic(&ABIError{Reason: fmt.Sprintf("cache_read buffer at %d+%d is outside guest memory", buf, limit)})
+		}
+	}
+	stack[0] = uint64(status)<<32 | uint64(len(out))
 }
 
 // guestLog writes a guest's log line to the logr.Logger in the call's context

@@ -12,6 +12,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 )
 
@@ -52,6 +53,10 @@ func Run(ctx context.Context, m *engine.Module, in Input) Outcome {
 	if err != nil {
 		return Outcome{Err: &engine.ABIError{Module: m.Name(), Call: "invoke", Reason: "encoding the request: " + err.Error()}}
 	}
+	// Reads are served from what the guest was given: the object, its
+	// children and the related objects.
+	objects := append(append([]map[string]any{in.Object}, in.Children...), in.Related...)
+	ctx = engine.WithCacheReader(ctx, cacheread.New(m.Manifest(), cacheread.MemoryBackend{Objects: objects}))
 	res, err := m.Reconcile(ctx, "invoke "+objectName(in.Object), req)
 	out := Outcome{Fuel: res.Fuel, Duration: res.Duration, Err: err}
 	if err != nil {

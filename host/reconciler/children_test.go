@@ -134,3 +134,31 @@ func TestInvalidChildIsRefused(t *testing.T) {
 		t.Errorf("an undeclared child was created (err %v)", err)
 	}
 }
+
+// TestCacheReads runs a guest that reads ConfigMaps from the operator's
+// informer cache, in a real cluster, and is refused a Secret it did not
+// declare.
+func TestCacheReads(t *testing.T) {
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{})
+	ctx := context.Background()
+	for name, team := range map[string]string{"settings": "a", "other": "b"} {
+		cm := &corev1.ConfigMap{}
+		cm.Namespace, cm.Name, cm.Labels, cm.Data = ns, name, map[string]string{"team": team}, map[string]string{"color": "blue"}
+		if err := k8s.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k8s.Create(ctx, newObject(gadgetGVK, ns, "reader", map[string]any{"mode": "read", "configMap": "settings", "selector": "team=a"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "status from cache reads", func() error {
+		st, _, _ := unstructured.NestedMap(get(t, gadgetGVK, ns, "reader").Object, "status")
+		if st["found"] != true || st["listed"] != int64(1) || st["secretForbidden"] != true {
+			return fmt.Errorf("status %v", st)
+		}
+		if data, _ := st["data"].(map[string]any); data["color"] != "blue" {
+			return fmt.Errorf("data %v", st["data"])
+		}
+		return nil
+	})
+}

@@ -30,11 +30,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 )
 
@@ -81,6 +83,7 @@ type Reconciler struct {
 	gvk       schema.GroupVersionKind
 	owns      []schema.GroupVersionKind
 	finalizer string // empty when the module declares none
+	cache     *cacheread.Reader
 	now       func() time.Time
 
 	mu       sync.Mutex
@@ -111,6 +114,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 	if module.Manifest().Finalizer {
 		r.finalizer = FinalizerPrefix + module.Name()
 	}
+	r.cache = cacheread.New(module.Manifest(), cacheread.ClientBackend{Reader: c})
 	return r
 }
 
@@ -136,6 +140,13 @@ func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*R
 		child := &unstructured.Unstructured{}
 		child.SetGroupVersionKind(gvk)
 		b = b.Owns(child) // a change to a child reconciles its controller
+	}
+	for _, g := range module.Manifest().Reads {
+		// A watch with no handler: the informer is started and synced
+		// before the workers, so a guest's read never waits for a cold cache.
+		read := &unstructured.Unstructured{}
+		read.SetGroupVersionKind(schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind})
+		b = b.Watches(read, handler.Funcs{})
 	}
 	err := b.Complete(r)
 	if err != nil {
@@ -230,7 +241,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("encoding request for %s: %w", req.NamespacedName, err)
 	}
-	res, err := r.module.Reconcile(ctx, "reconcile "+req.String(), request)
+	res, err := r.module.Reconcile(engine.WithCacheReader(ctx, r.cache), "reconcile "+req.String(), request)
 	log.FromContext(ctx).V(1).Info("guest returned", "fuel", res.Fuel, "guestDuration", res.Duration.String())
 	if err != nil {
 		var canceled *engine.CanceledError

@@ -16,11 +16,15 @@
 //	"big"      a response of spec.bytes bytes
 //	"events"   a Normal and a Warning event, no status
 //	"child"    a ConfigMap child, although the manifest owns nothing
+//	"read"     reads ConfigMap spec.configMap and lists ConfigMaps matching
+//	           spec.selector in its namespace (declared in reads), and tries a
+//	           Secret (not declared); reports all three in its status
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o misbehave.wasm .
 package main
 
 import (
+	"errors"
 	"os"
 	"strings"
 
@@ -32,7 +36,8 @@ var sink int
 func init() {
 	guest.Handle(guest.Manifest{
 		Name: "misbehave",
-		For:  guest.GVK("test.wasmreconcile.io", "v1", "Gadget"),
+		For:   guest.GVK("test.wasmreconcile.io", "v1", "Gadget"),
+		Reads: []guest.GroupVersionKind{guest.GVK("", "v1", "ConfigMap")},
 	}, reconcile)
 }
 
@@ -85,6 +90,25 @@ func reconcile(req *guest.Request) *guest.Response {
 			{Type: "Normal", Reason: "Hello", Message: "normal event from the guest"},
 			{Type: "Warning", Reason: "Careful", Message: "warning event from the guest"},
 		}}
+	case "read":
+		st := map[string]any{"observedGeneration": obj.Generation()}
+		cm, found, err := guest.Get("v1", "ConfigMap", obj.Namespace(), obj.NestedString("spec", "configMap"))
+		if err != nil {
+			return guest.Errorf("get: %v", err)
+		}
+		st["found"] = found
+		if found {
+			v, _ := cm.NestedField("data")
+			st["data"] = v
+		}
+		list, err := guest.List("v1", "ConfigMap", obj.Namespace(), obj.NestedString("spec", "selector"))
+		if err != nil {
+			return guest.Errorf("list: %v", err)
+		}
+		st["listed"] = len(list)
+		_, _, err = guest.Get("v1", "Secret", obj.Namespace(), "any")
+		st["secretForbidden"] = errors.Is(err, guest.ErrForbidden)
+		return &guest.Response{Status: st}
 	case "child":
 		return &guest.Response{Children: []map[string]any{{
 			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "stray"},
