@@ -35,7 +35,7 @@ var sink int
 
 func init() {
 	guest.Handle(guest.Manifest{
-		Name: "misbehave",
+		Name:  "misbehave",
 		For:   guest.GVK("test.wasmreconcile.io", "v1", "Gadget"),
 		Reads: []guest.GroupVersionKind{guest.GVK("", "v1", "ConfigMap")},
 	}, reconcile)
