@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
@@ -257,5 +260,35 @@ func TestConcurrentCalls(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestGuestLogLevels checks the log host function through the conformance
+// guest: each level arrives in the call's logger, named "guest".
+func TestGuestLogLevels(t *testing.T) {
+	m := load(t, "./internal/tck", engine.Limits{})
+	var lines []string
+	logger := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{Verbosity: 1})
+	ctx := logr.NewContext(context.Background(), logger)
+	req, _ := json.Marshal(abi.Request{Object: map[string]any{
+		"apiVersion": "tck.wasmreconcile.io/v1", "kind": "Probe",
+		"metadata": map[string]any{"name": "p"}, "spec": map[string]any{"op": "log"},
+	}})
+	if _, err := m.Reconcile(ctx, "reconcile p", req); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`guest "level"=1 "msg"="tck debug line"`,
+		`guest "level"=0 "msg"="tck info line"`,
+		`guest "level"=0 "msg"="tck warn line" "level"="warn"`,
+		`guest "msg"="tck error line" "error"=null`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
+	}
+	for i := range want {
+		if strings.TrimSpace(lines[i]) != want[i] {
+			t.Errorf("line %d = %q, want %q", i, lines[i], want[i])
+		}
 	}
 }
