@@ -74,12 +74,12 @@ fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).
 	$(GO) test -run '^$$' -fuzz FuzzInstrument -fuzztime $(or $(FUZZTIME),2m) ./host/internal/instrument/
 
 .PHONY: demo
-demo: controlplane modules operator ## Run the operator with the example module on an embedded real control plane.
+demo: controlplane modules operator ## Run the operator with the example modules on an embedded real control plane.
 	@$(GO) build -o $(BIN)/demo ./hack/demo
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/demo --operator $(BIN)/operator --module $(BIN)/modules/widget.wasm $(DEMO_FLAGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/demo --operator $(BIN)/operator --modules $(BIN)/modules/widget.wasm,$(BIN)/modules/webapp.wasm $(DEMO_FLAGS)
 
 .PHONY: demo-check
-demo-check: ## Run the demo non-interactively: exits 0 once every Widget is Ready.
+demo-check: ## Run the demo non-interactively: exits 0 once the Widgets and the WebApp are Ready.
 	$(MAKE) demo DEMO_FLAGS=--exit-when-ready
 
 .PHONY: clean

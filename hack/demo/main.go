@@ -1,15 +1,18 @@
 // Command demo runs wasmreconcile end to end on an embedded, real control
 // plane: it starts etcd and kube-apiserver on loopback in a temporary
-// directory, installs the example CRD, starts the operator with the example
-// module, applies sample Widgets and shows their status converging with
-// kubectl. Ctrl-C stops everything and removes the temporary directory.
+// directory, installs the example CRDs, starts one operator with the example
+// modules, applies sample Widgets and a WebApp, and shows with kubectl their
+// status converging and the WebApp's children appearing. Ctrl-C stops
+// everything and removes the temporary directory.
 //
 // It is run by `make demo`, which builds the binaries it needs first:
 //
-//	go run ./hack/demo --assets DIR --operator bin/operator --module bin/modules/widget.wasm
+//	demo --assets DIR --operator bin/operator --modules bin/modules/widget.wasm,bin/modules/webapp.wasm
 //
-// With --exit-when-ready it exits 0 by itself once every Widget is Ready, or 1
-// after --ready-timeout.
+// With --exit-when-ready it exits 0 by itself once every Widget and the
+// WebApp are Ready, or 1 after --ready-timeout. Interactively it then changes
+// a Widget's spec and turns the WebApp's Service off, showing the status
+// follow and the Service pruned, and waits for Ctrl-C.
 package main
 
 import (
@@ -48,9 +51,10 @@ func run() error {
 	var (
 		assets       = flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd and kubectl (from hack/controlplane.sh)")
 		operatorBin  = flag.String("operator", "bin/operator", "operator binary")
-		module       = flag.String("module", "bin/modules/widget.wasm", "module to run")
+		modules      = flag.String("modules", "bin/modules/widget.wasm,bin/modules/webapp.wasm", "comma-separated modules to run")
 		crds         = flag.String("crds", "examples/crds", "directory of CRDs to install")
-		samples      = flag.String("samples", "examples/widgets/widgets.yaml", "sample objects to apply")
+		samples      = flag.String("samples", "examples/widgets/widgets.yaml", "sample Widgets to apply")
+		webapp       = flag.String("webapp", "examples/webapps/shop.yaml", "sample WebApp to apply")
 		exitReady    = flag.Bool("exit-when-ready", false, "exit once every Widget is Ready (for scripts and CI)")
 		readyTimeout = flag.Duration("ready-timeout", 2*time.Minute, "how long to wait for the Widgets to become Ready")
 	)
@@ -58,7 +62,8 @@ func run() error {
 	if *assets == "" {
 		return errors.New("no control plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make demo does this)")
 	}
-	for _, f := range []string{*operatorBin, *module, *crds, *samples} {
+	moduleList := strings.Split(*modules, ",")
+	for _, f := range append([]string{*operatorBin, *crds, *samples, *webapp}, moduleList...) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%w; run `make demo` from the repository root", err)
 		}
@@ -111,9 +116,12 @@ func run() error {
 		return err
 	}
 
-	d.say("starting the operator with %s", *module)
-	op := exec.Command(*operatorBin, "run", "--module", *module, "--kubeconfig", d.kubeconfig,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0")
+	d.say("starting the operator with %s", strings.Join(moduleList, " and "))
+	args := []string{"run", "--kubeconfig", d.kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
+	for _, m := range moduleList {
+		args = append(args, "--module", m)
+	}
+	op := exec.Command(*operatorBin, args...)
 	op.Stdout = prefixWriter("[operator] ", os.Stdout)
 	op.Stderr = prefixWriter("[operator] ", os.Stdout)
 	op.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches us; we stop it in order
@@ -139,8 +147,18 @@ func run() error {
 	if err := d.waitReady(ctx, opDone, *readyTimeout); err != nil {
 		return err
 	}
+	d.say("a WebApp: the webapp module derives a ConfigMap and a Service, applied by the host with server-side apply")
+	if err := d.kubectl_(ctx, "apply", "-f", *webapp); err != nil {
+		return err
+	}
+	webapps := []string{"get", "webapps,configmaps,services", "-n", "default"}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "the WebApp Ready with its children", webapps, func(out string) bool {
+		return webappReady(out) && strings.Contains(out, "configmap/shop-config") && strings.Contains(out, "service/shop ")
+	}); err != nil {
+		return err
+	}
 	if *exitReady {
-		d.say("all Widgets are Ready; exiting (--exit-when-ready)")
+		d.say("all Widgets and the WebApp are Ready; exiting (--exit-when-ready)")
 		return nil
 	}
 
@@ -148,8 +166,17 @@ func run() error {
 	if err := d.kubectl_(ctx, "patch", "widget", "small-blue", "--type=merge", "-p", `{"spec":{"size":5}}`); err != nil {
 		return err
 	}
-	if err := d.waitFor(ctx, opDone, *readyTimeout, "small-blue summary 5 x blue", func(out string) bool {
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "small-blue summary 5 x blue", []string{"get", "widgets", "-n", "default"}, func(out string) bool {
 		return strings.Contains(out, "5 x blue")
+	}); err != nil {
+		return err
+	}
+	d.say("turning the WebApp's Service off: the guest no longer desires it and the host prunes it")
+	if err := d.kubectl_(ctx, "patch", "webapp", "shop", "--type=merge", "-p", `{"spec":{"expose":false}}`); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "the Service pruned", webapps, func(out string) bool {
+		return !strings.Contains(out, "service/shop ")
 	}); err != nil {
 		return err
 	}
@@ -182,15 +209,27 @@ func (d *demo) kubectl_(ctx context.Context, args ...string) error {
 	return nil
 }
 
-func (d *demo) getWidgets(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, d.kubectl, "--kubeconfig", d.kubeconfig, "get", "widgets", "-n", "default").CombinedOutput()
+// webappReady reports whether the WebApp row of `kubectl get webapps,...`
+// shows READY True.
+func webappReady(out string) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && strings.HasPrefix(f[0], "webapp.") {
+			return f[2] == "True"
+		}
+	}
+	return false
+}
+
+// get runs kubectl quietly and returns its output.
+func (d *demo) get(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.kubeconfig}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
 // waitReady prints the Widget table whenever it changes until every Widget is
 // Ready=True.
 func (d *demo) waitReady(ctx context.Context, opDone <-chan error, timeout time.Duration) error {
-	return d.waitFor(ctx, opDone, timeout, "every Widget Ready", func(out string) bool {
+	return d.waitFor(ctx, opDone, timeout, "every Widget Ready", []string{"get", "widgets", "-n", "default"}, func(out string) bool {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if len(lines) < 2 {
 			return false
@@ -205,14 +244,16 @@ func (d *demo) waitReady(ctx context.Context, opDone <-chan error, timeout time.
 	})
 }
 
-func (d *demo) waitFor(ctx context.Context, opDone <-chan error, timeout time.Duration, what string, done func(string) bool) error {
-	fmt.Println("$ kubectl get widgets   # printed whenever it changes")
+// waitFor prints `kubectl ARGS` whenever its output changes, until done
+// reports true for it.
+func (d *demo) waitFor(ctx context.Context, opDone <-chan error, timeout time.Duration, what string, args []string, done func(string) bool) error {
+	fmt.Printf("$ kubectl %s   # printed whenever it changes\n", strings.Join(args, " "))
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
-		out, err := d.getWidgets(ctx)
+		out, err := d.get(ctx, args...)
 		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("kubectl get widgets: %v: %s", err, out)
+			return fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 		if out != last {
 			fmt.Print(out)
