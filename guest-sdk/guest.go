@@ -94,7 +94,7 @@ func manifestJSON() []byte {
 // calls; it is exported for the offline test harness (package sdktest).
 func Dispatch(request []byte) []byte {
 	resp := dispatch(request)
-	b, err := json.Marshal(resp)
+	b, err := encodeResponse(resp)
 	if err != nil {
 		b, _ = json.Marshal(&Response{Error: &Error{Message: "guest: encoding response: " + err.Error()}})
 	}
@@ -105,8 +105,8 @@ func dispatch(request []byte) (resp *Response) {
 	if handler == nil {
 		return &Response{Error: &Error{Message: "guest: no handler registered; call guest.Handle from an init function", Terminal: true}}
 	}
-	var req Request
-	if err := json.Unmarshal(request, &req); err != nil {
+	req, err := decodeRequest(request)
+	if err != nil {
 		return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
 	}
 	defer func() {
@@ -114,7 +114,7 @@ func dispatch(request []byte) (resp *Response) {
 			resp = &Response{Error: &Error{Message: fmt.Sprintf("guest: handler panicked: %v", r)}}
 		}
 	}()
-	resp = handler(&req)
+	resp = handler(req)
 	if resp == nil {
 		resp = &Response{}
 	}

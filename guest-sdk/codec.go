@@ -1,0 +1,111 @@
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
+)
+
+// decodeRequest decodes a Request with the fast codec. It is as strict as
+// encoding/json about field types.
+func decodeRequest(data []byte) (*Request, error) {
+	v, err := jsontree.Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("request is not a JSON object")
+	}
+	req := &Request{}
+	for k, v := range m {
+		if v == nil {
+			continue
+		}
+		switch k {
+		case "object":
+			if req.Object, ok = v.(map[string]any); !ok {
+				return nil, fieldError(k, "an object", v)
+			}
+		case "children", "related":
+			list, ok := v.([]any)
+			if !ok {
+				return nil, fieldError(k, "an array of objects", v)
+			}
+			objs := make([]map[string]any, len(list))
+			for i, e := range list {
+				if objs[i], ok = e.(map[string]any); !ok && e != nil {
+					return nil, fieldError(fmt.Sprintf("%s[%d]", k, i), "an object", e)
+				}
+			}
+			if k == "children" {
+				req.Children = objs
+			} else {
+				req.Related = objs
+			}
+		case "finalizing":
+			if req.Finalizing, ok = v.(bool); !ok {
+				return nil, fieldError(k, "a boolean", v)
+			}
+		case "config":
+			if req.Config, ok = v.(map[string]any); !ok {
+				return nil, fieldError(k, "an object", v)
+			}
+		case "attempt":
+			f, ok := v.(float64)
+			if !ok || f != float64(int(f)) {
+				return nil, fieldError(k, "an integer", v)
+			}
+			req.Attempt = int(f)
+		case "now":
+			if req.Now, ok = v.(string); !ok {
+				return nil, fieldError(k, "a string", v)
+			}
+		}
+	}
+	return req, nil
+}
+
+func fieldError(field, want string, got any) error {
+	return fmt.Errorf("request field %q must be %s, got %T", field, want, got)
+}
+
+// encodeResponse encodes a Response with the fast codec, falling back to
+// encoding/json for values it does not handle (for example structs in a
+// status). The output is the same either way.
+func encodeResponse(r *Response) ([]byte, error) {
+	m := make(map[string]any, 6)
+	if r.Status != nil {
+		m["status"] = r.Status
+	}
+	if len(r.Events) > 0 {
+		events := make([]any, len(r.Events))
+		for i, e := range r.Events {
+			events[i] = map[string]any{"type": string(e.Type), "reason": e.Reason, "message": e.Message}
+		}
+		m["events"] = events
+	}
+	if r.RequeueAfterSeconds != 0 {
+		m["requeueAfterSeconds"] = r.RequeueAfterSeconds
+	}
+	if r.Error != nil {
+		e := map[string]any{"message": r.Error.Message}
+		if r.Error.Terminal {
+			e["terminal"] = true
+		}
+		m["error"] = e
+	}
+	if len(r.Children) > 0 {
+		m["children"] = r.Children
+	}
+	if r.Finalized {
+		m["finalized"] = true
+	}
+	b, err := jsontree.Append(make([]byte, 0, 1024), m)
+	if errors.Is(err, jsontree.ErrUnsupported) {
+		return json.Marshal(r)
+	}
+	return b, err
+}
