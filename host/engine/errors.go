@@ -149,8 +149,11 @@ const (
 )
 
 // KindOf names the kind of an error returned by Engine.Load or
-// Module.Reconcile. Errors of other origins are KindTrap.
+// Module.Reconcile. Errors of other origins are KindTrap; nil is "".
 func KindOf(err error) string {
+	if err == nil {
+		return ""
+	}
 	var (
 		invalid  *InvalidModuleError
 		fuel     *FuelExhaustedError

@@ -6,8 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,8 +39,12 @@ type Options struct {
 	MetricsBindAddress string
 
 	// HealthProbeBindAddress serves /healthz and /readyz. "0" disables it.
+	// /readyz answers 503 until every informer cache has synced.
 	// Defaults to ":8081".
 	HealthProbeBindAddress string
+
+	// PprofBindAddress serves net/http/pprof. Defaults to "": disabled.
+	PprofBindAddress string
 }
 
 // Operator runs a set of modules against one cluster.
@@ -64,6 +70,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
+		PprofBindAddress:       opts.PprofBindAddress,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
@@ -71,14 +78,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+	o0 := &Operator{mgr: mgr}
+	if err := mgr.AddReadyzCheck("informers-synced", func(*http.Request) error { return o0.Ready() }); err != nil {
 		return nil, err
 	}
 	eng, err := engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir})
 	if err != nil {
 		return nil, err
 	}
-	o := &Operator{mgr: mgr, engine: eng}
+	o := o0
+	o.engine = eng
 	seen := map[string]string{}
 	for _, path := range opts.Modules {
 		m, err := loadFile(ctx, eng, path, opts.Limits)
@@ -114,6 +123,17 @@ func loadFile(ctx context.Context, eng *engine.Engine, path string, limits engin
 		return nil, fmt.Errorf("module file %s: %w; check the path passed to --module", path, err)
 	}
 	return eng.Load(ctx, filepath.Base(path), wasm, limits)
+}
+
+// Ready reports whether every informer cache has synced; /readyz serves it.
+// It returns an error before the manager has started and while caches sync.
+func (o *Operator) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if !o.mgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("informer caches have not synced yet")
+	}
+	return nil
 }
 
 // Modules are the modules that loaded.

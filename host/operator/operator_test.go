@@ -3,6 +3,10 @@ package operator_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,10 +45,11 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	op, err := operator.New(ctx, cfg, operator.Options{
 		Modules:                []string{bad, missing, good},
-		MetricsBindAddress:     "0",
-		HealthProbeBindAddress: "0",
+		MetricsBindAddress:     metricsAddr,
+		HealthProbeBindAddress: healthAddr,
 	})
 	if err != nil {
 		t.Fatalf("operator.New: %v", err)
@@ -64,8 +69,12 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 		t.Errorf("missing module error = %v", errs[1])
 	}
 
+	if err := op.Ready(); err == nil {
+		t.Error("Ready() before Start: want not ready")
+	}
 	done := make(chan error, 1)
 	go func() { done <- op.Start(ctx) }()
+	waitHTTP(t, "http://"+healthAddr+"/readyz", http.StatusOK, "")
 
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
@@ -95,6 +104,8 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_reconcile_total{module="widget",result="success"}`)
+	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `controller_runtime_reconcile_total{controller="widget",result="success"}`)
 	cancel()
 	select {
 	case err := <-done:
@@ -104,4 +115,36 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("operator did not stop")
 	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitHTTP polls url until it answers status with a body containing want.
+func waitHTTP(t *testing.T, url string, status int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == status && strings.Contains(string(body), want) {
+				return
+			}
+			last = fmt.Sprintf("status %d, %d bytes", resp.StatusCode, len(body))
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered %d with %q: last %s", url, status, want, last)
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/subset"
+	"github.com/wasmreconcile/wasmreconcile/host/metrics"
 )
 
 // childKey identifies a child: kind, namespace and name.
@@ -107,6 +108,7 @@ func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unst
 		if err != nil {
 			return fmt.Errorf("module[%s] applying child %s: %w", r.module.Name(), k, err)
 		}
+		metrics.ChildOperations.WithLabelValues(r.module.Name(), "apply").Inc()
 		logger.V(1).Info("child applied", "child", k.String())
 	}
 	for k, o := range byKey { // observed but no longer desired
@@ -114,6 +116,9 @@ func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unst
 		err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("module[%s] pruning child %s: %w", r.module.Name(), k, err)
+		}
+		if err == nil {
+			metrics.ChildOperations.WithLabelValues(r.module.Name(), "prune").Inc()
 		}
 		logger.V(1).Info("child pruned", "child", k.String())
 	}

@@ -23,6 +23,16 @@ var webappGVK = schema.GroupVersionKind{Group: "examples.wasmreconcile.io", Vers
 // manager, a child that is no longer desired is pruned, a deleted child is
 // recreated, and deletion waits for the module's teardown.
 func TestChildrenAndFinalizer(t *testing.T) {
+	applies := metricValue(t, "wasmreconcile_child_operations_total", map[string]string{"module": "webapp", "operation": "apply"})
+	prunes := metricValue(t, "wasmreconcile_child_operations_total", map[string]string{"module": "webapp", "operation": "prune"})
+	defer func() {
+		if got := metricValue(t, "wasmreconcile_child_operations_total", map[string]string{"module": "webapp", "operation": "apply"}); got < applies+3 {
+			t.Errorf("child applies counted: %v, want at least 3 more than %v (two children, one recreated)", got, applies)
+		}
+		if got := metricValue(t, "wasmreconcile_child_operations_total", map[string]string{"module": "webapp", "operation": "prune"}); got < prunes+2 {
+			t.Errorf("child prunes counted: %v, want at least 2 more than %v (the Service, then the ConfigMap)", got, prunes)
+		}
+	}()
 	ns, _ := run(t, "./webapp", engine.Limits{})
 	ctx := context.Background()
 	app := newObject(webappGVK, ns, "shop", map[string]any{"image": "nginx:1.27", "port": int64(8080), "config": map[string]any{"LOG_LEVEL": "debug"}})

@@ -38,6 +38,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/metrics"
 )
 
 // Event reasons recorded by the host on reconciled objects.
@@ -126,6 +127,7 @@ const FinalizerPrefix = "wasmreconcile.io/"
 // the module's kind and calls r.
 func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*Reconciler, error) {
 	r := New(mgr.GetClient(), mgr.GetEventRecorder("wasmreconcile/"+module.Name()), module, opts)
+	metrics.Track(module)
 	workers := opts.MaxConcurrentReconciles
 	if workers == 0 {
 		workers = module.Limits().MaxInstances
@@ -243,7 +245,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	res, err := r.module.Reconcile(engine.WithCacheReader(ctx, r.cache), "reconcile "+req.String(), request)
 	log.FromContext(ctx).V(1).Info("guest returned", "fuel", res.Fuel, "guestDuration", res.Duration.String())
+	metrics.ObserveCall(r.module.Name(), res, err)
+	result := metrics.ResultSuccess
+	defer func() { metrics.ReconcileTotal.WithLabelValues(r.module.Name(), result).Inc() }()
 	if err != nil {
+		result = metrics.ResultOf(err)
 		var canceled *engine.CanceledError
 		if !errors.As(err, &canceled) {
 			r.warn(obj, reasonFor(err), err.Error())
@@ -255,6 +261,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	var resp abi.Response
 	if err := utiljson.Unmarshal(res.Output, &resp); err != nil {
 		err = &engine.ABIError{Module: r.module.Name(), Call: "reconcile " + req.String(), Reason: "response is not valid JSON: " + err.Error()}
+		result = metrics.ResultABI
 		r.warn(obj, ReasonABIViolation, err.Error())
 		r.failed(req.NamespacedName)
 		return ctrl.Result{}, err
@@ -263,11 +270,16 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	desired, err := r.desiredChildren(obj, resp.Children)
 	if err != nil {
 		msg := "invalid children: " + err.Error()
+		result = metrics.ResultInvalidResponse
 		r.warn(obj, ReasonInvalidResponse, msg)
 		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s: %s", r.module.Name(), req, msg))
 	}
 	if resp.Status != nil {
 		if err := r.applyStatus(ctx, obj, resp.Status); err != nil {
+			result = metrics.ResultApplyError
+			if errors.Is(err, reconcile.TerminalError(nil)) {
+				result = metrics.ResultInvalidResponse
+			}
 			r.failed(req.NamespacedName)
 			return ctrl.Result{}, err
 		}
@@ -276,6 +288,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		// Children are applied only from a response without error: a failed
 		// reconcile must not prune what it could not compute.
 		if err := r.syncChildren(ctx, desired, observed); err != nil {
+			result = metrics.ResultApplyError
 			r.failed(req.NamespacedName)
 			return ctrl.Result{}, err
 		}
@@ -283,6 +296,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	r.recordEvents(ctx, obj, resp.Events)
 	if deleting && resp.Finalized && resp.Error == nil {
 		if err := r.patchFinalizer(ctx, obj, false); err != nil {
+			result = metrics.ResultApplyError
 			return ctrl.Result{}, err
 		}
 	}
@@ -290,7 +304,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if resp.Error != nil {
 		gerr := &GuestError{Module: r.module.Name(), Object: req.String(), Message: resp.Error.Message, Terminal: resp.Error.Terminal}
 		r.warn(obj, ReasonReconcileFailed, resp.Error.Message)
+		result = metrics.ResultGuestError
 		if gerr.Terminal {
+			result = metrics.ResultTerminalError
 			r.forget(req.NamespacedName)
 			return ctrl.Result{}, reconcile.TerminalError(gerr)
 		}
@@ -324,6 +340,7 @@ func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstruct
 		}
 		return fmt.Errorf("module[%s] applying status of %s/%s: %w", r.module.Name(), obj.GetNamespace(), obj.GetName(), err)
 	}
+	metrics.StatusWrites.WithLabelValues(r.module.Name()).Inc()
 	log.FromContext(ctx).V(1).Info("status applied")
 	return nil
 }

@@ -337,7 +337,13 @@ func TestGuestErrorGivesWarningEventAndRetry(t *testing.T) {
 }
 
 func TestDeadlineExceededGivesWarningEvent(t *testing.T) {
-	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{Timeout: 200 * time.Millisecond})
+	deadlineBefore := metricValue(t, "wasmreconcile_preemptions_total", map[string]string{"module": "misbehave", "reason": "deadline"})
+	defer func() {
+		if metricValue(t, "wasmreconcile_preemptions_total", map[string]string{"module": "misbehave", "reason": "deadline"}) <= deadlineBefore {
+			t.Error("the deadline preemption was not counted")
+		}
+	}()
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{Fuel: 1 << 50, Timeout: 200 * time.Millisecond})
 	if err := k8s.Create(context.Background(), newObject(gadgetGVK, ns, "spin", map[string]any{"mode": "spin"})); err != nil {
 		t.Fatal(err)
 	}
@@ -364,5 +370,107 @@ func TestGuestEventsAreRecorded(t *testing.T) {
 		}
 		_, err := findEvent(t, ns, "ev", corev1.EventTypeWarning, "Careful")
 		return err
+	})
+}
+
+// metricValue reads a counter or gauge, or a histogram's sample count, from
+// controller-runtime's registry; labels must match exactly those given.
+func metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue metric
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return -1 // absent
+}
+
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	w := map[string]string{"module": "widget"}
+	with := func(extra map[string]string) map[string]string {
+		out := map[string]string{"module": "widget"}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	before := map[string]float64{
+		"success": metricValue(t, "wasmreconcile_reconcile_total", with(map[string]string{"result": "success"})),
+		"fuel":    metricValue(t, "wasmreconcile_fuel_used", w),
+		"dur":     metricValue(t, "wasmreconcile_guest_duration_seconds", w),
+		"writes":  metricValue(t, "wasmreconcile_status_writes_total", w),
+	}
+	ns, mod := run(t, "./widget", engine.Limits{})
+	if v := metricValue(t, "wasmreconcile_module_info", map[string]string{"module": "widget", "digest": mod.Digest()}); v != 1 {
+		t.Errorf("module_info = %v", v)
+	}
+	if v := metricValue(t, "wasmreconcile_reconcile_total", with(map[string]string{"result": "trap"})); v < 0 {
+		t.Error("label sets are not pre-initialised")
+	}
+	if err := k8s.Create(ctx, newObject(widgetGVK, ns, "m", map[string]any{"size": int64(2)})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "widget metrics", func() error {
+		for key, name := range map[string]string{"fuel": "wasmreconcile_fuel_used", "dur": "wasmreconcile_guest_duration_seconds", "writes": "wasmreconcile_status_writes_total"} {
+			if metricValue(t, name, w) <= before[key] {
+				return fmt.Errorf("%s did not grow", name)
+			}
+		}
+		if metricValue(t, "wasmreconcile_reconcile_total", with(map[string]string{"result": "success"})) <= before["success"] {
+			return fmt.Errorf("no successful reconcile counted")
+		}
+		if metricValue(t, "wasmreconcile_instances", with(map[string]string{"state": "live"})) < 1 {
+			return fmt.Errorf("no live instance reported")
+		}
+		return nil
+	})
+
+	// Preemptions, by reason, and the matching results.
+	mb := func(extra map[string]string) map[string]string {
+		out := map[string]string{"module": "misbehave"}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
+	fuelBefore := metricValue(t, "wasmreconcile_preemptions_total", mb(map[string]string{"reason": "fuel"}))
+	exhaustedBefore := metricValue(t, "wasmreconcile_reconcile_total", mb(map[string]string{"result": "fuel_exhausted"}))
+	ns2, _ := run(t, "./internal/testguests/misbehave", engine.Limits{Fuel: 5_000_000})
+	if err := k8s.Create(ctx, newObject(gadgetGVK, ns2, "spin", map[string]any{"mode": "spin"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a fuel preemption counted", func() error {
+		if metricValue(t, "wasmreconcile_preemptions_total", mb(map[string]string{"reason": "fuel"})) <= fuelBefore {
+			return fmt.Errorf("no fuel preemption")
+		}
+		if metricValue(t, "wasmreconcile_reconcile_total", mb(map[string]string{"result": "fuel_exhausted"})) <= exhaustedBefore {
+			return fmt.Errorf("no fuel_exhausted result")
+		}
+		return nil
 	})
 }
