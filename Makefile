@@ -34,12 +34,30 @@ modules: ## Build every module under modules/ to bin/modules/*.wasm.
 	  (cd modules && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $$out ./$$d); \
 	done
 
+# The C conformance guest (modules/tck-c), built with Debian's clang and wasi-libc.
+CLANG       ?= clang-19
+WASI_CFLAGS := --target=wasm32-wasi -isystem /usr/include/wasm32-wasi -L/usr/lib/wasm32-wasi -O2 -Wall -Wextra -Werror -mexec-model=reactor
+
+.PHONY: toolchain-c
+toolchain-c: ## Install the C guest toolchain (clang-19, lld-19, wasi-libc) with apt-get if it is missing.
+	@if ! command -v $(CLANG) >/dev/null || [ ! -f /usr/lib/wasm32-wasi/libc.a ] || [ ! -f /usr/lib/llvm-19/lib/clang/19/lib/wasi/libclang_rt.builtins-wasm32.a ]; then \
+	  echo "installing clang-19, lld-19, wasi-libc and libclang-rt-19-dev-wasm32 with apt-get (once)"; \
+	  command -v apt-get >/dev/null || { echo "error: apt-get not found; install clang-19, lld-19 and wasi-libc for wasm32 by hand"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32 >/dev/null; \
+	fi
+
+.PHONY: modules-c
+modules-c: toolchain-c ## Build the C guests (modules/tck-c) to bin/modules/*.wasm.
+	@mkdir -p $(BIN)/modules
+	@echo "wasm    modules/tck-c -> bin/modules/tck-c.wasm"
+	@$(CLANG) $(WASI_CFLAGS) -o $(BIN)/modules/tck-c.wasm modules/tck-c/tck.c modules/tck-c/json.c
+
 .PHONY: operator
 operator: ## Build the operator binary to bin/operator.
 	$(GO) build -o $(BIN)/operator ./cmd/operator
 
 .PHONY: test
-test: controlplane modules operator ## Run all tests: unit, wasm guests, module cases, and envtest integration tests.
+test: controlplane modules modules-c operator ## Run all tests: unit, wasm guests, module cases, the C conformance guest, and envtest integration tests.
 	@echo "== guest-sdk (native, then vet for wasip1)"
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@echo "== modules (native logic tests)"
@@ -52,6 +70,8 @@ test: controlplane modules operator ## Run all tests: unit, wasm guests, module 
 	  echo "-- modules/$$d"; \
 	  $(BIN)/operator test --memory-limit 64Mi $$wasm modules/$$d/testdata/cases || exit 1; \
 	done
+	@echo "-- modules/tck-c (the C guest, on the conformance cases of modules/internal/tck)"
+	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/internal/tck/testdata/cases
 	@echo "== host (with a real kube-apiserver and etcd)"
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race ./...
 
