@@ -38,6 +38,7 @@ type (
 	Response         = abi.Response
 	Event            = abi.Event
 	Error            = abi.Error
+	ManifestLimits   = abi.ManifestLimits
 )
 
 // GVK is a short constructor for a GroupVersionKind.

@@ -115,3 +115,93 @@ func (o Object) SetCondition(c Condition, now string) map[string]any {
 	}
 	return m
 }
+
+// stringMap returns the map[string]string at path.
+func (o Object) stringMap(path ...string) map[string]string {
+	out := map[string]string{}
+	v, _ := o.NestedField(path...)
+	if m, ok := v.(map[string]any); ok {
+		for k, x := range m {
+			if s, ok := x.(string); ok {
+				out[k] = s
+			}
+		}
+	}
+	return out
+}
+
+// Labels returns metadata.labels (empty when there are none).
+func (o Object) Labels() map[string]string { return o.stringMap("metadata", "labels") }
+
+// Annotations returns metadata.annotations (empty when there are none).
+func (o Object) Annotations() map[string]string { return o.stringMap("metadata", "annotations") }
+
+// UID is metadata.uid.
+func (o Object) UID() string { return o.NestedString("metadata", "uid") }
+
+// SetNestedField sets value at path, creating intermediate objects. It
+// returns false when a non-object is in the way.
+func (o Object) SetNestedField(value any, path ...string) bool {
+	if len(path) == 0 {
+		return false
+	}
+	cur := map[string]any(o)
+	for _, p := range path[:len(path)-1] {
+		next, ok := cur[p]
+		if !ok || next == nil {
+			m := map[string]any{}
+			cur[p] = m
+			cur = m
+			continue
+		}
+		if cur, ok = next.(map[string]any); !ok {
+			return false
+		}
+	}
+	cur[path[len(path)-1]] = value
+	return true
+}
+
+// SetLabel sets one label.
+func (o Object) SetLabel(key, value string) { o.SetNestedField(value, "metadata", "labels", key) }
+
+// OwnerReference is an entry of metadata.ownerReferences.
+type OwnerReference struct {
+	APIVersion string
+	Kind       string
+	Name       string
+	UID        string
+	Controller bool
+}
+
+// OwnerReferences returns metadata.ownerReferences.
+func (o Object) OwnerReferences() []OwnerReference {
+	v, _ := o.NestedField("metadata", "ownerReferences")
+	list, _ := v.([]any)
+	out := make([]OwnerReference, 0, len(list))
+	for _, e := range list {
+		r := Object(asMap(e))
+		c, _ := r.NestedField("controller")
+		isController, _ := c.(bool)
+		out = append(out, OwnerReference{
+			APIVersion: r.NestedString("apiVersion"), Kind: r.NestedString("kind"),
+			Name: r.NestedString("name"), UID: r.NestedString("uid"), Controller: isController,
+		})
+	}
+	return out
+}
+
+// IsControlledBy reports whether owner is o's controller (by UID).
+func (o Object) IsControlledBy(owner Object) bool {
+	for _, r := range o.OwnerReferences() {
+		if r.Controller && r.UID != "" && r.UID == owner.UID() {
+			return true
+		}
+	}
+	return false
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}

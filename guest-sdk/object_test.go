@@ -60,3 +60,35 @@ func TestSetConditionKeepsTransitionTime(t *testing.T) {
 		t.Error("condition found on empty object")
 	}
 }
+
+func TestLabelsOwnersAndSetters(t *testing.T) {
+	o := obj(t, `{"metadata":{"uid":"u1","labels":{"app":"web","n":3},"annotations":{"a":"b"},
+		"ownerReferences":[{"apiVersion":"v1","kind":"X","name":"x","uid":"p1","controller":true},{"kind":"Y","uid":"p2"}]}}`)
+	if l := o.Labels(); len(l) != 1 || l["app"] != "web" {
+		t.Errorf("Labels = %v (non-strings must be skipped)", l)
+	}
+	if a := o.Annotations(); a["a"] != "b" {
+		t.Errorf("Annotations = %v", a)
+	}
+	refs := o.OwnerReferences()
+	if len(refs) != 2 || refs[0] != (OwnerReference{APIVersion: "v1", Kind: "X", Name: "x", UID: "p1", Controller: true}) || refs[1].Controller {
+		t.Errorf("OwnerReferences = %+v", refs)
+	}
+	if !o.IsControlledBy(Object{"metadata": map[string]any{"uid": "p1"}}) || o.IsControlledBy(Object{"metadata": map[string]any{"uid": "p2"}}) {
+		t.Error("IsControlledBy")
+	}
+	e := Object{}
+	e.SetLabel("tier", "db")
+	if !e.SetNestedField(int64(2), "spec", "replicas") || e.Labels()["tier"] != "db" {
+		t.Errorf("setters: %v", e)
+	}
+	if n, _ := e.NestedInt64("spec", "replicas"); n != 2 {
+		t.Errorf("spec.replicas = %d", n)
+	}
+	if e.SetNestedField(1, "metadata", "labels", "tier", "deeper") {
+		t.Error("SetNestedField walked through a string")
+	}
+	if len((Object{}).Labels()) != 0 || len((Object{}).OwnerReferences()) != 0 {
+		t.Error("empty object")
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 )
 
@@ -85,10 +86,12 @@ func runOperator(args []string, stderr io.Writer) error {
 		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
 	)
 	fs.Var(&modules, "module", "path of a .wasm reconcile module to run (repeatable)")
-	fs.Uint64Var(&opts.Limits.Fuel, "fuel", engine.DefaultFuel, "fuel budget of one reconcile call (about one unit per executed wasm instruction)")
-	fs.DurationVar(&opts.Limits.Timeout, "timeout", engine.DefaultTimeout, "wall-clock limit of one reconcile call")
+	var moduleConfigs stringList
+	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
+	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
+	fs.DurationVar(&opts.Limits.Timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of one reconcile call (default: the module's manifest, else %s)", engine.DefaultTimeout))
 	var memLimit uint
-	fs.UintVar(&memLimit, "memory-limit-pages", engine.DefaultMemoryLimitPages, "guest memory cap in 64 KiB pages")
+	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default: the module's manifest, else %d)", engine.DefaultMemoryLimitPages))
 	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules across restarts (default: in memory)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
@@ -108,6 +111,20 @@ func runOperator(args []string, stderr io.Writer) error {
 	}
 	opts.Modules = modules
 	opts.Limits.MemoryLimitPages = uint32(memLimit)
+	for _, mc := range moduleConfigs {
+		name, file, ok := strings.Cut(mc, "=")
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("--module-config %q: want NAME=FILE", mc)
+		}
+		cfg, err := offline.ReadConfig(file)
+		if err != nil {
+			return fmt.Errorf("--module-config %s: %w", name, err)
+		}
+		if opts.ModuleConfig == nil {
+			opts.ModuleConfig = map[string]map[string]any{}
+		}
+		opts.ModuleConfig[name] = cfg
+	}
 
 	logger := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrl.SetLogger(logger)

@@ -33,9 +33,9 @@ type limitFlags struct {
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
-	fs.Uint64Var(&l.fuel, "fuel", engine.DefaultFuel, "fuel budget of the call (about one unit per executed wasm instruction)")
-	fs.DurationVar(&l.timeout, "timeout", engine.DefaultTimeout, "wall-clock limit of the call")
-	fs.StringVar(&l.memory, "memory-limit", "128Mi", "guest memory cap, as a Kubernetes quantity (e.g. 64Mi)")
+	fs.Uint64Var(&l.fuel, "fuel", 0, fmt.Sprintf("fuel budget of the call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
+	fs.DurationVar(&l.timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of the call (default: the module's manifest, else %s)", engine.DefaultTimeout))
+	fs.StringVar(&l.memory, "memory-limit", "", "guest memory cap, as a Kubernetes quantity such as 64Mi (default: the module's manifest, else 128Mi)")
 	def := ""
 	if dir, err := os.UserCacheDir(); err == nil {
 		def = filepath.Join(dir, "wasmreconcile", "compiled")
@@ -44,20 +44,20 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 }
 
 func (l *limitFlags) limits() (engine.Limits, error) {
-	q, err := resource.ParseQuantity(l.memory)
-	if err != nil {
-		return engine.Limits{}, fmt.Errorf("--memory-limit %q: %w; use a quantity such as 64Mi", l.memory, err)
+	var pages int64
+	if l.memory != "" {
+		q, err := resource.ParseQuantity(l.memory)
+		if err != nil {
+			return engine.Limits{}, fmt.Errorf("--memory-limit %q: %w; use a quantity such as 64Mi", l.memory, err)
+		}
+		if pages = q.Value() / 65536; pages < 1 || pages > 65536 {
+			return engine.Limits{}, fmt.Errorf("--memory-limit %s is outside 64Ki..4Gi", l.memory)
+		}
 	}
-	pages := q.Value() / 65536
-	if pages < 1 || pages > 65536 {
-		return engine.Limits{}, fmt.Errorf("--memory-limit %s is outside 64Ki..4Gi", l.memory)
-	}
-	if l.timeout <= 0 {
+	if l.timeout < 0 {
 		return engine.Limits{}, fmt.Errorf("--timeout must be positive")
 	}
-	if l.fuel == 0 {
-		return engine.Limits{}, fmt.Errorf("--fuel must be positive")
-	}
+	// Zero fields take the module's manifest defaults, then the engine's.
 	return engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true}, nil
 }
 

@@ -155,6 +155,20 @@ type Manifest struct {
 	// and call the module with Request.Finalizing set when the object is
 	// deleted, until it answers Response.Finalized.
 	Finalizer bool `json:"finalizer,omitempty"`
+	// Limits are the module's default limits. The operator's own settings
+	// win; a field the operator leaves unset takes the manifest's value,
+	// then the host's default.
+	Limits *ManifestLimits `json:"limits,omitempty"`
+}
+
+// ManifestLimits are a module's default limits; zero fields are unset.
+type ManifestLimits struct {
+	// Fuel is the fuel budget of one reconcile call.
+	Fuel uint64 `json:"fuel,omitempty"`
+	// TimeoutMillis is the wall-clock limit of one reconcile call.
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+	// MemoryPages caps linear memory, in 64 KiB pages.
+	MemoryPages uint32 `json:"memoryPages,omitempty"`
 }
 
 // Request is what the host passes to ExportReconcile.

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -109,6 +110,57 @@ func (e *Engine) Close(ctx context.Context) error { return e.cache.Close(ctx) }
 // unknown import, a trap during _initialize, or an invalid manifest. It never
 // panics on bad input.
 func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
+	m, err := e.load(ctx, source, wasm, limits)
+	if err != nil {
+		return nil, err
+	}
+	// The manifest's default limits fill what the caller left unset.
+	merged, err := mergeManifestLimits(limits, m.manifest.Limits)
+	if err != nil {
+		_ = m.Close(ctx)
+		return nil, &InvalidModuleError{Module: m.name, Reason: "manifest: " + err.Error()}
+	}
+	if merged == limits {
+		return m, nil
+	}
+	final, err := merged.withDefaults()
+	if err != nil {
+		_ = m.Close(ctx)
+		return nil, &InvalidModuleError{Module: m.name, Reason: "manifest limits: " + err.Error()}
+	}
+	if final.MemoryLimitPages == m.limits.MemoryLimitPages {
+		m.limits = final // per-call limits change in place
+		return m, nil
+	}
+	// A memory cap is fixed when the runtime is built: build it again.
+	_ = m.Close(ctx)
+	return e.load(ctx, source, wasm, merged)
+}
+
+// mergeManifestLimits fills the zero fields of l from the manifest's limits.
+func mergeManifestLimits(l Limits, ml *abi.ManifestLimits) (Limits, error) {
+	if ml == nil {
+		return l, nil
+	}
+	if ml.TimeoutMillis < 0 {
+		return l, fmt.Errorf("limits.timeoutMillis %d must not be negative", ml.TimeoutMillis)
+	}
+	if ml.MemoryPages > 65536 {
+		return l, fmt.Errorf("limits.memoryPages %d exceeds the wasm32 maximum of 65536", ml.MemoryPages)
+	}
+	if l.Fuel == 0 {
+		l.Fuel = ml.Fuel
+	}
+	if l.Timeout == 0 {
+		l.Timeout = time.Duration(ml.TimeoutMillis) * time.Millisecond
+	}
+	if l.MemoryLimitPages == 0 {
+		l.MemoryLimitPages = ml.MemoryPages
+	}
+	return l, nil
+}
+
+func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
 	l, err := limits.withDefaults()
 	if err != nil {
 		return nil, fmt.Errorf("module[%s]: %w", source, err)

@@ -292,3 +292,32 @@ func TestGuestLogLevels(t *testing.T) {
 		}
 	}
 }
+
+// TestManifestLimits: the webapp module declares fuel 50M, 2 s and 512 pages.
+// They fill what the caller leaves unset, and never override what it sets.
+func TestManifestLimits(t *testing.T) {
+	wasm := testwasm.Build(t, "./webapp")
+	ctx := context.Background()
+	m, err := newEngine(t).Load(ctx, "webapp", wasm, engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if l := m.Limits(); l.Fuel != 50_000_000 || l.Timeout != 2*time.Second || l.MemoryLimitPages != 512 || l.MaxInstances != engine.DefaultMaxInstances {
+		t.Errorf("manifest defaults not applied: %+v", l)
+	}
+	m2, err := newEngine(t).Load(ctx, "webapp", wasm, engine.Limits{Fuel: 7_000_000, MemoryLimitPages: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close(ctx)
+	if l := m2.Limits(); l.Fuel != 7_000_000 || l.MemoryLimitPages != 1024 || l.Timeout != 2*time.Second {
+		t.Errorf("caller's limits must win, manifest fills the rest: %+v", l)
+	}
+	// The module still reconciles after the runtime was rebuilt for 512 pages.
+	req, _ := json.Marshal(abi.Request{Object: map[string]any{"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
+		"metadata": map[string]any{"name": "w", "namespace": "d"}, "spec": map[string]any{"image": "x"}}})
+	if _, err := m.Reconcile(ctx, "reconcile d/w", req); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -27,8 +27,13 @@ type Options struct {
 	// is reported by LoadErrors and logged; the others still run.
 	Modules []string
 
-	// Limits apply to every module. Zero fields take engine defaults.
+	// Limits apply to every module. Zero fields take the module's manifest
+	// defaults, then the engine's.
 	Limits engine.Limits
+
+	// ModuleConfig is the configuration passed to each module, by module
+	// name, as Request.Config. Defaults to none.
+	ModuleConfig map[string]map[string]any
 
 	// CompilationCacheDir persists compiled modules across restarts.
 	// Defaults to "" (in memory only).
@@ -89,6 +94,10 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	o := o0
 	o.engine = eng
 	seen := map[string]string{}
+	unknownConfig := map[string]bool{}
+	for name := range opts.ModuleConfig {
+		unknownConfig[name] = true
+	}
 	for _, path := range opts.Modules {
 		m, err := loadFile(ctx, eng, path, opts.Limits)
 		if err == nil {
@@ -98,7 +107,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 			}
 		}
 		if err == nil {
-			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{})
+			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{Config: opts.ModuleConfig[m.Name()]})
 			if err != nil {
 				_ = m.Close(ctx)
 			}
@@ -109,10 +118,14 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 			continue
 		}
 		seen[m.Name()] = path
+		delete(unknownConfig, m.Name())
 		o.modules = append(o.modules, m)
 		f := m.Manifest().For
 		log.Info("module loaded", "module", m.Name(), "path", path, "digest", m.Digest(),
 			"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", m.Size())
+	}
+	for name := range unknownConfig {
+		log.Info("configuration given for a module that is not loaded; check the module name in --module-config", "module", name)
 	}
 	return o, nil
 }

@@ -73,6 +73,10 @@ type Options struct {
 	// Now returns the wall clock passed to guests as Request.Now.
 	// Defaults to time.Now.
 	Now func() time.Time
+
+	// Config is passed to the guest as Request.Config on every call.
+	// Defaults to nil: no configuration.
+	Config map[string]any
 }
 
 // Reconciler reconciles the objects of one module's kind by calling the
@@ -85,6 +89,7 @@ type Reconciler struct {
 	owns      []schema.GroupVersionKind
 	finalizer string // empty when the module declares none
 	cache     *cacheread.Reader
+	config    map[string]any
 	now       func() time.Time
 
 	mu       sync.Mutex
@@ -107,6 +112,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 		module:   module,
 		gvk:      schema.GroupVersionKind{Group: for_.Group, Version: for_.Version, Kind: for_.Kind},
 		now:      now,
+		config:   opts.Config,
 		attempts: map[types.NamespacedName]int{},
 	}
 	for _, g := range module.Manifest().Owns {
@@ -237,6 +243,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		Object:     obj.Object,
 		Children:   children,
 		Finalizing: deleting,
+		Config:     r.config,
 		Attempt:    r.attempt(req.NamespacedName),
 		Now:        r.now().UTC().Truncate(time.Second).Format(time.RFC3339),
 	})

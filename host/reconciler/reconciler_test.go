@@ -63,7 +63,7 @@ func TestMain(m *testing.M) {
 
 // run starts a manager with one module's controller and returns a fresh
 // namespace for the test's objects.
-func run(t *testing.T, pkg string, limits engine.Limits) (string, *engine.Module) {
+func run(t *testing.T, pkg string, limits engine.Limits, opts ...reconciler.Options) (string, *engine.Module) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	mod, err := eng.Load(ctx, pkg, testwasm.Build(t, pkg), limits)
@@ -80,7 +80,11 @@ func run(t *testing.T, pkg string, limits engine.Limits) (string, *engine.Module
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reconciler.SetupWithManager(mgr, mod, reconciler.Options{}); err != nil {
+	var o reconciler.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if _, err := reconciler.SetupWithManager(mgr, mod, o); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -470,6 +474,20 @@ func TestMetrics(t *testing.T) {
 		}
 		if metricValue(t, "wasmreconcile_reconcile_total", mb(map[string]string{"result": "fuel_exhausted"})) <= exhaustedBefore {
 			return fmt.Errorf("no fuel_exhausted result")
+		}
+		return nil
+	})
+}
+
+func TestModuleConfigReachesTheGuest(t *testing.T) {
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{}, reconciler.Options{Config: map[string]any{"region": "eu", "replicas": 3.0}})
+	if err := k8s.Create(context.Background(), newObject(gadgetGVK, ns, "cfg", map[string]any{"mode": "config"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the config in the status", func() error {
+		cfg, _, _ := unstructured.NestedMap(get(t, gadgetGVK, ns, "cfg").Object, "status", "config")
+		if cfg["region"] != "eu" || cfg["replicas"] != int64(3) {
+			return fmt.Errorf("status.config = %v", cfg)
 		}
 		return nil
 	})

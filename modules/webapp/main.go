@@ -30,6 +30,8 @@ func init() {
 			guest.GVK("", "v1", "Service"),
 		},
 		Finalizer: true,
+		// Defaults for the operator to use unless it sets its own.
+		Limits: &guest.ManifestLimits{Fuel: 50_000_000, TimeoutMillis: 2000, MemoryPages: 512},
 	}, Reconcile)
 }
 

@@ -16,6 +16,7 @@
 //	"big"      a response of spec.bytes bytes
 //	"events"   a Normal and a Warning event, no status
 //	"child"    a ConfigMap child, although the manifest owns nothing
+//	"config"   status.config is the module configuration it was given
 //	"read"     reads ConfigMap spec.configMap and lists ConfigMaps matching
 //	           spec.selector in its namespace (declared in reads), and tries a
 //	           Secret (not declared); reports all three in its status
@@ -109,6 +110,8 @@ func reconcile(req *guest.Request) *guest.Response {
 		_, _, err = guest.Get("v1", "Secret", obj.Namespace(), "any")
 		st["secretForbidden"] = errors.Is(err, guest.ErrForbidden)
 		return &guest.Response{Status: st}
+	case "config":
+		return &guest.Response{Status: map[string]any{"config": req.Config}}
 	case "child":
 		return &guest.Response{Children: []map[string]any{{
 			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "stray"},
