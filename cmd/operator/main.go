@@ -97,6 +97,9 @@ func runOperator(args []string, stderr io.Writer) error {
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (503 until the informer caches have synced); "0" disables them`)
 	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "", `address of net/http/pprof; "" (the default) disables it`)
+	fs.Int64Var(&opts.Informers.PageSize, "list-page-size", 500, "Limit of each LIST page of the informers")
+	fs.DurationVar(&opts.Informers.ListTimeout, "list-timeout", 60*time.Second, "timeout of each LIST page request")
+	fs.BoolVar(&opts.Informers.UseWatchList, "use-watch-list", false, "let client-go stream initial lists (WatchList) instead of paginated LISTs")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")

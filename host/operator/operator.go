@@ -13,11 +13,13 @@ import (
 
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
 )
 
@@ -50,6 +52,10 @@ type Options struct {
 
 	// PprofBindAddress serves net/http/pprof. Defaults to "": disabled.
 	PprofBindAddress string
+
+	// Informers configure list pagination, timeouts and WatchList; zero
+	// fields take package informer's defaults.
+	Informers informer.Options
 }
 
 // Operator runs a set of modules against one cluster.
@@ -76,6 +82,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
 		PprofBindAddress:       opts.PprofBindAddress,
+		Cache:                  cache.Options{NewInformer: informer.NewInformerFunc(opts.Informers)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)

@@ -1,0 +1,4 @@
+package informer
+
+// RestartReason exposes restartReason to tests.
+var RestartReason = restartReason

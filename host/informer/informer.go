@@ -1,0 +1,276 @@
+// Package informer builds the informers of an operator's cache with the
+// list and watch behaviour wasmreconcile promises its modules. It plugs into
+// controller-runtime through cache.Options.NewInformer and wraps the
+// ListerWatcher controller-runtime gives it:
+//
+//   - Every initial LIST and relist is paginated with Limit and Continue
+//     (Options.PageSize, default 500) by client-go's pager, and read from
+//     etcd-consistent storage: a LIST at resourceVersion "0" is served from
+//     the API server's watch cache, which ignores Limit. An expired continue
+//     token makes the pager fall back to a full list; a 410 on the list makes
+//     client-go's reflector relist.
+//   - Every page has its own timeout (Options.ListTimeout, default 60 s), and
+//     every watch a client-side timeout a margin beyond the server-side
+//     timeout the reflector asks for, so a dead connection cannot stall an
+//     informer.
+//   - WatchList (streaming lists, on by default in client-go from v0.35) is
+//     off unless Options.UseWatchList: a streamed list has no pages to
+//     bound and count. See RATIONALE.md.
+//   - Watch restarts keep client-go's reflector backoff (800 ms doubling to
+//     30 s, jitter 1.0, reset after 2 min of health).
+//
+// It also feeds the informer metrics in docs/metrics.md: list pages,
+// objects, duration and expired continues; watch events by type; watch
+// restarts by reason; and the time of the last event, for staleness.
+package informer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"reflect"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
+)
+
+// Options configure the informers. Zero fields take the stated defaults.
+type Options struct {
+	// PageSize is the Limit of each LIST page. Defaults to 500.
+	PageSize int64
+	// ListTimeout bounds each LIST page request. Defaults to 60 seconds.
+	ListTimeout time.Duration
+	// WatchTimeoutMargin is added to the server-side timeout the reflector
+	// requests for a watch to form its client-side deadline.
+	// Defaults to 30 seconds.
+	WatchTimeoutMargin time.Duration
+	// UseWatchList lets client-go stream initial lists (WatchList) instead of
+	// paginated LISTs, where the API server supports it. Defaults to false.
+	UseWatchList bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.PageSize <= 0 {
+		o.PageSize = 500
+	}
+	if o.ListTimeout <= 0 {
+		o.ListTimeout = 60 * time.Second
+	}
+	if o.WatchTimeoutMargin <= 0 {
+		o.WatchTimeoutMargin = 30 * time.Second
+	}
+	return o
+}
+
+// NewInformerFunc returns a function for cache.Options.NewInformer.
+func NewInformerFunc(opts Options) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
+	opts = opts.withDefaults()
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		w := &listWatcher{inner: toolscache.ToListerWatcherWithContext(lw), opts: opts, kind: kindOf(obj)}
+		inf := toolscache.NewSharedIndexInformer(w, obj, resync, indexers)
+		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
+			w.mu.Lock()
+			w.lastError = err
+			w.mu.Unlock()
+			toolscache.DefaultWatchErrorHandler(ctx, r, err)
+		})
+		return inf
+	}
+}
+
+func kindOf(obj runtime.Object) string {
+	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
+		return k
+	}
+	t := reflect.TypeOf(obj)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Name()
+}
+
+type listWatcher struct {
+	inner toolscache.ListerWatcherWithContext
+	opts  Options
+	kind  string
+
+	mu        sync.Mutex
+	watches   int    // watches opened so far
+	lastEnd   string // how the previous watch ended: a restart reason
+	lastError error  // the last error the reflector reported
+}
+
+func (w *listWatcher) setEnd(reason string) {
+	w.mu.Lock()
+	w.lastEnd = reason
+	w.mu.Unlock()
+}
+
+var _ toolscache.ListerWatcherWithContext = (*listWatcher)(nil)
+
+// IsWatchListSemanticsUnSupported tells client-go's reflector whether it may
+// stream lists (see k8s.io/client-go/util/watchlist).
+func (w *listWatcher) IsWatchListSemanticsUnSupported() bool { return !w.opts.UseWatchList }
+
+func (w *listWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return w.ListWithContext(context.Background(), opts)
+}
+
+func (w *listWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return w.WatchWithContext(context.Background(), opts)
+}
+
+// ListWithContext lists in pages of Options.PageSize and returns the whole
+// list. The reflector's own pager asks with its own Limit, often at
+// resourceVersion "0", where the watch cache would ignore it; every first
+// page request is therefore paginated here, and the reflector receives one
+// complete list with no continue token.
+func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if opts.Continue != "" {
+		return w.page(ctx, opts) // never issued by us; pass through
+	}
+	opts.Limit = 0
+	if opts.ResourceVersion == "0" {
+		// The watch cache ignores Limit at resourceVersion 0; read pages
+		// from consistent storage instead.
+		opts.ResourceVersion = ""
+	}
+	start := time.Now()
+	p := pager.New(w.page)
+	p.PageSize = w.opts.PageSize
+	list, _, err := p.ListWithAlloc(ctx, opts)
+	ListDuration.WithLabelValues(w.kind).Observe(time.Since(start).Seconds())
+	return list, err
+}
+
+// page fetches one page under ListTimeout and counts it.
+func (w *listWatcher) page(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.opts.ListTimeout)
+	defer cancel()
+	list, err := w.inner.ListWithContext(ctx, opts)
+	if err != nil {
+		if apierrors.IsResourceExpired(err) && opts.Continue != "" {
+			ListExpired.WithLabelValues(w.kind).Inc() // the pager now lists in full
+		}
+		return nil, err
+	}
+	ListPages.WithLabelValues(w.kind).Inc()
+	ListObjects.WithLabelValues(w.kind).Add(float64(meta.LenList(list)))
+	return list, nil
+}
+
+// WatchWithContext opens a watch with a client-side deadline and counts its
+// events; opening a watch after the first is a restart, labelled with how
+// the previous one ended.
+func (w *listWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w.mu.Lock()
+	if w.watches > 0 {
+		reason := w.lastEnd
+		if w.lastError != nil {
+			reason = restartReason(w.lastError)
+			w.lastError = nil
+		}
+		if reason == "" {
+			reason = "error"
+		}
+		WatchRestarts.WithLabelValues(w.kind, reason).Inc()
+	}
+	w.watches++
+	w.lastEnd = ""
+	w.mu.Unlock()
+	var cancel context.CancelFunc = func() {}
+	var serverTimeout time.Duration
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		serverTimeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+		ctx, cancel = context.WithTimeout(ctx, serverTimeout+w.opts.WatchTimeoutMargin)
+	}
+	inner, err := w.inner.WatchWithContext(ctx, opts)
+	if err != nil {
+		cancel()
+		w.setEnd(restartReason(err))
+		return nil, err
+	}
+	return newCountingWatch(w, inner, cancel, serverTimeout), nil
+}
+
+// restartReason classifies why a watch or list failed.
+func restartReason(err error) string {
+	switch {
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return "gone"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "eof"
+	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err):
+		return "timeout"
+	}
+	return "error"
+}
+
+// countingWatch forwards a watch's events, counting them by type and noting
+// how the watch ended.
+type countingWatch struct {
+	inner  watch.Interface
+	out    chan watch.Event
+	cancel context.CancelFunc
+	stop   chan struct{}
+}
+
+func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.CancelFunc, serverTimeout time.Duration) *countingWatch {
+	c := &countingWatch{inner: inner, out: make(chan watch.Event), cancel: cancel, stop: make(chan struct{})}
+	started := time.Now()
+	go func() {
+		defer close(c.out)
+		defer cancel()
+		for {
+			select {
+			case ev, ok := <-inner.ResultChan():
+				if !ok {
+					// The stream closed: a server-side timeout if it ran its
+					// course, otherwise the connection ended early.
+					if serverTimeout > 0 && time.Since(started) >= serverTimeout-time.Second {
+						w.setEnd("timeout")
+					} else {
+						w.setEnd("eof")
+					}
+					return
+				}
+				EventsReceived.WithLabelValues(w.kind, string(ev.Type)).Inc()
+				LastEvent.WithLabelValues(w.kind).SetToCurrentTime()
+				if ev.Type == watch.Error {
+					if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {
+						w.setEnd("gone")
+					} else {
+						w.setEnd("error")
+					}
+				}
+				select {
+				case c.out <- ev:
+				case <-c.stop:
+					return
+				}
+			case <-c.stop:
+				return
+			}
+		}
+	}()
+	return c
+}
+
+func (c *countingWatch) ResultChan() <-chan watch.Event { return c.out }
+
+func (c *countingWatch) Stop() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.inner.Stop()
+	c.cancel()
+}

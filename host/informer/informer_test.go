@@ -1,0 +1,118 @@
+package informer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+)
+
+// TestPaginatedListAndEvents creates 1,201 ConfigMaps in a real API server,
+// starts a cache whose informers come from this package with pages of 500,
+// and reads in the metrics that the initial list came in three pages or
+// more, and that a later create arrives as a counted watch event.
+func TestPaginatedListAndEvents(t *testing.T) {
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "paging"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1201
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: fmt.Sprintf("cm-%04d", i)}}
+		if err := c.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("created %d ConfigMaps in %s", n, time.Since(start).Round(time.Millisecond))
+
+	pages := testutil.ToFloat64(informer.ListPages.WithLabelValues("ConfigMap"))
+	objects := testutil.ToFloat64(informer.ListObjects.WithLabelValues("ConfigMap"))
+	ca, err := cache.New(cfg, cache.Options{NewInformer: informer.NewInformerFunc(informer.Options{PageSize: 500})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	var list corev1.ConfigMapList
+	for deadline := time.Now().Add(30 * time.Second); ; { // the first List starts and syncs the informer
+		err := ca.List(ctx, &list, client.InNamespace("paging"))
+		if err == nil {
+			break
+		}
+		var notStarted *cache.ErrCacheNotStarted
+		if !errors.As(err, &notStarted) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(list.Items) != n {
+		t.Fatalf("cache holds %d ConfigMaps, want %d", len(list.Items), n)
+	}
+	gotPages := testutil.ToFloat64(informer.ListPages.WithLabelValues("ConfigMap")) - pages
+	gotObjects := testutil.ToFloat64(informer.ListObjects.WithLabelValues("ConfigMap")) - objects
+	// The informer lists all namespaces: at least our 1,201 plus kube-root-ca.crt ones.
+	if gotPages < 3 || gotObjects < n {
+		t.Fatalf("initial list: %v pages, %v objects; want >= 3 pages of 500 and >= %d objects", gotPages, gotObjects, n)
+	}
+	t.Logf("initial list: %v pages, %v objects", gotPages, gotObjects)
+
+	added := testutil.ToFloat64(informer.EventsReceived.WithLabelValues("ConfigMap", "ADDED"))
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for testutil.ToFloat64(informer.EventsReceived.WithLabelValues("ConfigMap", "ADDED")) <= added {
+		if time.Now().After(deadline) {
+			t.Fatal("the ADDED event of a new ConfigMap was not counted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ts := testutil.ToFloat64(informer.LastEvent.WithLabelValues("ConfigMap")); ts < float64(start.Unix()) {
+		t.Errorf("last event timestamp %v is before the test started", ts)
+	}
+}
+
+func TestRestartReasons(t *testing.T) {
+	gr := schema.GroupResource{Resource: "configmaps"}
+	for err, want := range map[error]string{
+		apierrors.NewResourceExpired("too old"):             "gone",
+		apierrors.NewGone("gone"):                           "gone",
+		io.EOF:                                              "eof",
+		fmt.Errorf("read: %w", io.ErrUnexpectedEOF):         "eof",
+		context.DeadlineExceeded:                            "timeout",
+		apierrors.NewTimeoutError("slow", 1):                "timeout",
+		apierrors.NewServerTimeout(gr, "list", 1):           "timeout",
+		errors.New("connection refused"):                    "error",
+		apierrors.NewInternalError(errors.New("something")): "error",
+	} {
+		if got := informer.RestartReason(err); got != want {
+			t.Errorf("RestartReason(%v) = %s, want %s", err, got, want)
+		}
+	}
+}
+
+
