@@ -100,6 +100,10 @@ func runOperator(args []string, stderr io.Writer) error {
 	fs.Int64Var(&opts.Informers.PageSize, "list-page-size", 500, "Limit of each LIST page of the informers")
 	fs.DurationVar(&opts.Informers.ListTimeout, "list-timeout", 60*time.Second, "timeout of each LIST page request")
 	fs.BoolVar(&opts.Informers.UseWatchList, "use-watch-list", false, "let client-go stream initial lists (WatchList) instead of paginated LISTs")
+	fs.IntVar(&opts.Storm.Threshold, "storm-threshold", 20, "unchanged reconciles of one object within --storm-window that make a storm")
+	fs.DurationVar(&opts.Storm.Window, "storm-window", 10*time.Second, "window of --storm-threshold")
+	fs.DurationVar(&opts.Storm.Backoff, "storm-backoff", time.Minute, "while an object is quiescent, call its guest at most this often until it changes")
+	fs.BoolVar(&opts.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")

@@ -114,5 +114,3 @@ func TestRestartReasons(t *testing.T) {
 		}
 	}
 }
-
-

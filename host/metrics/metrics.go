@@ -90,6 +90,18 @@ var (
 		Help: "Children written by module and operation (apply, prune); an unchanged child is not applied and not counted.",
 	}, []string{"module", "operation"})
 
+	// StormsDetected counts objects found in a reconcile storm.
+	StormsDetected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmreconcile_storms_detected_total",
+		Help: "Objects that entered a reconcile storm (many reconciles that changed nothing) and were made quiescent, by module.",
+	}, []string{"module"})
+
+	// Damped counts reconciles of quiescent objects answered without calling the guest.
+	Damped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmreconcile_reconciles_damped_total",
+		Help: "Reconciles of quiescent objects that were postponed without calling the guest, by module.",
+	}, []string{"module"})
+
 	// ModuleInfo is 1 for each loaded module, labelled with its digest.
 	ModuleInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "wasmreconcile_module_info",
@@ -103,7 +115,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, ModuleInfo, instances)
+	crmetrics.Registry.MustRegister(ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleInfo, instances)
 }
 
 // Track starts reporting m: it sets its info metric, pre-initialises its
@@ -120,6 +132,8 @@ func Track(m *engine.Module) {
 	ChildOperations.WithLabelValues(name, "apply")
 	ChildOperations.WithLabelValues(name, "prune")
 	GuestDuration.WithLabelValues(name)
+	StormsDetected.WithLabelValues(name)
+	Damped.WithLabelValues(name)
 	FuelUsed.WithLabelValues(name)
 	instances.mu.Lock()
 	instances.modules[name] = m

@@ -56,6 +56,10 @@ type Options struct {
 	// Informers configure list pagination, timeouts and WatchList; zero
 	// fields take package informer's defaults.
 	Informers informer.Options
+
+	// Storm configures reconcile-storm damping for every module; zero
+	// fields take reconciler.StormOptions' defaults.
+	Storm reconciler.StormOptions
 }
 
 // Operator runs a set of modules against one cluster.
@@ -114,7 +118,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 			}
 		}
 		if err == nil {
-			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{Config: opts.ModuleConfig[m.Name()]})
+			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{Config: opts.ModuleConfig[m.Name()], Storm: opts.Storm})
 			if err != nil {
 				_ = m.Close(ctx)
 			}

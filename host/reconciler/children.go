@@ -3,6 +3,8 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,8 +92,10 @@ func (r *Reconciler) desiredChildren(obj *unstructured.Unstructured, children []
 }
 
 // syncChildren applies the desired children that would change something and
-// deletes the observed children that are no longer desired.
-func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unstructured.Unstructured) error {
+// deletes the observed children that are no longer desired. It reports
+// whether it wrote anything.
+func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unstructured.Unstructured) (bool, error) {
+	wrote := false
 	logger := log.FromContext(ctx)
 	byKey := map[childKey]*unstructured.Unstructured{}
 	for _, o := range observed {
@@ -106,8 +110,9 @@ func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unst
 		delete(byKey, k)
 		err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.module.Name()), client.ForceOwnership)
 		if err != nil {
-			return fmt.Errorf("module[%s] applying child %s: %w", r.module.Name(), k, err)
+			return wrote, fmt.Errorf("module[%s] applying child %s: %w", r.module.Name(), k, err)
 		}
+		wrote = true
 		metrics.ChildOperations.WithLabelValues(r.module.Name(), "apply").Inc()
 		logger.V(1).Info("child applied", "child", k.String())
 	}
@@ -115,12 +120,24 @@ func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unst
 		uid := o.GetUID()
 		err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("module[%s] pruning child %s: %w", r.module.Name(), k, err)
+			return wrote, fmt.Errorf("module[%s] pruning child %s: %w", r.module.Name(), k, err)
 		}
 		if err == nil {
+			wrote = true
 			metrics.ChildOperations.WithLabelValues(r.module.Name(), "prune").Inc()
 		}
 		logger.V(1).Info("child pruned", "child", k.String())
 	}
-	return nil
+	return wrote, nil
+}
+
+// childrenFingerprint identifies the observed children and their versions,
+// so that storm damping notices any change to them.
+func childrenFingerprint(observed []*unstructured.Unstructured) string {
+	keys := make([]string, len(observed))
+	for i, o := range observed {
+		keys[i] = keyOf(o).String() + "@" + o.GetResourceVersion()
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
 }

@@ -51,6 +51,7 @@ const (
 	ReasonGuestTrapped     = "GuestTrapped"     // the guest trapped or exited
 	ReasonABIViolation     = "ABIViolation"     // the guest broke the ABI or a size limit
 	ReasonInvalidResponse  = "InvalidResponse"  // the guest's response could not be applied
+	ReasonReconcileStorm   = "ReconcileStorm"   // reconciled many times without any change; damped
 )
 
 // MaxEventsPerResponse caps the Events one response may record; the rest are
@@ -77,6 +78,9 @@ type Options struct {
 	// Config is passed to the guest as Request.Config on every call.
 	// Defaults to nil: no configuration.
 	Config map[string]any
+
+	// Storm configures storm damping; see StormOptions for the defaults.
+	Storm StormOptions
 }
 
 // Reconciler reconciles the objects of one module's kind by calling the
@@ -90,6 +94,7 @@ type Reconciler struct {
 	finalizer string // empty when the module declares none
 	cache     *cacheread.Reader
 	config    map[string]any
+	storms    *stormTracker
 	now       func() time.Time
 
 	mu       sync.Mutex
@@ -113,6 +118,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 		gvk:      schema.GroupVersionKind{Group: for_.Group, Version: for_.Version, Kind: for_.Kind},
 		now:      now,
 		config:   opts.Config,
+		storms:   newStormTracker(opts.Storm),
 		attempts: map[types.NamespacedName]int{},
 	}
 	for _, g := range module.Manifest().Owns {
@@ -216,6 +222,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			r.storms.forget(req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
@@ -239,6 +246,13 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	for i, c := range observed {
 		children[i] = c.Object
 	}
+	fingerprint := childrenFingerprint(observed)
+	if ok, wait := r.storms.admit(req.NamespacedName, obj.GetGeneration(), fingerprint, r.now()); !ok {
+		metrics.Damped.WithLabelValues(r.module.Name()).Inc()
+		log.FromContext(ctx).V(1).Info("quiescent: reconcile postponed", "after", wait.String())
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	changed := false // whether this reconcile wrote anything
 	request, err := utiljson.Marshal(abi.Request{
 		Object:     obj.Object,
 		Children:   children,
@@ -282,7 +296,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s: %s", r.module.Name(), req, msg))
 	}
 	if resp.Status != nil {
-		if err := r.applyStatus(ctx, obj, resp.Status); err != nil {
+		wrote, err := r.applyStatus(ctx, obj, resp.Status)
+		changed = changed || wrote
+		if err != nil {
 			result = metrics.ResultApplyError
 			if errors.Is(err, reconcile.TerminalError(nil)) {
 				result = metrics.ResultInvalidResponse
@@ -294,7 +310,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if resp.Error == nil {
 		// Children are applied only from a response without error: a failed
 		// reconcile must not prune what it could not compute.
-		if err := r.syncChildren(ctx, desired, observed); err != nil {
+		wrote, err := r.syncChildren(ctx, desired, observed)
+		changed = changed || wrote
+		if err != nil {
 			result = metrics.ResultApplyError
 			r.failed(req.NamespacedName)
 			return ctrl.Result{}, err
@@ -302,6 +320,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	r.recordEvents(ctx, obj, resp.Events)
 	if deleting && resp.Finalized && resp.Error == nil {
+		changed = true
 		if err := r.patchFinalizer(ctx, obj, false); err != nil {
 			result = metrics.ResultApplyError
 			return ctrl.Result{}, err
@@ -321,17 +340,25 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, gerr
 	}
 	r.forget(req.NamespacedName)
+	if storm, n := r.storms.record(req.NamespacedName, obj.GetGeneration(), fingerprint, changed, r.now()); storm {
+		metrics.StormsDetected.WithLabelValues(r.module.Name()).Inc()
+		msg := fmt.Sprintf("reconciled %d times within %s without any change; the guest is now called at most once every %s until the object's generation or children change",
+			n, r.storms.opts.Window, r.storms.opts.Backoff)
+		r.warn(obj, ReasonReconcileStorm, msg)
+		log.FromContext(ctx).Info("reconcile storm: object is quiescent", "reconciles", n)
+	}
 	if resp.RequeueAfterSeconds > 0 {
 		return ctrl.Result{RequeueAfter: time.Duration(resp.RequeueAfterSeconds) * time.Second}, nil
 	}
 	return ctrl.Result{}, nil
 }
 
-// applyStatus writes desired as the object's status unless it already is.
-func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstructured, desired map[string]any) error {
+// applyStatus writes desired as the object's status unless it already is,
+// and reports whether it wrote.
+func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstructured, desired map[string]any) (bool, error) {
 	observed, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "status")
 	if equality.Semantic.DeepEqual(observed, any(desired)) {
-		return nil
+		return false, nil
 	}
 	patch := &unstructured.Unstructured{Object: map[string]any{"status": desired}}
 	patch.SetGroupVersionKind(r.gvk)
@@ -343,13 +370,13 @@ func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstruct
 		if apierrors.IsInvalid(err) {
 			msg := fmt.Sprintf("the API server refused the status returned by the guest: %v; fix the module's status to match the CRD schema", err)
 			r.warn(obj, ReasonInvalidResponse, msg)
-			return reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s/%s: %s", r.module.Name(), obj.GetNamespace(), obj.GetName(), msg))
+			return false, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s/%s: %s", r.module.Name(), obj.GetNamespace(), obj.GetName(), msg))
 		}
-		return fmt.Errorf("module[%s] applying status of %s/%s: %w", r.module.Name(), obj.GetNamespace(), obj.GetName(), err)
+		return false, fmt.Errorf("module[%s] applying status of %s/%s: %w", r.module.Name(), obj.GetNamespace(), obj.GetName(), err)
 	}
 	metrics.StatusWrites.WithLabelValues(r.module.Name()).Inc()
 	log.FromContext(ctx).V(1).Info("status applied")
-	return nil
+	return true, nil
 }
 
 // patchFinalizer adds or removes the module's finalizer, with optimistic

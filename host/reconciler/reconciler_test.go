@@ -492,3 +492,71 @@ func TestModuleConfigReachesTheGuest(t *testing.T) {
 		return nil
 	})
 }
+
+// TestReconcileStormIsDamped churns an annotation (each change reconciles
+// the object, and nothing changes), expects a ReconcileStorm Event and
+// damping, then changes the spec and expects the object to resume at once.
+func TestReconcileStormIsDamped(t *testing.T) {
+	ctx := context.Background()
+	mb := map[string]string{"module": "misbehave"}
+	storms := max(0, metricValue(t, "wasmreconcile_storms_detected_total", mb)) // -1 before the module is tracked
+	damped := max(0, metricValue(t, "wasmreconcile_reconciles_damped_total", mb))
+	ns, _ := run(t, "./internal/testguests/misbehave", engine.Limits{},
+		reconciler.Options{Storm: reconciler.StormOptions{Threshold: 5, Window: time.Minute, Backoff: 10 * time.Minute}})
+	if err := k8s.Create(ctx, newObject(gadgetGVK, ns, "churn", map[string]any{})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "first status", func() error {
+		if statusString(get(t, gadgetGVK, ns, "churn"), "summary") != "ok" {
+			return fmt.Errorf("no status yet")
+		}
+		return nil
+	})
+	churn := func(i int) {
+		u := get(t, gadgetGVK, ns, "churn")
+		u.SetAnnotations(map[string]string{"churn": fmt.Sprint(i)})
+		if err := k8s.Update(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i := 0; i < 10; i++ {
+		churn(i)
+	}
+	eventually(t, 30*time.Second, "a ReconcileStorm event", func() error {
+		_, err := findEvent(t, ns, "churn", corev1.EventTypeWarning, reconciler.ReasonReconcileStorm)
+		return err
+	})
+	if metricValue(t, "wasmreconcile_storms_detected_total", mb) != storms+1 {
+		t.Error("storm not counted")
+	}
+	calls := metricValue(t, "wasmreconcile_reconcile_total", map[string]string{"module": "misbehave", "result": "success"})
+	for i := 10; i < 20; i++ {
+		churn(i)
+	}
+	eventually(t, 30*time.Second, "damped reconciles", func() error {
+		if metricValue(t, "wasmreconcile_reconciles_damped_total", mb) < damped+5 {
+			return fmt.Errorf("damped %v", metricValue(t, "wasmreconcile_reconciles_damped_total", mb)-damped)
+		}
+		return nil
+	})
+	if extra := metricValue(t, "wasmreconcile_reconcile_total", map[string]string{"module": "misbehave", "result": "success"}) - calls; extra > 0 {
+		t.Errorf("the guest was called %v times while quiescent", extra)
+	}
+
+	// A new generation resumes at once, long before the 10-minute backoff.
+	u := get(t, gadgetGVK, ns, "churn")
+	if err := unstructured.SetNestedField(u.Object, "changed", "spec", "note"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the new generation reconciled", func() error {
+		u := get(t, gadgetGVK, ns, "churn")
+		if gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); gen != u.GetGeneration() {
+			return fmt.Errorf("observedGeneration %d, generation %d", gen, u.GetGeneration())
+		}
+		return nil
+	})
+}
