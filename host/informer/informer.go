@@ -19,6 +19,11 @@
 //   - Watch restarts keep client-go's reflector backoff (800 ms doubling to
 //     30 s, jitter 1.0, reset after 2 min of health).
 //
+//   - An empty LIST for a kind whose previous list had objects is repeated
+//     with backoff (Options.EmptyListVerifications, default 3) before the
+//     cache may act on it: an empty answer makes the cache delete every
+//     object of the kind, and the host never prunes on such a list.
+//
 // It also feeds the informer metrics in docs/metrics.md: list pages,
 // objects, duration and expired continues; watch events by type; watch
 // restarts by reason; and the time of the last event, for staleness.
@@ -54,6 +59,15 @@ type Options struct {
 	// UseWatchList lets client-go stream initial lists (WatchList) instead of
 	// paginated LISTs, where the API server supports it. Defaults to false.
 	UseWatchList bool
+
+	// EmptyListVerifications is how many times an empty LIST is repeated,
+	// with backoff, when the previous list of the kind had objects, before
+	// the cache may act on it (and so delete every object of the kind from
+	// the cache). Defaults to 3.
+	EmptyListVerifications int
+	// EmptyListBackoff is the first wait before a verification; it doubles
+	// each time, up to 5 seconds. Defaults to 100 ms.
+	EmptyListBackoff time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -66,8 +80,17 @@ func (o Options) withDefaults() Options {
 	if o.WatchTimeoutMargin <= 0 {
 		o.WatchTimeoutMargin = 30 * time.Second
 	}
+	if o.EmptyListVerifications <= 0 {
+		o.EmptyListVerifications = 3
+	}
+	if o.EmptyListBackoff <= 0 {
+		o.EmptyListBackoff = 100 * time.Millisecond
+	}
 	return o
 }
+
+// maxEmptyListBackoff caps the wait between empty-list verifications.
+const maxEmptyListBackoff = 5 * time.Second
 
 // NewInformerFunc returns a function for cache.Options.NewInformer.
 func NewInformerFunc(opts Options) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
@@ -102,6 +125,7 @@ type listWatcher struct {
 	kind  string
 
 	mu        sync.Mutex
+	lastCount int    // objects in the last accepted list
 	watches   int    // watches opened so far
 	lastEnd   string // how the previous watch ended: a restart reason
 	lastError error  // the last error the reflector reported
@@ -142,6 +166,42 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 		// from consistent storage instead.
 		opts.ResourceVersion = ""
 	}
+	list, err := w.fullList(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	had := w.lastCount
+	w.mu.Unlock()
+	if meta.LenList(list) == 0 && had > 0 {
+		// A kind that had objects now lists empty: a truncated or wrong
+		// answer would make the cache delete them all. Ask again first.
+		wait := w.opts.EmptyListBackoff
+		for i := 0; i < w.opts.EmptyListVerifications && meta.LenList(list) == 0; i++ {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, maxEmptyListBackoff)
+			if list, err = w.fullList(ctx, opts); err != nil {
+				return nil, err
+			}
+		}
+		outcome := "confirmed"
+		if meta.LenList(list) > 0 {
+			outcome = "refuted"
+		}
+		EmptyListVerifications.WithLabelValues(w.kind, outcome).Inc()
+	}
+	w.mu.Lock()
+	w.lastCount = meta.LenList(list)
+	w.mu.Unlock()
+	return list, nil
+}
+
+// fullList runs one paginated list.
+func (w *listWatcher) fullList(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	start := time.Now()
 	p := pager.New(w.page)
 	p.PageSize = w.opts.PageSize

@@ -24,6 +24,10 @@ var (
 		Name: "wasmreconcile_informer_list_expired_total",
 		Help: "Expired continue tokens during a paginated list (each is followed by a full list), by kind.",
 	}, []string{"kind"})
+	EmptyListVerifications = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmreconcile_informer_empty_list_verifications_total",
+		Help: "Empty lists of a kind that had objects, re-listed before the cache acted on them, by kind and outcome (confirmed: still empty; refuted: objects came back).",
+	}, []string{"kind", "outcome"})
 	EventsReceived = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wasmreconcile_informer_events_total",
 		Help: "Watch events received by informers, by kind and type (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR).",
@@ -39,5 +43,5 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(ListPages, ListObjects, ListDuration, ListExpired, EventsReceived, WatchRestarts, LastEvent)
+	crmetrics.Registry.MustRegister(ListPages, ListObjects, ListDuration, ListExpired, EmptyListVerifications, EventsReceived, WatchRestarts, LastEvent)
 }

@@ -1,0 +1,97 @@
+package informer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// scripted is a fake ListerWatcher (this is a unit test of the wrapper's
+// logic; TestPaginatedListAndEvents covers the real API server) that answers
+// each LIST with the next count of the script.
+type scripted struct {
+	counts []int
+	calls  int
+}
+
+func (s *scripted) ListWithContext(_ context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+	n := s.counts[min(s.calls, len(s.counts)-1)]
+	s.calls++
+	l := &corev1.ConfigMapList{}
+	for i := 0; i < n; i++ {
+		l.Items = append(l.Items, corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}})
+	}
+	return l, nil
+}
+
+func (s *scripted) WatchWithContext(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	return watch.NewEmptyWatch(), nil
+}
+
+func count(t *testing.T, obj runtime.Object) int {
+	t.Helper()
+	return len(obj.(*corev1.ConfigMapList).Items)
+}
+
+func TestEmptyListIsVerified(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{EmptyListBackoff: time.Millisecond}.withDefaults()
+
+	// 3 objects, then a spurious empty list: refuted by the next list.
+	s := &scripted{counts: []int{3, 0, 3}}
+	w := &listWatcher{inner: s, opts: opts, kind: "EmptyTestA"}
+	for _, want := range []int{3, 3} {
+		l, err := w.ListWithContext(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := count(t, l); got != want {
+			t.Fatalf("list = %d objects, want %d", got, want)
+		}
+	}
+	if got := testutil.ToFloat64(EmptyListVerifications.WithLabelValues("EmptyTestA", "refuted")); got != 1 || s.calls != 3 {
+		t.Errorf("refuted %v, calls %d; want 1 and 3", got, s.calls)
+	}
+
+	// 3 objects, then empty for good: confirmed after 3 verifications.
+	s = &scripted{counts: []int{3, 0}}
+	w = &listWatcher{inner: s, opts: opts, kind: "EmptyTestB"}
+	if _, err := w.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := w.ListWithContext(ctx, metav1.ListOptions{})
+	if err != nil || count(t, l) != 0 {
+		t.Fatalf("confirmed empty list: %v %v", l, err)
+	}
+	if got := testutil.ToFloat64(EmptyListVerifications.WithLabelValues("EmptyTestB", "confirmed")); got != 1 || s.calls != 1+1+3 {
+		t.Errorf("confirmed %v, calls %d; want 1 and 5", got, s.calls)
+	}
+
+	// A kind that was empty stays empty without verification.
+	s = &scripted{counts: []int{0, 0}}
+	w = &listWatcher{inner: s, opts: opts, kind: "EmptyTestC"}
+	for i := 0; i < 2; i++ {
+		if _, err := w.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.calls != 2 {
+		t.Errorf("calls %d: an always-empty kind was re-verified", s.calls)
+	}
+
+	// Verification stops when the caller gives up.
+	s = &scripted{counts: []int{3, 0}}
+	w = &listWatcher{inner: s, opts: Options{EmptyListBackoff: time.Hour}.withDefaults(), kind: "EmptyTestD"}
+	_, _ = w.ListWithContext(ctx, metav1.ListOptions{})
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := w.ListWithContext(cctx, metav1.ListOptions{}); err == nil {
+		t.Error("verification ignored the context")
+	}
+}
