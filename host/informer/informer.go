@@ -9,13 +9,16 @@
 //     the API server's watch cache, which ignores Limit. An expired continue
 //     token makes the pager fall back to a full list; a 410 on the list makes
 //     client-go's reflector relist.
+//
 //   - Every page has its own timeout (Options.ListTimeout, default 60 s), and
 //     every watch a client-side timeout a margin beyond the server-side
 //     timeout the reflector asks for, so a dead connection cannot stall an
 //     informer.
+//
 //   - WatchList (streaming lists, on by default in client-go from v0.35) is
 //     off unless Options.UseWatchList: a streamed list has no pages to
 //     bound and count. See RATIONALE.md.
+//
 //   - Watch restarts keep client-go's reflector backoff (800 ms doubling to
 //     30 s, jitter 1.0, reset after 2 min of health).
 //

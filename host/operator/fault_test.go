@@ -43,6 +43,7 @@ func TestWatchesSurviveCutConnections(t *testing.T) {
 	defer cancel()
 	op, err := operator.New(ctx, viaProxy, operator.Options{
 		Modules: []string{testwasm.BuildFile(t, "./widget")}, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		SkipControllerNameValidation: true,
 	})
 	if err != nil || len(op.LoadErrors()) > 0 {
 		t.Fatalf("operator.New: %v %v", err, op.LoadErrors())

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -60,6 +61,12 @@ type Options struct {
 	// Storm configures reconcile-storm damping for every module; zero
 	// fields take reconciler.StormOptions' defaults.
 	Storm reconciler.StormOptions
+
+	// SkipControllerNameValidation allows several operators with modules of
+	// the same name in one process (tests). controller-runtime otherwise
+	// refuses a second controller of a name, because their metrics would
+	// mix. Defaults to false.
+	SkipControllerNameValidation bool
 }
 
 // Operator runs a set of modules against one cluster.
@@ -87,6 +94,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
 		PprofBindAddress:       opts.PprofBindAddress,
 		Cache:                  cache.Options{NewInformer: informer.NewInformerFunc(opts.Informers)},
+		Controller:             config.Controller{SkipNameValidation: &opts.SkipControllerNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)

@@ -47,9 +47,10 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	defer cancel()
 	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	op, err := operator.New(ctx, cfg, operator.Options{
-		Modules:                []string{bad, missing, good},
-		MetricsBindAddress:     metricsAddr,
-		HealthProbeBindAddress: healthAddr,
+		Modules:                      []string{bad, missing, good},
+		MetricsBindAddress:           metricsAddr,
+		HealthProbeBindAddress:       healthAddr,
+		SkipControllerNameValidation: true,
 	})
 	if err != nil {
 		t.Fatalf("operator.New: %v", err)
