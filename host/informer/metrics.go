@@ -45,3 +45,9 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(ListPages, ListObjects, ListDuration, ListExpired, EmptyListVerifications, EventsReceived, WatchRestarts, LastEvent)
 }
+
+// Collectors returns the collectors of this package, for checks of what
+// dashboards and alert rules may reference.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{ListPages, ListObjects, ListDuration, ListExpired, EmptyListVerifications, EventsReceived, WatchRestarts, LastEvent}
+}

@@ -170,3 +170,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s.Idle), name, "idle")
 	}
 }
+
+// Collectors returns the collectors of this package, for checks of what
+// dashboards and alert rules may reference.
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleInfo, instances}
+}

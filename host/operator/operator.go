@@ -21,6 +21,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
 )
 
@@ -61,6 +62,14 @@ type Options struct {
 	// Storm configures reconcile-storm damping for every module; zero
 	// fields take reconciler.StormOptions' defaults.
 	Storm reconciler.StormOptions
+
+	// RateLimit configures every module's workqueue rate limiter; zero
+	// fields take controller-runtime's defaults (see package ratelimit).
+	RateLimit ratelimit.Options
+
+	// MaxConcurrentReconciles per module. Defaults to the module's
+	// MaxInstances, so no worker waits for an instance.
+	MaxConcurrentReconciles int
 
 	// SkipControllerNameValidation allows several operators with modules of
 	// the same name in one process (tests). controller-runtime otherwise
@@ -126,7 +135,10 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 			}
 		}
 		if err == nil {
-			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{Config: opts.ModuleConfig[m.Name()], Storm: opts.Storm})
+			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{
+				Config: opts.ModuleConfig[m.Name()], Storm: opts.Storm,
+				RateLimiter: ratelimit.New(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+			})
 			if err != nil {
 				_ = m.Close(ctx)
 			}
