@@ -75,6 +75,10 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 	@echo "== host (with a real kube-apiserver and etcd)"
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race ./...
 
+.PHONY: test-faults
+test-faults: controlplane ## Longer fault tests: lists 10,000 objects in pages (about a minute more than make test's 1,201).
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_PAGING_OBJECTS=10000 $(GO) test -count=1 -run TestPaginatedListAndEvents -v ./host/informer/
+
 .PHONY: lint
 lint: ## gofmt, go vet (native and wasip1) and a go mod tidy diff for all three Go modules.
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,10 +22,12 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 )
 
-// TestPaginatedListAndEvents creates 1,201 ConfigMaps in a real API server,
-// starts a cache whose informers come from this package with pages of 500,
-// and reads in the metrics that the initial list came in three pages or
-// more, and that a later create arrives as a counted watch event.
+// TestPaginatedListAndEvents creates 1,201 ConfigMaps (or
+// $WASMRECONCILE_PAGING_OBJECTS; `make test-faults` uses 10,000) in a real
+// API server, starts a cache whose informers come from this package with
+// pages of 500, and reads in the metrics that the initial list came in
+// ceil(n/500) pages or more, and that a later create arrives as a counted
+// watch event.
 func TestPaginatedListAndEvents(t *testing.T) {
 	env, cfg, err := testenv.Start()
 	if err != nil {
@@ -40,12 +44,20 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	if err := c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	const n = 1201
+	n := 1201
+	if v := os.Getenv("WASMRECONCILE_PAGING_OBJECTS"); v != "" {
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("WASMRECONCILE_PAGING_OBJECTS=%q: want a positive number", v)
+		}
+	}
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: fmt.Sprintf("cm-%04d", i)}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: fmt.Sprintf("cm-%05d", i)}}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
+		}
+		if (i+1)%2000 == 0 {
+			t.Logf("created %d of %d", i+1, n)
 		}
 	}
 	t.Logf("created %d ConfigMaps in %s", n, time.Since(start).Round(time.Millisecond))
@@ -74,9 +86,9 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	}
 	gotPages := testutil.ToFloat64(informer.ListPages.WithLabelValues("ConfigMap")) - pages
 	gotObjects := testutil.ToFloat64(informer.ListObjects.WithLabelValues("ConfigMap")) - objects
-	// The informer lists all namespaces: at least our 1,201 plus kube-root-ca.crt ones.
-	if gotPages < 3 || gotObjects < n {
-		t.Fatalf("initial list: %v pages, %v objects; want >= 3 pages of 500 and >= %d objects", gotPages, gotObjects, n)
+	// The informer lists all namespaces: at least our n plus kube-root-ca.crt ones.
+	if wantPages := float64((n + 499) / 500); gotPages < wantPages || gotObjects < float64(n) {
+		t.Fatalf("initial list: %v pages, %v objects; want >= %v pages of 500 and >= %d objects", gotPages, gotObjects, wantPages, n)
 	}
 	t.Logf("initial list: %v pages, %v objects", gotPages, gotObjects)
 
