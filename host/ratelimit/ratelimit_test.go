@@ -27,7 +27,9 @@ func TestExponentialPerItemAndBucket(t *testing.T) {
 
 	// A bucket of 2 at 1 qps: the third immediate request waits about a second.
 	slow := New(Options{BaseDelay: time.Nanosecond, QPS: 1, Burst: 2})
-	c := func(n string) reconcile.Request { return reconcile.Request{NamespacedName: types.NamespacedName{Name: n}} }
+	c := func(n string) reconcile.Request {
+		return reconcile.Request{NamespacedName: types.NamespacedName{Name: n}}
+	}
 	slow.When(c("1"))
 	slow.When(c("2"))
 	if got := slow.When(c("3")); got < 500*time.Millisecond {
