@@ -124,3 +124,83 @@ func TestWatchesSurviveCutConnections(t *testing.T) {
 		testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "timeout")),
 		testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "gone")))
 }
+
+// TestSlowAPIServer delays every connection to the API server past the list
+// timeout: initial lists time out, so the operator is not ready and
+// reconciles nothing; when the delay is lifted it syncs and converges.
+func TestSlowAPIServer(t *testing.T) {
+	env, cfg, err := testenv.Start("examples/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.Start(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	viaProxy := rest.CopyConfig(cfg)
+	viaProxy.Host = "https://" + proxy.Addr
+
+	direct, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &unstructured.Unstructured{}
+	w.SetAPIVersion("examples.wasmreconcile.io/v1alpha1")
+	w.SetKind("Widget")
+	w.SetNamespace("default")
+	w.SetName("patient")
+	_ = unstructured.SetNestedField(w.Object, int64(5), "spec", "size")
+	if err := direct.Create(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.SetLatency(3 * time.Second) // every response, past the 1 s list timeout below
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	op, err := operator.New(ctx, viaProxy, operator.Options{
+		Modules: []string{testwasm.BuildFile(t, "./widget")}, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		Informers:                    informer.Options{ListTimeout: time.Second},
+		SkipControllerNameValidation: true,
+	})
+	if err != nil || len(op.LoadErrors()) > 0 {
+		t.Fatalf("operator.New: %v %v", err, op.LoadErrors())
+	}
+	done := make(chan error, 1)
+	go func() { done <- op.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	time.Sleep(5 * time.Second)
+	if err := op.Ready(); err == nil {
+		t.Error("ready although no list could complete")
+	}
+	got := &unstructured.Unstructured{Object: map[string]any{"apiVersion": w.GetAPIVersion(), "kind": w.GetKind()}}
+	if err := direct.Get(ctx, client.ObjectKeyFromObject(w), got); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, "status"); found {
+		t.Error("reconciled although the cache never synced")
+	}
+
+	proxy.SetLatency(0)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if err := direct.Get(ctx, client.ObjectKeyFromObject(w), got); err == nil {
+			if s, _, _ := unstructured.NestedString(got.Object, "status", "summary"); s == "5 x grey" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never converged after the delay was lifted")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := op.Ready(); err != nil {
+		t.Errorf("not ready after converging: %v", err)
+	}
+}

@@ -16,10 +16,11 @@ type Proxy struct {
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
-	delay time.Duration
-	cuts  int
+	mu      sync.Mutex
+	conns   map[net.Conn]struct{}
+	delay   time.Duration
+	latency time.Duration
+	cuts    int
 }
 
 // Start listens on a free loopback port and forwards to target.
@@ -60,7 +61,25 @@ func (p *Proxy) handle(client net.Conn) {
 		done <- struct{}{}
 	}
 	go pipe(server, client)
-	go pipe(client, server)
+	go func() { // server to client, with the current latency
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				lat := p.latency
+				p.mu.Unlock()
+				time.Sleep(lat)
+				if _, werr := client.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}()
 	<-done
 	client.Close()
 	server.Close()
@@ -102,6 +121,15 @@ func (p *Proxy) Cut() int {
 func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	p.delay = d
+	p.mu.Unlock()
+}
+
+// SetLatency delays every chunk the server sends by d. Unlike SetDelay it
+// also slows connections that are already open, such as the one HTTP/2
+// connection a client multiplexes all its requests over.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = d
 	p.mu.Unlock()
 }
 
