@@ -102,6 +102,12 @@ var (
 		Help: "Reconciles of quiescent objects that were postponed without calling the guest, by module.",
 	}, []string{"module"})
 
+	// ModuleState is 1 when a module is in a lifecycle state.
+	ModuleState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "wasmreconcile_module_state",
+		Help: "1 when the module is in the state: initialized (caches synced), converged (initialized, queue empty, nothing running, no object failing), quiescent (converged and nothing written for a while).",
+	}, []string{"module", "state"})
+
 	// ModuleInfo is 1 for each loaded module, labelled with its digest.
 	ModuleInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "wasmreconcile_module_info",
@@ -115,7 +121,7 @@ var (
 )
 
 func init() {
-	crmetrics.Registry.MustRegister(ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleInfo, instances)
+	crmetrics.Registry.MustRegister(ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleState, ModuleInfo, instances)
 }
 
 // Track starts reporting m: it sets its info metric, pre-initialises its
@@ -174,5 +180,5 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 // Collectors returns the collectors of this package, for checks of what
 // dashboards and alert rules may reference.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleInfo, instances}
+	return []prometheus.Collector{ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleState, ModuleInfo, instances}
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// MaxInstances, so no worker waits for an instance.
 	MaxConcurrentReconciles int
 
+	// QuiescentAfter is how long a converged module must write nothing to
+	// be reported quiescent. Defaults to 1 minute.
+	QuiescentAfter time.Duration
+
 	// SkipControllerNameValidation allows several operators with modules of
 	// the same name in one process (tests). controller-runtime otherwise
 	// refuses a second controller of a name, because their metrics would
@@ -121,6 +125,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	}
 	o := o0
 	o.engine = eng
+	var reconcilers []activityReporter
 	seen := map[string]string{}
 	unknownConfig := map[string]bool{}
 	for name := range opts.ModuleConfig {
@@ -135,12 +140,15 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 			}
 		}
 		if err == nil {
-			_, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{
+			var rec *reconciler.Reconciler
+			rec, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{
 				Config: opts.ModuleConfig[m.Name()], Storm: opts.Storm,
 				RateLimiter: ratelimit.New(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 			})
 			if err != nil {
 				_ = m.Close(ctx)
+			} else {
+				reconcilers = append(reconcilers, rec)
 			}
 		}
 		if err != nil {
@@ -154,6 +162,16 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		f := m.Manifest().For
 		log.Info("module loaded", "module", m.Name(), "path", path, "digest", m.Digest(),
 			"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", m.Size())
+	}
+	quiescentAfter := opts.QuiescentAfter
+	if quiescentAfter <= 0 {
+		quiescentAfter = time.Minute
+	}
+	if err := mgr.Add(&lifecycle{
+		synced:      mgr.GetCache().WaitForCacheSync,
+		reconcilers: reconcilers, quiescentAfter: quiescentAfter, interval: 2 * time.Second,
+	}); err != nil {
+		return nil, err
 	}
 	for name := range unknownConfig {
 		log.Info("configuration given for a module that is not loaded; check the module name in --module-config", "module", name)

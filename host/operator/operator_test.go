@@ -106,6 +106,10 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_reconcile_total{module="widget",result="success"}`)
+	// The lifecycle: initialized, converged and, after 3 s without writes, quiescent.
+	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_module_state{module="widget",state="initialized"} 1`)
+	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_module_state{module="widget",state="converged"} 1`)
+	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_module_state{module="widget",state="quiescent"} 1`)
 	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `controller_runtime_reconcile_total{controller="widget",result="success"}`)
 	cancel()
 	select {

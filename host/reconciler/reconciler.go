@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,7 +100,32 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	attempts map[types.NamespacedName]int
+
+	active     atomic.Int64 // reconciles running now
+	lastChange atomic.Int64 // unix nanoseconds of the last write
 }
+
+// Activity describes what a Reconciler is doing, for lifecycle states.
+type Activity struct {
+	Failing    int       // objects whose last reconcile failed and await a retry
+	Active     int       // reconciles running now
+	LastChange time.Time // when a reconcile last wrote anything; zero if never
+}
+
+// Activity reports the reconciler's current activity.
+func (r *Reconciler) Activity() Activity {
+	r.mu.Lock()
+	failing := len(r.attempts)
+	r.mu.Unlock()
+	a := Activity{Failing: failing, Active: int(r.active.Load())}
+	if ns := r.lastChange.Load(); ns != 0 {
+		a.LastChange = time.Unix(0, ns)
+	}
+	return a
+}
+
+// Name is the controller's name: the module's.
+func (r *Reconciler) Name() string { return r.module.Name() }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
@@ -209,6 +235,8 @@ func (e *GuestError) Error() string {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx).WithValues("module", r.module.Name())
 	ctx = log.IntoContext(ctx, logger)
+	r.active.Add(1)
+	defer r.active.Add(-1)
 	start := time.Now()
 	logger.V(1).Info("START reconcile")
 	res, err := r.reconcile(ctx, req)
@@ -340,6 +368,9 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, gerr
 	}
 	r.forget(req.NamespacedName)
+	if changed {
+		r.lastChange.Store(r.now().UnixNano())
+	}
 	if storm, n := r.storms.record(req.NamespacedName, obj.GetGeneration(), fingerprint, changed, r.now()); storm {
 		metrics.StormsDetected.WithLabelValues(r.module.Name()).Inc()
 		msg := fmt.Sprintf("reconciled %d times within %s without any change; the guest is now called at most once every %s until the object's generation or children change",

@@ -1,0 +1,95 @@
+package operator
+
+import (
+	"context"
+	"time"
+
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/wasmreconcile/wasmreconcile/host/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+)
+
+// lifecycle publishes each module's lifecycle state (wasmreconcile_module_state)
+// every interval once the caches have synced:
+//
+//   - initialized: the informer caches have synced;
+//   - converged: initialized, the module's workqueue is empty, no reconcile
+//     is running, and no object's last reconcile failed;
+//   - quiescent: converged, and no reconcile has written anything for
+//     quiescentAfter.
+type lifecycle struct {
+	synced         func(context.Context) bool
+	reconcilers    []activityReporter
+	quiescentAfter time.Duration
+	interval       time.Duration
+}
+
+// NeedLeaderElection is false: every replica reports its own state.
+func (l *lifecycle) NeedLeaderElection() bool { return false }
+
+func (l *lifecycle) Start(ctx context.Context) error {
+	if !l.synced(ctx) {
+		return nil // stopped before the caches synced
+	}
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		l.evaluate(time.Now())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// activityReporter is what lifecycle needs of a reconciler.
+type activityReporter interface {
+	Activity() reconciler.Activity
+	Name() string
+}
+
+func (l *lifecycle) evaluate(now time.Time) {
+	l.evaluateWith(now, workqueueDepths())
+}
+
+func (l *lifecycle) evaluateWith(now time.Time, depths map[string]float64) {
+	for _, r := range l.reconcilers {
+		a, name := r.Activity(), r.Name()
+		converged := depths[name] == 0 && a.Active == 0 && a.Failing == 0
+		quiescent := converged && (a.LastChange.IsZero() || now.Sub(a.LastChange) >= l.quiescentAfter)
+		metrics.ModuleState.WithLabelValues(name, "initialized").Set(1)
+		metrics.ModuleState.WithLabelValues(name, "converged").Set(b2f(converged))
+		metrics.ModuleState.WithLabelValues(name, "quiescent").Set(b2f(quiescent))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// workqueueDepths reads controller-runtime's workqueue_depth by queue name.
+func workqueueDepths() map[string]float64 {
+	out := map[string]float64{}
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range families {
+		if f.GetName() != "workqueue_depth" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "name" {
+					out[l.GetValue()] += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
