@@ -80,6 +80,19 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 func runOperator(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: operator run --module FILE.wasm [--module FILE.wasm ...] [flags]
+
+Runs reconcile modules against a cluster: one controller per module, each
+guest call under a fuel budget and a deadline. Limits left unset take the
+module's manifest defaults, then the host's. Metrics are on
+--metrics-bind-address, /healthz and /readyz on --health-probe-bind-address
+(see docs/metrics.md).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
 	var (
 		opts    operator.Options
 		modules stringList
