@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -81,30 +80,10 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &unstructured.Unstructured{}
-	w.SetAPIVersion("examples.wasmreconcile.io/v1alpha1")
-	w.SetKind("Widget")
-	w.SetNamespace("default")
-	w.SetName("survivor")
-	if err := unstructured.SetNestedField(w.Object, int64(2), "spec", "size"); err != nil {
+	if err := c.Create(ctx, widget("survivor", 2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, w); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
-			t.Fatal(err)
-		}
-		if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s == "2 x grey" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("widget status never converged: %v", w.Object["status"])
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitSummary(t, c, "survivor", "2 x grey")
 	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_reconcile_total{module="widget",result="success"}`)
 	// The lifecycle: initialized, converged and, after 3 s without writes, quiescent.
 	waitHTTP(t, "http://"+metricsAddr+"/metrics", http.StatusOK, `wasmreconcile_module_state{module="widget",state="initialized"} 1`)
