@@ -2,14 +2,20 @@ package operator_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -108,5 +114,68 @@ func TestSlowAPIServer(t *testing.T) {
 	waitSummary(t, direct, "patient", "5 x grey")
 	if err := op.Ready(); err != nil {
 		t.Errorf("not ready after converging: %v", err)
+	}
+}
+
+// TestInjectedAPIErrors puts an HTTP proxy of ours in front of the API
+// server that answers chosen requests with errors: a 500 on a list, an
+// expired continue token in the middle of a paginated list, and a 410 Gone
+// on a watch. The informers must relist as client-go prescribes, count what
+// happened, and the operator must still converge every Widget.
+func TestInjectedAPIErrors(t *testing.T) {
+	env, cfg, err := testenv.Start("examples/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	proxy, err := faultproxy.StartHTTP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close) // runs after the operator stops (cleanups run last-in, first-out)
+	ctx := context.Background()
+	direct, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 5
+	for i := 0; i < n; i++ {
+		if err := direct.Create(ctx, widget(fmt.Sprintf("w%d", i), int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	widgets := func(r *http.Request) bool { return strings.Contains(r.URL.Path, "/widgets") }
+	q := func(r *http.Request, k string) string { return r.URL.Query().Get(k) }
+	serverError := proxy.Add(&faultproxy.Rule{Times: 1, Code: 500, Reason: metav1.StatusReasonInternalError,
+		Match: func(r *http.Request) bool { return widgets(r) && q(r, "watch") != "true" }})
+	expired := proxy.Add(&faultproxy.Rule{Times: 1, Code: 410, Reason: metav1.StatusReasonExpired,
+		Match: func(r *http.Request) bool { return widgets(r) && q(r, "continue") != "" }})
+	gone := proxy.Add(&faultproxy.Rule{Times: 1, Code: 410, Reason: metav1.StatusReasonGone,
+		Match: func(r *http.Request) bool { return widgets(r) && q(r, "watch") == "true" }})
+
+	expiredBefore := testutil.ToFloat64(informer.ListExpired.WithLabelValues("Widget"))
+	goneBefore := testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "gone"))
+	startOperator(t, proxy.Config(), operator.Options{
+		Modules: []string{testwasm.BuildFile(t, "./widget")}, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+		Informers:                    informer.Options{PageSize: 2}, // 5 Widgets: three pages, two continue tokens
+		SkipControllerNameValidation: true,
+	})
+	for i := 0; i < n; i++ {
+		waitSummary(t, direct, fmt.Sprintf("w%d", i), fmt.Sprintf("%d x grey", i))
+	}
+	// A change after the faults is seen too.
+	if err := direct.Create(ctx, widget("late", 9)); err != nil {
+		t.Fatal(err)
+	}
+	waitSummary(t, direct, "late", "9 x grey")
+
+	if serverError.Hits() != 1 || expired.Hits() != 1 || gone.Hits() != 1 {
+		t.Fatalf("faults not all injected: 500 %d, expired %d, gone %d\n%s", serverError.Hits(), expired.Hits(), gone.Hits(), strings.Join(proxy.Requests(), "\n"))
+	}
+	if got := testutil.ToFloat64(informer.ListExpired.WithLabelValues("Widget")) - expiredBefore; got != 1 {
+		t.Errorf("expired continue tokens counted: %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "gone")) - goneBefore; got < 1 {
+		t.Errorf("watch restarts for gone counted: %v, want >= 1", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -107,7 +108,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
 		PprofBindAddress:       opts.PprofBindAddress,
 		Cache:                  cache.Options{NewInformer: informer.NewInformerFunc(opts.Informers)},
-		Controller:             config.Controller{SkipNameValidation: &opts.SkipControllerNameValidation},
+		// Modules' objects are unstructured, which controller-runtime's
+		// client reads live from the API server by default. Read them from
+		// the informer cache, like everything else.
+		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Controller: config.Controller{SkipNameValidation: &opts.SkipControllerNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)

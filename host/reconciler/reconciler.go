@@ -130,7 +130,9 @@ func (r *Reconciler) Name() string { return r.module.Name() }
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // New returns a Reconciler that reconciles module.Manifest().For objects with
-// module. c must read from the informer cache (the manager's client does).
+// module. c must read from the informer cache: a manager's client does so for
+// unstructured objects only with client.CacheOptions{Unstructured: true}, as
+// package operator configures it.
 func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opts Options) *Reconciler {
 	for_ := module.Manifest().For
 	now := opts.Now

@@ -76,6 +76,7 @@ func run(t *testing.T, pkg string, limits engine.Limits, opts ...reconciler.Opti
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},
+		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}}, // as the operator does
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,14 +105,19 @@ func run(t *testing.T, pkg string, limits engine.Limits, opts ...reconciler.Opti
 }
 
 // statusWrites counts the requests the managers under test send to a status
-// subresource with a writing verb.
-var statusWrites atomic.Int64
+// subresource with a writing verb; liveGets counts their GETs of single
+// objects, which must all be served by the informer cache instead.
+var statusWrites, liveGets atomic.Int64
 
 type countStatusWrites struct{ next http.RoundTripper }
 
 func (c countStatusWrites) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet && strings.HasSuffix(req.URL.Path, "/status") {
 		statusWrites.Add(1)
+	}
+	if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/namespaces/") && req.URL.Query().Get("watch") == "" &&
+		strings.Count(strings.SplitN(req.URL.Path, "/namespaces/", 2)[1], "/") >= 2 {
+		liveGets.Add(1) // GET .../namespaces/NS/RESOURCE/NAME
 	}
 	return c.next.RoundTrip(req)
 }
@@ -314,6 +320,9 @@ func TestUnchangedStatusIsNotWritten(t *testing.T) {
 	}
 	if got := get(t, widgetGVK, ns, "w2").GetResourceVersion(); got != rv {
 		t.Fatalf("resourceVersion moved from %s to %s: an unchanged status was written", rv, got)
+	}
+	if n := liveGets.Load(); n != 0 {
+		t.Fatalf("the reconciler made %d live GETs; objects must be read from the informer cache", n)
 	}
 }
 
