@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +64,14 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	}
 	t.Logf("created %d ConfigMaps in %s", n, time.Since(start).Round(time.Millisecond))
 
+	listCount := func() uint64 {
+		var m dto.Metric
+		if err := informer.ListDuration.WithLabelValues("ConfigMap").(prometheus.Histogram).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	lists := listCount()
 	pages := testutil.ToFloat64(informer.ListPages.WithLabelValues("ConfigMap"))
 	objects := testutil.ToFloat64(informer.ListObjects.WithLabelValues("ConfigMap"))
 	ca, err := cache.New(cfg, cache.Options{NewInformer: informer.NewInformerFunc(informer.Options{PageSize: 500})})
@@ -91,6 +101,9 @@ func TestPaginatedListAndEvents(t *testing.T) {
 		t.Fatalf("initial list: %v pages, %v objects; want >= %v pages of 500 and >= %d objects", gotPages, gotObjects, wantPages, n)
 	}
 	t.Logf("initial list: %v pages, %v objects", gotPages, gotObjects)
+	if listCount() <= lists {
+		t.Error("the list's duration was not observed")
+	}
 
 	added := testutil.ToFloat64(informer.EventsReceived.WithLabelValues("ConfigMap", "ADDED"))
 	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: "late"}}); err != nil {
