@@ -13,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
@@ -27,7 +25,6 @@ import (
 // server with one malformed module, one missing file and one good module: the
 // bad ones are reported with clear errors, the good one reconciles.
 func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
 	env, cfg, err := testenv.Start("examples/crds")
 	if err != nil {
 		t.Fatal(err)
