@@ -12,13 +12,16 @@
 // Each Module has its own wazero runtime, so a memory cap or a crash in one
 // module cannot affect another. Guests get WASI with no filesystem, no
 // network, no environment, no arguments, a fake clock and a deterministic
-// random source. Their stdout is discarded; the tail of their stderr is kept
-// per instance and attached to trap errors.
+// random source. Their stdout is discarded; the first and last 4 KiB of
+// their stderr are kept per instance and attached to trap errors.
 //
 // # Preemption
 //
-// Every call runs under Limits.Timeout. In this version the deadline is
-// enforced by wazero's WithCloseOnContextDone, which is correct but costly on
-// tight loops; see RATIONALE.md and issue "metered wasm engine" for the
-// fuel-instrumented replacement.
+// Module bytes are instrumented before compilation (host/internal/instrument):
+// a fuel counter is charged at function entries, loop headers and merge
+// points, and a host import refills it in slices (host/internal/meter). Each
+// refill checks the call's budget (Limits.Fuel), its deadline
+// (Limits.Timeout) and the caller's context, and yields to the Go scheduler,
+// so a spinning guest cannot pin a P or stall the garbage collector. See
+// docs/metering.md.
 package engine

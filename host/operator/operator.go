@@ -120,15 +120,14 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	o0 := &Operator{mgr: mgr}
-	if err := mgr.AddReadyzCheck("informers-synced", func(*http.Request) error { return o0.Ready() }); err != nil {
+	o := &Operator{mgr: mgr}
+	if err := mgr.AddReadyzCheck("informers-synced", func(*http.Request) error { return o.Ready() }); err != nil {
 		return nil, err
 	}
 	eng, err := engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir})
 	if err != nil {
 		return nil, err
 	}
-	o := o0
 	o.engine = eng
 	var reconcilers []activityReporter
 	seen := map[string]string{}
