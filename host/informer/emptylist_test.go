@@ -18,11 +18,13 @@ import (
 type scripted struct {
 	counts []int
 	calls  int
+	seen   []metav1.ListOptions // the options of every LIST
 }
 
-func (s *scripted) ListWithContext(_ context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+func (s *scripted) ListWithContext(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	n := s.counts[min(s.calls, len(s.counts)-1)]
 	s.calls++
+	s.seen = append(s.seen, opts)
 	l := &corev1.ConfigMapList{}
 	for i := 0; i < n; i++ {
 		l.Items = append(l.Items, corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}})
@@ -93,5 +95,36 @@ func TestEmptyListIsVerified(t *testing.T) {
 	defer cancel()
 	if _, err := w.ListWithContext(cctx, metav1.ListOptions{}); err == nil {
 		t.Error("verification ignored the context")
+	}
+}
+
+// TestListResourceVersionSemantics checks what the wrapper asks the server
+// for. Its lists are paginated, and a paginated list at resourceVersion X
+// with no resourceVersionMatch is served at exactly X: a relist after "too
+// old resource version" would return stale data forever (see
+// TestControlPlaneRestarts for the real API server). Only an explicit Exact
+// request keeps its resourceVersion.
+func TestListResourceVersionSemantics(t *testing.T) {
+	cases := []struct {
+		in              metav1.ListOptions
+		wantRV, wantRVM string
+	}{
+		{metav1.ListOptions{}, "", ""},
+		{metav1.ListOptions{ResourceVersion: "0"}, "", ""},
+		{metav1.ListOptions{ResourceVersion: "223"}, "", ""},
+		{metav1.ListOptions{ResourceVersion: "223", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}, "", ""},
+		{metav1.ListOptions{ResourceVersion: "223", ResourceVersionMatch: metav1.ResourceVersionMatchExact}, "223", "Exact"},
+	}
+	for _, c := range cases {
+		s := &scripted{counts: []int{1}}
+		w := &listWatcher{inner: s, opts: Options{PageSize: 7}.withDefaults(), kind: "RVTest"}
+		if _, err := w.ListWithContext(context.Background(), c.in); err != nil {
+			t.Fatal(err)
+		}
+		got := s.seen[0]
+		if got.ResourceVersion != c.wantRV || string(got.ResourceVersionMatch) != c.wantRVM || got.Limit != 7 {
+			t.Errorf("list %+v was sent as rv=%q match=%q limit=%d; want rv=%q match=%q limit=7",
+				c.in, got.ResourceVersion, got.ResourceVersionMatch, got.Limit, c.wantRV, c.wantRVM)
+		}
 	}
 }

@@ -164,10 +164,20 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 		return w.page(ctx, opts) // never issued by us; pass through
 	}
 	opts.Limit = 0
-	if opts.ResourceVersion == "0" {
-		// The watch cache ignores Limit at resourceVersion 0; read pages
-		// from consistent storage instead.
-		opts.ResourceVersion = ""
+	if opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact {
+		// Every list here is paginated, and that changes what a
+		// resourceVersion means:
+		//   - at "0" the watch cache ignores Limit;
+		//   - at "X" with no resourceVersionMatch a paginated list is
+		//     served at exactly X, from etcd, however old X is.
+		// The reflector relists at its last seen resourceVersion after a
+		// watch fails with "too old resource version", counting on
+		// not-older-than semantics. Served exactly, that list returns the
+		// stale state again and the next watch from X is too old again: after
+		// a kube-apiserver restart (a fresh watch cache) the informer would
+		// loop on stale data forever. A consistent read ("") is never older
+		// than anything asked for, so it honours every request but Exact.
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
 	}
 	list, err := w.fullList(ctx, opts)
 	if err != nil {

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,10 +20,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 )
 
@@ -137,5 +142,102 @@ func TestRestartReasons(t *testing.T) {
 		if got := informer.RestartReason(err); got != want {
 			t.Errorf("RestartReason(%v) = %s, want %s", err, got, want)
 		}
+	}
+}
+
+// TestSpuriousEmptyListAgainstAPIServer puts an HTTP proxy in front of the
+// real API server that, once, empties the items of a ConfigMap LIST answer
+// (keeping its real resourceVersion), as a misbehaving server or a restored
+// etcd might. A 410 on the watch forces the relist. The wrapper must verify
+// the empty list, find the objects again, and hand the informer the real
+// list: not one delete notification may reach the event handlers, because
+// a controller acting on them would delete or prune what still exists.
+func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	proxy, err := faultproxy.StartHTTP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "empty"}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	for i := 0; i < n; i++ {
+		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "empty", Name: fmt.Sprintf("cm-%d", i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ca, err := cache.New(proxy.Config(), cache.Options{
+		DefaultNamespaces: map[string]cache.Config{"empty": {}},
+		NewInformer:       informer.NewInformerFunc(informer.Options{EmptyListBackoff: 50 * time.Millisecond}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err := ca.GetInformer(ctx, &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deletes atomic.Int64
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(any) { deletes.Add(1) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		t.Fatal("cache never synced")
+	}
+
+	refuted := testutil.ToFloat64(informer.EmptyListVerifications.WithLabelValues("ConfigMap", "refuted"))
+	configMaps := func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/namespaces/empty/configmaps") }
+	emptied := proxy.Add(&faultproxy.Rule{Times: 1,
+		Match:   func(r *http.Request) bool { return configMaps(r) && r.URL.Query().Get("watch") != "true" },
+		Rewrite: func(body map[string]any) { body["items"] = []any{} }})
+	gone := proxy.Add(&faultproxy.Rule{Times: 1, Code: 410, Reason: metav1.StatusReasonGone,
+		Match: func(r *http.Request) bool { return configMaps(r) && r.URL.Query().Get("watch") == "true" }})
+	proxy.CutConnections() // the watch ends; its successor gets 410 and the reflector relists
+
+	deadline := time.Now().Add(time.Minute)
+	for testutil.ToFloat64(informer.EmptyListVerifications.WithLabelValues("ConfigMap", "refuted")) == refuted {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refuted empty list: rewritten %d, gone %d\n%s", emptied.Hits(), gone.Hits(), strings.Join(proxy.Requests(), "\n"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A change after the relist still arrives, so the informer is live.
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "empty", Name: "late"}}); err != nil {
+		t.Fatal(err)
+	}
+	var list corev1.ConfigMapList
+	for {
+		if err := ca.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) == n+1 { // envtest runs no controller-manager: no kube-root-ca.crt
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cache holds %d ConfigMaps, want %d", len(list.Items), n+1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if emptied.Hits() != 1 || gone.Hits() != 1 {
+		t.Errorf("faults injected: rewritten %d, gone %d; want 1 and 1", emptied.Hits(), gone.Hits())
+	}
+	if got := deletes.Load(); got != 0 {
+		t.Errorf("%d delete notifications reached the handlers from an unverified empty list", got)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"k8s.io/klog/v2"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
@@ -11,6 +13,9 @@ import (
 // TestMain installs a logger for every test, so that a failure shows what
 // the operator was doing.
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger) // client-go's reflectors log through klog
+
 	os.Exit(m.Run())
 }

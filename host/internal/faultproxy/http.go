@@ -7,6 +7,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,16 +34,19 @@ func (p *HTTPProxy) Requests() []string {
 }
 
 // Rule answers matching requests with an error, Times times (0: forever).
+// A rule with Rewrite instead forwards the request and rewrites the API
+// server's JSON answer (for example, to empty a list): a lie that looks real.
 type Rule struct {
-	Match  func(*http.Request) bool
-	Code   int
-	Reason metav1.StatusReason
-	Times  int
-	hits   int
+	Match   func(*http.Request) bool
+	Code    int
+	Reason  metav1.StatusReason
+	Rewrite func(body map[string]any)
+	Times   int
+	hits    atomic.Int64
 }
 
 // Hits is how many requests the rule answered.
-func (r *Rule) Hits() int { return r.hits }
+func (r *Rule) Hits() int { return int(r.hits.Load()) }
 
 // StartHTTP starts a proxy to the API server of cfg. Config returns the
 // config that clients use to go through it.
@@ -63,11 +67,17 @@ func StartHTTP(cfg *rest.Config) (*HTTPProxy, error) {
 		rule := p.match(r)
 		p.mu.Lock()
 		entry := time.Now().Format("15:04:05.000") + " " + r.Method + " " + r.URL.String()
-		if rule != nil {
+		if rule != nil && rule.Rewrite != nil {
+			entry += " [rewritten]"
+		} else if rule != nil {
 			entry += " [injected " + string(rule.Reason) + "]"
 		}
 		p.log = append(p.log, entry)
 		p.mu.Unlock()
+		if rule != nil && rule.Rewrite != nil {
+			rewrite(w, r, transport, target, rule.Rewrite)
+			return
+		}
 		if rule != nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(rule.Code)
@@ -82,6 +92,36 @@ func StartHTTP(cfg *rest.Config) (*HTTPProxy, error) {
 	}))
 	return p, nil
 }
+
+// rewrite forwards r, decodes the JSON answer, applies fn and sends it on.
+func rewrite(w http.ResponseWriter, r *http.Request, transport http.RoundTripper, target *url.URL, fn func(map[string]any)) {
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host, out.Host = target.Scheme, target.Host, target.Host
+	out.Header.Set("Accept", "application/json")
+	out.Header.Del("Accept-Encoding")
+	resp, err := transport.RoundTrip(out)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		http.Error(w, "faultproxy: decoding the answer to rewrite: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	if resp.StatusCode == http.StatusOK {
+		fn(body)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(resp.StatusCode)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// CutConnections closes every client connection (watches end with EOF);
+// the proxy keeps serving new ones.
+func (p *HTTPProxy) CutConnections() { p.srv.CloseClientConnections() }
 
 // Config is a client config that goes through the proxy.
 func (p *HTTPProxy) Config() *rest.Config {
@@ -100,8 +140,8 @@ func (p *HTTPProxy) match(req *http.Request) *Rule {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, r := range p.rules {
-		if (r.Times == 0 || r.hits < r.Times) && r.Match(req) {
-			r.hits++
+		if (r.Times == 0 || r.hits.Load() < int64(r.Times)) && r.Match(req) {
+			r.hits.Add(1)
 			return r
 		}
 	}
