@@ -20,7 +20,7 @@ import (
 //     quiescentAfter.
 type lifecycle struct {
 	synced         func(context.Context) bool
-	reconcilers    []activityReporter
+	reconcilers    func() []activityReporter
 	quiescentAfter time.Duration
 	interval       time.Duration
 }
@@ -55,7 +55,7 @@ func (l *lifecycle) evaluate(now time.Time) {
 }
 
 func (l *lifecycle) evaluateWith(now time.Time, depths map[string]float64) {
-	for _, r := range l.reconcilers {
+	for _, r := range l.reconcilers() {
 		a, name := r.Activity(), r.Name()
 		converged := depths[name] == 0 && a.Active == 0 && a.Failing == 0
 		quiescent := converged && (a.LastChange.IsZero() || now.Sub(a.LastChange) >= l.quiescentAfter)

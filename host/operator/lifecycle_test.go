@@ -20,12 +20,14 @@ func (f fakeActivity) Name() string                  { return f.name }
 
 func TestLifecycleStates(t *testing.T) {
 	now := time.Unix(10_000, 0)
-	l := &lifecycle{quiescentAfter: time.Minute, reconcilers: []activityReporter{
-		fakeActivity{"idle", reconciler.Activity{}},
-		fakeActivity{"recent", reconciler.Activity{LastChange: now.Add(-10 * time.Second)}},
-		fakeActivity{"failing", reconciler.Activity{Failing: 1}},
-		fakeActivity{"busy", reconciler.Activity{Active: 2}},
-		fakeActivity{"queued", reconciler.Activity{}},
+	l := &lifecycle{quiescentAfter: time.Minute, reconcilers: func() []activityReporter {
+		return []activityReporter{
+			fakeActivity{"idle", reconciler.Activity{}},
+			fakeActivity{"recent", reconciler.Activity{LastChange: now.Add(-10 * time.Second)}},
+			fakeActivity{"failing", reconciler.Activity{Failing: 1}},
+			fakeActivity{"busy", reconciler.Activity{Active: 2}},
+			fakeActivity{"queued", reconciler.Activity{}},
+		}
 	}}
 	l.evaluateWith(now, map[string]float64{"queued": 3})
 	want := map[string][3]float64{ // initialized, converged, quiescent

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -22,15 +23,27 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/moduledir"
 	"github.com/wasmreconcile/wasmreconcile/host/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
 )
 
 // Options configure an Operator. Zero fields take the stated defaults.
 type Options struct {
-	// Modules are paths of .wasm files to load. A module that fails to load
-	// is reported by LoadErrors and logged; the others still run.
+	// Modules are paths of .wasm files to load; each module's manifest names
+	// it. A module that fails to load is reported by LoadErrors and logged;
+	// the others still run.
 	Modules []string
+
+	// ModuleDir is a directory of .wasm files to load and watch: a file
+	// written or replaced there is hot-reloaded, a file removed stops its
+	// module. Defaults to "": no directory.
+	ModuleDir string
+
+	// KeepVersions is how many versions of each module stay compiled, so
+	// that rolling back to one is instant. Defaults to 3.
+	KeepVersions int
 
 	// Limits apply to every module. Zero fields take the module's manifest
 	// defaults, then the engine's.
@@ -87,8 +100,11 @@ type Options struct {
 type Operator struct {
 	mgr        manager.Manager
 	engine     *engine.Engine
-	modules    []*engine.Module
+	supervisor *supervisor.Supervisor
 	loadErrors []error
+
+	mu          sync.Mutex
+	fileModules map[string]string // path -> module name, for files applied
 }
 
 // New loads the modules in opts and registers a controller for each one with
@@ -120,7 +136,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	o := &Operator{mgr: mgr}
+	o := &Operator{mgr: mgr, fileModules: map[string]string{}}
 	if err := mgr.AddReadyzCheck("informers-synced", func(*http.Request) error { return o.Ready() }); err != nil {
 		return nil, err
 	}
@@ -129,51 +145,70 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		return nil, err
 	}
 	o.engine = eng
-	var reconcilers []activityReporter
-	seen := map[string]string{}
+	o.supervisor = supervisor.New(mgr, eng, supervisor.Options{
+		Limits: opts.Limits, Storm: opts.Storm, RateLimit: opts.RateLimit,
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles, KeepVersions: opts.KeepVersions,
+	})
+	if err := mgr.Add(o.supervisor); err != nil {
+		return nil, err
+	}
 	unknownConfig := map[string]bool{}
 	for name := range opts.ModuleConfig {
 		unknownConfig[name] = true
 	}
+	seen := map[string]string{}
 	for _, path := range opts.Modules {
-		m, err := loadFile(ctx, eng, path, opts.Limits)
-		if err == nil {
-			if prev, dup := seen[m.Name()]; dup {
-				_ = m.Close(ctx)
-				err = fmt.Errorf("module[%s] from %s: a module of that name is already loaded from %s; module names must be unique", m.Name(), path, prev)
-			}
-		}
-		if err == nil {
-			var rec *reconciler.Reconciler
-			rec, err = reconciler.SetupWithManager(mgr, m, reconciler.Options{
-				Config: opts.ModuleConfig[m.Name()], Storm: opts.Storm,
-				RateLimiter: ratelimit.New(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
-			})
-			if err != nil {
-				_ = m.Close(ctx)
-			} else {
-				reconcilers = append(reconcilers, rec)
-			}
-		}
+		name, err := o.applyFile(ctx, path, opts, seen)
 		if err != nil {
 			log.Error(err, "module not loaded; the operator keeps running without it", "path", path)
 			o.loadErrors = append(o.loadErrors, err)
 			continue
 		}
-		seen[m.Name()] = path
-		delete(unknownConfig, m.Name())
-		o.modules = append(o.modules, m)
-		f := m.Manifest().For
-		log.Info("module loaded", "module", m.Name(), "path", path, "digest", m.Digest(),
-			"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", m.Size())
+		delete(unknownConfig, name)
+	}
+	if opts.ModuleDir != "" {
+		w, err := moduledir.New(opts.ModuleDir, func(ctx context.Context, path string) error {
+			_, err := o.applyFile(ctx, path, opts, nil)
+			return err
+		}, func(path string) {
+			o.mu.Lock()
+			name, ok := o.fileModules[path]
+			delete(o.fileModules, path)
+			o.mu.Unlock()
+			if ok {
+				o.supervisor.Remove(name)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, path := range w.Initial() {
+			name, err := o.applyFile(ctx, path, opts, seen)
+			if err != nil {
+				log.Error(err, "module not loaded; fix the file and it is loaded when it changes", "path", path)
+				o.loadErrors = append(o.loadErrors, err)
+				continue
+			}
+			delete(unknownConfig, name)
+		}
+		if err := mgr.Add(w); err != nil {
+			return nil, err
+		}
 	}
 	quiescentAfter := opts.QuiescentAfter
 	if quiescentAfter <= 0 {
 		quiescentAfter = time.Minute
 	}
 	if err := mgr.Add(&lifecycle{
-		synced:      mgr.GetCache().WaitForCacheSync,
-		reconcilers: reconcilers, quiescentAfter: quiescentAfter, interval: 2 * time.Second,
+		synced: mgr.GetCache().WaitForCacheSync,
+		reconcilers: func() []activityReporter {
+			var out []activityReporter
+			for _, r := range o.supervisor.Reconcilers() {
+				out = append(out, r)
+			}
+			return out
+		},
+		quiescentAfter: quiescentAfter, interval: 2 * time.Second,
 	}); err != nil {
 		return nil, err
 	}
@@ -183,12 +218,46 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	return o, nil
 }
 
-func loadFile(ctx context.Context, eng *engine.Engine, path string, limits engine.Limits) (*engine.Module, error) {
+// applyFile loads or reloads the module in path. seen, when not nil, catches
+// two files of one module name at startup.
+func (o *Operator) applyFile(ctx context.Context, path string, opts Options, seen map[string]string) (string, error) {
 	wasm, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("module file %s: %w; check the path passed to --module", path, err)
+		return "", fmt.Errorf("module file %s: %w; check the path passed to --module or --module-dir", path, err)
 	}
-	return eng.Load(ctx, filepath.Base(path), wasm, limits)
+	o.mu.Lock()
+	name := o.fileModules[path] // "" for a new file: the manifest names it
+	o.mu.Unlock()
+	spec := supervisor.Spec{Name: name, Source: path, Wasm: wasm}
+	if name == "" {
+		// Peek at the name first, so that a second file of one module is
+		// refused instead of replacing the first.
+		m, err := o.engine.Load(ctx, filepath.Base(path), wasm, opts.Limits)
+		if err != nil {
+			return "", err
+		}
+		name = m.Name()
+		_ = m.Close(ctx)
+		if prev, dup := seen[name]; dup {
+			return "", fmt.Errorf("module[%s] from %s: a module of that name is already loaded from %s; module names must be unique", name, path, prev)
+		}
+		spec.Name = name
+	}
+	spec.Config = opts.ModuleConfig[name]
+	loaded, err := o.supervisor.Apply(ctx, spec)
+	if err != nil {
+		return "", err
+	}
+	if seen != nil {
+		seen[name] = path
+	}
+	o.mu.Lock()
+	o.fileModules[path] = name
+	o.mu.Unlock()
+	f := loaded.Module.Manifest().For
+	ctrl.Log.WithName("operator").Info("module loaded", "module", name, "path", path, "digest", loaded.Digest,
+		"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", len(wasm), "compile", loaded.Compile.String())
+	return name, nil
 }
 
 // Ready reports whether every informer cache has synced; /readyz serves it.
@@ -202,8 +271,17 @@ func (o *Operator) Ready() error {
 	return nil
 }
 
-// Modules are the modules that loaded.
-func (o *Operator) Modules() []*engine.Module { return o.modules }
+// Modules are the modules serving now.
+func (o *Operator) Modules() []*engine.Module {
+	var out []*engine.Module
+	for _, r := range o.supervisor.Reconcilers() {
+		out = append(out, r.Module())
+	}
+	return out
+}
+
+// Supervisor runs the module controllers; Apply and Remove change them.
+func (o *Operator) Supervisor() *supervisor.Supervisor { return o.supervisor }
 
 // LoadErrors are the errors of modules that failed to load.
 func (o *Operator) LoadErrors() []error { return o.loadErrors }
@@ -214,10 +292,8 @@ func (o *Operator) Manager() manager.Manager { return o.mgr }
 // Start runs the operator until ctx is done, then closes the modules.
 func (o *Operator) Start(ctx context.Context) error {
 	err := o.mgr.Start(ctx)
-	var errs []error
-	for _, m := range o.modules {
-		errs = append(errs, m.Close(context.Background()))
+	for _, name := range o.supervisor.Names() {
+		o.supervisor.Remove(name)
 	}
-	errs = append(errs, o.engine.Close(context.Background()))
-	return errors.Join(append([]error{err}, errs...)...)
+	return errors.Join(err, o.engine.Close(context.Background()))
 }

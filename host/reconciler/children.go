@@ -40,7 +40,7 @@ func (r *Reconciler) observedChildren(ctx context.Context, obj *unstructured.Uns
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err := r.client.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
-			return nil, fmt.Errorf("module[%s] listing %s children of %s/%s: %w", r.module.Name(), gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+			return nil, fmt.Errorf("module[%s] listing %s children of %s/%s: %w", r.name, gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 		}
 		for i := range list.Items {
 			c := &list.Items[i]
@@ -108,23 +108,23 @@ func (r *Reconciler) syncChildren(ctx context.Context, desired, observed []*unst
 			continue // applying would change nothing
 		}
 		delete(byKey, k)
-		err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.module.Name()), client.ForceOwnership)
+		err := r.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.name), client.ForceOwnership)
 		if err != nil {
-			return wrote, fmt.Errorf("module[%s] applying child %s: %w", r.module.Name(), k, err)
+			return wrote, fmt.Errorf("module[%s] applying child %s: %w", r.name, k, err)
 		}
 		wrote = true
-		metrics.ChildOperations.WithLabelValues(r.module.Name(), "apply").Inc()
+		metrics.ChildOperations.WithLabelValues(r.name, "apply").Inc()
 		logger.V(1).Info("child applied", "child", k.String())
 	}
 	for k, o := range byKey { // observed but no longer desired
 		uid := o.GetUID()
 		err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return wrote, fmt.Errorf("module[%s] pruning child %s: %w", r.module.Name(), k, err)
+			return wrote, fmt.Errorf("module[%s] pruning child %s: %w", r.name, k, err)
 		}
 		if err == nil {
 			wrote = true
-			metrics.ChildOperations.WithLabelValues(r.module.Name(), "prune").Inc()
+			metrics.ChildOperations.WithLabelValues(r.name, "prune").Inc()
 		}
 		logger.V(1).Info("child pruned", "child", k.String())
 	}

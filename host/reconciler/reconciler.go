@@ -31,10 +31,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/cacheread"
@@ -89,7 +91,10 @@ type Options struct {
 type Reconciler struct {
 	client    client.Client
 	recorder  recorder.EventRecorder
-	module    *engine.Module
+	name      string
+	current   atomic.Pointer[Version]
+	paused    atomic.Bool
+	requeue   chan event.GenericEvent
 	gvk       schema.GroupVersionKind
 	owns      []schema.GroupVersionKind
 	finalizer string // empty when the module declares none
@@ -125,7 +130,7 @@ func (r *Reconciler) Activity() Activity {
 }
 
 // Name is the controller's name: the module's.
-func (r *Reconciler) Name() string { return r.module.Name() }
+func (r *Reconciler) Name() string { return r.name }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
@@ -142,7 +147,8 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 	r := &Reconciler{
 		client:   c,
 		recorder: rec,
-		module:   module,
+		name:     module.Name(),
+		requeue:  make(chan event.GenericEvent),
 		gvk:      schema.GroupVersionKind{Group: for_.Group, Version: for_.Version, Kind: for_.Kind},
 		now:      now,
 		config:   opts.Config,
@@ -156,6 +162,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 		r.finalizer = FinalizerPrefix + module.Name()
 	}
 	r.cache = cacheread.New(module.Manifest(), cacheread.ClientBackend{Reader: c})
+	r.current.Store(NewVersion(module))
 	return r
 }
 
@@ -164,37 +171,169 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 const FinalizerPrefix = "wasmreconcile.io/"
 
 // SetupWithManager registers a controller named after the module that watches
-// the module's kind and calls r.
+// the module's kind and calls r. The manager runs it (under leader election,
+// when enabled) until the manager stops. Package supervisor instead builds
+// controllers with NewController, to stop and replace them at run time.
 func SetupWithManager(mgr ctrl.Manager, module *engine.Module, opts Options) (*Reconciler, error) {
 	r := New(mgr.GetClient(), mgr.GetEventRecorder("wasmreconcile/"+module.Name()), module, opts)
-	metrics.Track(module)
+	c, err := r.NewController(mgr, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(c); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// NewController returns an unmanaged controller named after the module that
+// watches the module's kind, its owned kinds (a change to a child reconciles
+// its controller) and RequeueAll's events, and calls r. Reads' informers are
+// started too, with no handler, so that a guest's read never waits for a
+// cold cache. The caller runs it with Start and stops it by cancelling the
+// context; several controllers of one name may exist one after another.
+func (r *Reconciler) NewController(mgr ctrl.Manager, opts Options) (crcontroller.Controller, error) {
+	m := r.Module()
+	metrics.Track(m)
 	workers := opts.MaxConcurrentReconciles
 	if workers == 0 {
-		workers = module.Limits().MaxInstances
+		workers = m.Limits().MaxInstances
+	}
+	skip := true // a module's controller is replaced under the same name on reload
+	c, err := crcontroller.NewUnmanaged(r.name, crcontroller.Options{
+		Reconciler: r, MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter, SkipNameValidation: &skip,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("module[%s]: creating controller for %s: %w", r.name, r.gvk, err)
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named(module.Name()).
-		For(obj).
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter})
+	watches := []source.Source{
+		source.Kind(mgr.GetCache(), client.Object(obj), &handler.EnqueueRequestForObject{}),
+		source.Channel(r.requeue, &handler.EnqueueRequestForObject{}),
+	}
 	for _, gvk := range r.owns {
 		child := &unstructured.Unstructured{}
 		child.SetGroupVersionKind(gvk)
-		b = b.Owns(child) // a change to a child reconciles its controller
+		watches = append(watches, source.Kind(mgr.GetCache(), client.Object(child),
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), obj, handler.OnlyControllerOwner())))
 	}
-	for _, g := range module.Manifest().Reads {
-		// A watch with no handler: the informer is started and synced
-		// before the workers, so a guest's read never waits for a cold cache.
+	for _, g := range m.Manifest().Reads {
 		read := &unstructured.Unstructured{}
 		read.SetGroupVersionKind(schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind})
-		b = b.Watches(read, handler.Funcs{})
+		watches = append(watches, source.Kind(mgr.GetCache(), client.Object(read), handler.Funcs{}))
 	}
-	err := b.Complete(r)
-	if err != nil {
-		return nil, fmt.Errorf("module[%s]: setting up controller for %s: %w", module.Name(), r.gvk, err)
+	for _, w := range watches {
+		if err := c.Watch(w); err != nil {
+			return nil, fmt.Errorf("module[%s]: watching for %s: %w", r.name, r.gvk, err)
+		}
 	}
-	return r, nil
+	return c, nil
+}
+
+// Version is one loaded version of a module. Reconciles hold it while they
+// call it; Retire waits for them before closing the module, so a swap never
+// cuts a call short.
+type Version struct {
+	Module *engine.Module
+	mu     sync.RWMutex // read-held by each call; Retire takes it to close
+	closed bool
+}
+
+// NewVersion wraps a loaded module.
+func NewVersion(m *engine.Module) *Version { return &Version{Module: m} }
+
+// Retire waits for the calls on v to finish, then closes its module.
+func (v *Version) Retire(ctx context.Context) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.closed {
+		return nil
+	}
+	v.closed = true
+	return v.Module.Close(ctx)
+}
+
+// acquire returns the current version, read-locked; the caller unlocks it.
+func (r *Reconciler) acquire() *Version {
+	for {
+		v := r.current.Load()
+		v.mu.RLock()
+		if !v.closed {
+			return v
+		}
+		v.mu.RUnlock() // retired between Load and RLock: a newer one is current
+	}
+}
+
+// Module is the module version serving new reconciles.
+func (r *Reconciler) Module() *engine.Module { return r.current.Load().Module }
+
+// Swap makes m serve every reconcile that starts from now on and returns the
+// previous version, which calls already running finish on. m must reconcile
+// the same kinds as the current module (see SameKinds): the controller's
+// watches stay as they are.
+func (r *Reconciler) Swap(m *engine.Module) (*Version, error) {
+	if err := SameKinds(r.Module(), m); err != nil {
+		return nil, err
+	}
+	metrics.Track(m)
+	return r.current.Swap(NewVersion(m)), nil
+}
+
+// SwapVersion is Swap for a version kept from before (a rollback).
+func (r *Reconciler) SwapVersion(v *Version) (*Version, error) {
+	if err := SameKinds(r.Module(), v.Module); err != nil {
+		return nil, err
+	}
+	metrics.Track(v.Module)
+	return r.current.Swap(v), nil
+}
+
+// SameKinds reports whether b can replace a in a running controller: the same
+// name, kind, owned and read kinds, and finalizer.
+func SameKinds(a, b *engine.Module) error {
+	ma, mb := a.Manifest(), b.Manifest()
+	switch {
+	case a.Name() != b.Name():
+		return fmt.Errorf("module name changed from %s to %s", a.Name(), b.Name())
+	case ma.For != mb.For:
+		return fmt.Errorf("module[%s]: reconciled kind changed from %v to %v", a.Name(), ma.For, mb.For)
+	case !equality.Semantic.DeepEqual(ma.Owns, mb.Owns) || !equality.Semantic.DeepEqual(ma.Reads, mb.Reads):
+		return fmt.Errorf("module[%s]: owned or read kinds changed", a.Name())
+	case ma.Finalizer != mb.Finalizer:
+		return fmt.Errorf("module[%s]: finalizer declaration changed", a.Name())
+	}
+	return nil
+}
+
+// SetPaused stops (true) or resumes (false) calling the guest. While paused,
+// reconciles return at once and write nothing; resuming requeues every
+// object.
+func (r *Reconciler) SetPaused(ctx context.Context, paused bool) error {
+	if r.paused.Swap(paused) && !paused {
+		return r.RequeueAll(ctx)
+	}
+	return nil
+}
+
+// RequeueAll enqueues every object of the module's kind in the cache, for
+// example after a new version of the module is swapped in. It returns once
+// they are handed to the controller, or when ctx is done.
+func (r *Reconciler) RequeueAll(ctx context.Context) error {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
+	if err := r.client.List(ctx, list); err != nil {
+		return fmt.Errorf("module[%s]: listing %s to requeue: %w", r.name, r.gvk.Kind, err)
+	}
+	for i := range list.Items {
+		select {
+		case r.requeue <- event.GenericEvent{Object: &list.Items[i]}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // GuestError is a reconcile failure the guest reported in its response.
@@ -235,18 +374,23 @@ func (e *GuestError) Error() string {
 //
 // A deleted object is forgotten and not an error.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx).WithValues("module", r.module.Name())
+	if r.paused.Load() {
+		return ctrl.Result{}, nil // resuming requeues every object
+	}
+	v := r.acquire()
+	defer v.mu.RUnlock()
+	logger := log.FromContext(ctx).WithValues("module", r.name, "digest", v.Module.Digest())
 	ctx = log.IntoContext(ctx, logger)
 	r.active.Add(1)
 	defer r.active.Add(-1)
 	start := time.Now()
 	logger.V(1).Info("START reconcile")
-	res, err := r.reconcile(ctx, req)
+	res, err := r.reconcile(ctx, req, v.Module)
 	logger.V(1).Info("FINISH reconcile", "duration", time.Since(start).String(), "error", err != nil)
 	return res, err
 }
 
-func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request, module *engine.Module) (ctrl.Result, error) {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
 	if err := r.client.Get(ctx, req.NamespacedName, obj); err != nil {
@@ -278,7 +422,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 	fingerprint := childrenFingerprint(observed)
 	if ok, wait := r.storms.admit(req.NamespacedName, obj.GetGeneration(), fingerprint, r.now()); !ok {
-		metrics.Damped.WithLabelValues(r.module.Name()).Inc()
+		metrics.Damped.WithLabelValues(r.name).Inc()
 		log.FromContext(ctx).V(1).Info("quiescent: reconcile postponed", "after", wait.String())
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
@@ -294,11 +438,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("encoding request for %s: %w", req.NamespacedName, err)
 	}
-	res, err := r.module.Reconcile(engine.WithCacheReader(ctx, r.cache), "reconcile "+req.String(), request)
+	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.cache), "reconcile "+req.String(), request)
 	log.FromContext(ctx).V(1).Info("guest returned", "fuel", res.Fuel, "guestDuration", res.Duration.String())
-	metrics.ObserveCall(r.module.Name(), res, err)
+	metrics.ObserveCall(r.name, res, err)
 	result := metrics.ResultSuccess
-	defer func() { metrics.ReconcileTotal.WithLabelValues(r.module.Name(), result).Inc() }()
+	defer func() { metrics.ReconcileTotal.WithLabelValues(r.name, result).Inc() }()
 	if err != nil {
 		result = metrics.ResultOf(err)
 		var canceled *engine.CanceledError
@@ -311,7 +455,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 
 	var resp abi.Response
 	if err := utiljson.Unmarshal(res.Output, &resp); err != nil {
-		err = &engine.ABIError{Module: r.module.Name(), Call: "reconcile " + req.String(), Reason: "response is not valid JSON: " + err.Error()}
+		err = &engine.ABIError{Module: r.name, Call: "reconcile " + req.String(), Reason: "response is not valid JSON: " + err.Error()}
 		result = metrics.ResultABI
 		r.warn(obj, ReasonABIViolation, err.Error())
 		r.failed(req.NamespacedName)
@@ -323,7 +467,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		msg := "invalid children: " + err.Error()
 		result = metrics.ResultInvalidResponse
 		r.warn(obj, ReasonInvalidResponse, msg)
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s: %s", r.module.Name(), req, msg))
+		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s: %s", r.name, req, msg))
 	}
 	if resp.Status != nil {
 		wrote, err := r.applyStatus(ctx, obj, resp.Status)
@@ -358,7 +502,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	}
 
 	if resp.Error != nil {
-		gerr := &GuestError{Module: r.module.Name(), Object: req.String(), Message: resp.Error.Message, Terminal: resp.Error.Terminal}
+		gerr := &GuestError{Module: r.name, Object: req.String(), Message: resp.Error.Message, Terminal: resp.Error.Terminal}
 		r.warn(obj, ReasonReconcileFailed, resp.Error.Message)
 		result = metrics.ResultGuestError
 		if gerr.Terminal {
@@ -374,7 +518,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		r.lastChange.Store(r.now().UnixNano())
 	}
 	if storm, n := r.storms.record(req.NamespacedName, obj.GetGeneration(), fingerprint, changed, r.now()); storm {
-		metrics.StormsDetected.WithLabelValues(r.module.Name()).Inc()
+		metrics.StormsDetected.WithLabelValues(r.name).Inc()
 		msg := fmt.Sprintf("reconciled %d times within %s without any change; the guest is now called at most once every %s until the object's generation or children change",
 			n, r.storms.opts.Window, r.storms.opts.Backoff)
 		r.warn(obj, ReasonReconcileStorm, msg)
@@ -398,16 +542,16 @@ func (r *Reconciler) applyStatus(ctx context.Context, obj *unstructured.Unstruct
 	patch.SetNamespace(obj.GetNamespace())
 	patch.SetName(obj.GetName())
 	err := r.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch),
-		client.FieldOwner(r.module.Name()), client.ForceOwnership)
+		client.FieldOwner(r.name), client.ForceOwnership)
 	if err != nil {
 		if apierrors.IsInvalid(err) {
 			msg := fmt.Sprintf("the API server refused the status returned by the guest: %v; fix the module's status to match the CRD schema", err)
 			r.warn(obj, ReasonInvalidResponse, msg)
-			return false, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s/%s: %s", r.module.Name(), obj.GetNamespace(), obj.GetName(), msg))
+			return false, reconcile.TerminalError(fmt.Errorf("module[%s] reconcile %s/%s: %s", r.name, obj.GetNamespace(), obj.GetName(), msg))
 		}
-		return false, fmt.Errorf("module[%s] applying status of %s/%s: %w", r.module.Name(), obj.GetNamespace(), obj.GetName(), err)
+		return false, fmt.Errorf("module[%s] applying status of %s/%s: %w", r.name, obj.GetNamespace(), obj.GetName(), err)
 	}
-	metrics.StatusWrites.WithLabelValues(r.module.Name()).Inc()
+	metrics.StatusWrites.WithLabelValues(r.name).Inc()
 	log.FromContext(ctx).V(1).Info("status applied")
 	return true, nil
 }
@@ -422,7 +566,7 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, obj *unstructured.Unstr
 		controllerutil.RemoveFinalizer(obj, r.finalizer)
 	}
 	if err := r.client.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("module[%s] updating finalizer %s on %s/%s: %w", r.module.Name(), r.finalizer, obj.GetNamespace(), obj.GetName(), err)
+		return fmt.Errorf("module[%s] updating finalizer %s on %s/%s: %w", r.name, r.finalizer, obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
 }

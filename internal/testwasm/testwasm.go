@@ -46,14 +46,26 @@ func BuildFile(tb testing.TB, pkg string) string {
 	return outPath(pkg)
 }
 
-func outPath(pkg string) string {
-	return filepath.Join(outDir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg)+".wasm")
+// BuildVersion is Build with `-ldflags=-X main.Version=version`: the same
+// module, a different build, for hot-reload tests.
+func BuildVersion(tb testing.TB, pkg, version string) []byte {
+	tb.Helper()
+	b, err := build(pkg, "-ldflags=-X main.Version="+version)
+	if err != nil {
+		tb.Fatalf("building guest %s version %s: %v", pkg, version, err)
+	}
+	return b
 }
 
-func build(pkg string) ([]byte, error) {
+func outPath(pkg string, flags ...string) string {
+	return filepath.Join(outDir, strings.NewReplacer("/", "_", ".", "_", "=", "_", " ", "_", "-", "_").Replace(pkg+strings.Join(flags, ""))+".wasm")
+}
+
+func build(pkg string, flags ...string) ([]byte, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	if b, ok := built[pkg]; ok {
+	key := pkg + " " + strings.Join(flags, " ")
+	if b, ok := built[key]; ok {
 		return b, nil
 	}
 	if outDir == "" {
@@ -63,8 +75,9 @@ func build(pkg string) ([]byte, error) {
 		}
 		outDir = d
 	}
-	out := outPath(pkg)
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, pkg)
+	out := outPath(pkg, flags...)
+	args := append([]string{"build", "-buildmode=c-shared", "-o", out}, flags...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = filepath.Join(RepoRoot(), "modules")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off")
 	if msg, err := cmd.CombinedOutput(); err != nil {
@@ -74,7 +87,7 @@ func build(pkg string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	built[pkg] = b
+	built[key] = b
 	return b, nil
 }
 

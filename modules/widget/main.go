@@ -21,6 +21,11 @@ import (
 // MaxSize is the largest valid spec.size.
 const MaxSize = 100
 
+// Version is this build's version, shown in the Ready condition's message.
+// Set it with -ldflags "-X main.Version=2" (the demo and the hot-reload tests
+// build a second version this way).
+var Version = "1"
+
 func init() {
 	guest.Handle(guest.Manifest{
 		Name: "widget",
@@ -55,7 +60,7 @@ func Reconcile(req *guest.Request) *guest.Response {
 	status["summary"] = fmt.Sprintf("%d x %s", size, color)
 	status["conditions"] = []any{obj.SetCondition(guest.Condition{
 		Type: "Ready", Status: "True", ObservedGeneration: gen, Reason: "Reconciled",
-		Message: fmt.Sprintf("generation %d reconciled by wasm", gen),
+		Message: fmt.Sprintf("generation %d reconciled by widget v%s", gen, Version),
 	}, req.Now)}
 	guest.Debugf("%s/%s: summary %q", obj.Namespace(), obj.Name(), status["summary"])
 	return &guest.Response{Status: status}

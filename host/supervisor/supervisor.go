@@ -1,0 +1,458 @@
+// Package supervisor runs module controllers and replaces them at run time.
+//
+// A Supervisor owns one controller per module name. Apply loads a module's
+// bytes (verify the pinned sha256, instrument, compile, read the manifest:
+// all off the hot path) and then, between reconciles, either swaps the new
+// version into the running controller or, when the module now reconciles
+// different kinds, stops the old controller and starts a new one. Calls
+// already running finish on the old version. Every object of the module is
+// then requeued. If anything fails before the swap, the old version keeps
+// serving and Apply returns the error.
+//
+// Recently used versions stay compiled (Options.KeepVersions), so rolling
+// back to a known digest is a pointer swap.
+//
+// The Supervisor is a manager Runnable that needs leader election: module
+// controllers run only in the elected replica.
+package supervisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/ratelimit"
+	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
+)
+
+// Options configure a Supervisor. Zero fields take the stated defaults.
+type Options struct {
+	// Limits are the operator-wide limits; a Spec's non-zero limits override
+	// them, and the module's manifest fills what both leave unset.
+	Limits engine.Limits
+
+	// Storm configures storm damping for every module; see
+	// reconciler.StormOptions for the defaults.
+	Storm reconciler.StormOptions
+
+	// RateLimit is the default workqueue rate limiter of every module; see
+	// package ratelimit for the defaults.
+	RateLimit ratelimit.Options
+
+	// MaxConcurrentReconciles is the default per module. Defaults to the
+	// module's MaxInstances.
+	MaxConcurrentReconciles int
+
+	// KeepVersions is how many versions of each module stay compiled,
+	// counting the one serving, so that a rollback is instant. Defaults to 3.
+	KeepVersions int
+}
+
+// Spec is what to run as one module.
+type Spec struct {
+	// Name names the module: its controller, metrics label, field manager
+	// and finalizer suffix. It must match the name in the module's
+	// manifest. Defaults to the manifest's name.
+	Name string
+	// Source describes where Wasm came from, for messages (a path, a
+	// ConfigMap, a URL).
+	Source string
+	// Wasm is the module's bytes.
+	Wasm []byte
+	// SHA256, when set, pins Wasm: hex, optionally prefixed "sha256:".
+	SHA256 string
+	// Limits override Options.Limits where non-zero.
+	Limits engine.Limits
+	// Config is passed to the guest as Request.Config.
+	Config map[string]any
+	// Paused stops calling the guest; resuming requeues every object.
+	Paused bool
+	// MaxConcurrentReconciles overrides Options.MaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+	// RateLimit overrides Options.RateLimit where non-zero.
+	RateLimit ratelimit.Options
+}
+
+// Loaded describes the version serving after a successful Apply.
+type Loaded struct {
+	Name   string
+	Digest string // "sha256:<hex>" of the module's bytes
+	At     time.Time
+	// Compile is how long loading took (instrument, compile, manifest);
+	// zero when the version was still compiled from before.
+	Compile time.Duration
+	// Restarted reports that the controller was replaced (the module's
+	// kinds changed, or it is new) rather than swapped in place.
+	Restarted bool
+	Module    *engine.Module
+}
+
+// DigestMismatchError reports bytes that do not match their pinned digest.
+type DigestMismatchError struct {
+	Module, Source, Want, Got string
+}
+
+func (e *DigestMismatchError) Error() string {
+	return fmt.Sprintf("module[%s] from %s: bytes have %s but the source pins %s; update the pinned sha256 if the new bytes are intended, or fix the source",
+		e.Module, e.Source, e.Got, e.Want)
+}
+
+// Supervisor runs module controllers. Create it with New and add it to the
+// manager (mgr.Add); Apply and Remove may be called before or after the
+// manager starts.
+type Supervisor struct {
+	mgr  ctrl.Manager
+	eng  *engine.Engine
+	opts Options
+	log  func(msg string, kv ...any)
+
+	mu      sync.Mutex
+	ctx     context.Context // set once the manager starts the Supervisor
+	modules map[string]*running
+}
+
+type running struct {
+	spec     Spec
+	rec      *reconciler.Reconciler
+	cancel   context.CancelFunc // stops the controller; nil before Start
+	versions []*cached          // most recent first; versions[0] serves
+}
+
+type cached struct {
+	key     string // digest + limits
+	version *reconciler.Version
+}
+
+var (
+	reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wasmreconcile_module_reloads_total",
+		Help: "Module loads by Apply, by result: swapped (in place), restarted (new controller), cached (a compiled version reused), unchanged, failed.",
+	}, []string{"module", "result"})
+	compileSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "wasmreconcile_module_compile_seconds",
+		Help:    "Time to instrument, compile and validate a module's new bytes.",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+	}, []string{"module"})
+)
+
+func init() { crmetrics.Registry.MustRegister(reloads, compileSeconds) }
+
+// New returns a Supervisor that loads modules with eng and runs their
+// controllers in mgr.
+func New(mgr ctrl.Manager, eng *engine.Engine, opts Options) *Supervisor {
+	if opts.KeepVersions <= 0 {
+		opts.KeepVersions = 3
+	}
+	logger := ctrl.Log.WithName("supervisor")
+	return &Supervisor{mgr: mgr, eng: eng, opts: opts, modules: map[string]*running{},
+		log: func(msg string, kv ...any) { logger.Info(msg, kv...) }}
+}
+
+// NeedLeaderElection makes module controllers run only in the leader.
+func (s *Supervisor) NeedLeaderElection() bool { return true }
+
+// Start starts the controllers of every module applied so far, and of every
+// module applied later, until ctx is done; then it stops them and closes
+// every version.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	s.ctx = ctx
+	for _, r := range s.modules {
+		s.startController(r)
+	}
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, r := range s.modules {
+		s.stop(r)
+		delete(s.modules, name)
+	}
+	return nil
+}
+
+// Digest returns the "sha256:<hex>" digest of wasm.
+func Digest(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Apply makes spec the running version of module spec.Name. It returns once
+// the new version serves (and every object is requeued), or with an error
+// and the previous version still serving.
+func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
+	if len(spec.Wasm) == 0 {
+		return Loaded{}, fmt.Errorf("module[%s] from %s: no bytes; the source is empty", spec.Name, spec.Source)
+	}
+	digest := Digest(spec.Wasm)
+	if spec.SHA256 != "" {
+		want := "sha256:" + strings.TrimPrefix(strings.ToLower(spec.SHA256), "sha256:")
+		if want != digest {
+			reloads.WithLabelValues(spec.Name, "failed").Inc()
+			return Loaded{}, &DigestMismatchError{Module: spec.Name, Source: spec.Source, Want: want, Got: digest}
+		}
+	}
+	limits := mergeLimits(s.opts.Limits, spec.Limits)
+	key := fmt.Sprintf("%s/%+v", digest, limits)
+
+	s.mu.Lock()
+	var reuse *cached
+	for name, r := range s.modules {
+		if spec.Name != "" && name != spec.Name {
+			continue
+		}
+		for _, c := range r.versions {
+			if c.key == key {
+				reuse, spec.Name = c, name
+			}
+		}
+	}
+	s.mu.Unlock()
+
+	// Load off the hot path: the running version serves meanwhile.
+	var loaded Loaded
+	var version *reconciler.Version
+	if reuse != nil {
+		version = reuse.version
+	} else {
+		start := time.Now()
+		source := spec.Source
+		if source == "" {
+			source = spec.Name
+		}
+		m, err := s.eng.Load(ctx, source, spec.Wasm, limits)
+		if err != nil {
+			reloads.WithLabelValues(spec.Name, "failed").Inc()
+			if spec.Name == "" {
+				return Loaded{}, err // the engine's error names the source
+			}
+			return Loaded{}, fmt.Errorf("module[%s] from %s: %w", spec.Name, spec.Source, err)
+		}
+		if spec.Name == "" {
+			spec.Name = m.Name()
+		}
+		if m.Name() != spec.Name {
+			_ = m.Close(ctx)
+			reloads.WithLabelValues(spec.Name, "failed").Inc()
+			return Loaded{}, fmt.Errorf("module[%s] from %s: the module's manifest names it %q; the names must match (name the file %s.wasm, or the ReconcileModule %s)",
+				spec.Name, spec.Source, m.Name(), m.Name(), m.Name())
+		}
+		loaded.Compile = time.Since(start)
+		compileSeconds.WithLabelValues(spec.Name).Observe(loaded.Compile.Seconds())
+		version = reconciler.NewVersion(m)
+	}
+	loaded.Name, loaded.Digest, loaded.At, loaded.Module = spec.Name, digest, time.Now(), version.Module
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.modules[spec.Name] // it may have changed while loading
+	result := "swapped"
+	switch {
+	case r == nil:
+		r = &running{}
+		s.modules[spec.Name] = r
+		fallthrough
+	case r.rec == nil || reconciler.SameKinds(r.rec.Module(), version.Module) != nil ||
+		!configEqual(r.spec, spec):
+		// New, different kinds, or different controller settings: a new
+		// controller. The old one stops; its running calls finish.
+		s.stop(r)
+		r.rec = reconciler.New(s.mgr.GetClient(), s.mgr.GetEventRecorder("wasmreconcile/"+spec.Name), version.Module, s.reconcilerOptions(spec))
+		r.spec = spec
+		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
+			return Loaded{}, err
+		}
+		if s.ctx != nil {
+			s.startController(r)
+		}
+		result, loaded.Restarted = "restarted", true
+	case r.versions[0].version == version:
+		r.spec = spec
+		result = "unchanged"
+		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
+			return Loaded{}, err
+		}
+	default:
+		if _, err := r.rec.SwapVersion(version); err != nil {
+			return Loaded{}, err // checked by SameKinds above
+		}
+		r.spec = spec
+		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
+			return Loaded{}, err
+		}
+		if s.ctx != nil && !spec.Paused {
+			go func(rec *reconciler.Reconciler) {
+				if err := rec.RequeueAll(s.ctx); err != nil {
+					s.log("requeue after reload failed; objects are reconciled on their next event", "module", spec.Name, "error", err.Error())
+				}
+			}(r.rec)
+		}
+	}
+	if reuse != nil && result != "unchanged" {
+		result = "cached"
+	}
+	reloads.WithLabelValues(spec.Name, result).Inc()
+	s.remember(r, key, version)
+	s.log("module applied", "module", spec.Name, "source", spec.Source, "digest", digest, "result", result,
+		"compile", loaded.Compile.String(), "paused", spec.Paused)
+	return loaded, nil
+}
+
+// remember puts version first in r's versions and retires the ones beyond
+// KeepVersions once their running calls finish.
+func (s *Supervisor) remember(r *running, key string, v *reconciler.Version) {
+	kept := []*cached{{key: key, version: v}}
+	for _, c := range r.versions {
+		if c.version == v {
+			continue
+		}
+		if len(kept) < s.opts.KeepVersions {
+			kept = append(kept, c)
+			continue
+		}
+		go func() { _ = c.version.Retire(context.Background()) }()
+	}
+	r.versions = kept
+}
+
+// Remove stops module name's controller and closes its versions. Objects
+// keep their status and children; nothing is deleted.
+func (s *Supervisor) Remove(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.modules[name]
+	if !ok {
+		return false
+	}
+	s.stop(r)
+	for _, c := range r.versions {
+		go func() { _ = c.version.Retire(context.Background()) }()
+	}
+	delete(s.modules, name)
+	s.log("module removed", "module", name)
+	return true
+}
+
+// Reconciler returns module name's reconciler, or nil.
+func (s *Supervisor) Reconciler(name string) *reconciler.Reconciler {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.modules[name]; r != nil {
+		return r.rec
+	}
+	return nil
+}
+
+// Reconcilers lists the reconcilers of the modules applied.
+func (s *Supervisor) Reconcilers() []*reconciler.Reconciler {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*reconciler.Reconciler
+	for _, r := range s.modules {
+		out = append(out, r.rec)
+	}
+	return out
+}
+
+// Names lists the modules applied.
+func (s *Supervisor) Names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var names []string
+	for n := range s.modules {
+		names = append(names, n)
+	}
+	return names
+}
+
+// startController starts r's controller under s.ctx. s.mu is held.
+func (s *Supervisor) startController(r *running) {
+	c, err := r.rec.NewController(s.mgr, s.reconcilerOptions(r.spec))
+	if err != nil {
+		s.log("controller not started", "module", r.spec.Name, "error", err.Error())
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	r.cancel = cancel
+	go func() {
+		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
+			s.log("controller stopped with an error", "module", r.spec.Name, "error", err.Error())
+		}
+	}()
+}
+
+// stop stops r's controller, if running. s.mu is held.
+func (s *Supervisor) stop(r *running) {
+	if r.cancel != nil {
+		r.cancel()
+		r.cancel = nil
+	}
+}
+
+func (s *Supervisor) reconcilerOptions(spec Spec) reconciler.Options {
+	rl := s.opts.RateLimit
+	if spec.RateLimit.BaseDelay > 0 {
+		rl.BaseDelay = spec.RateLimit.BaseDelay
+	}
+	if spec.RateLimit.MaxDelay > 0 {
+		rl.MaxDelay = spec.RateLimit.MaxDelay
+	}
+	if spec.RateLimit.QPS > 0 {
+		rl.QPS = spec.RateLimit.QPS
+	}
+	if spec.RateLimit.Burst > 0 {
+		rl.Burst = spec.RateLimit.Burst
+	}
+	workers := s.opts.MaxConcurrentReconciles
+	if spec.MaxConcurrentReconciles > 0 {
+		workers = spec.MaxConcurrentReconciles
+	}
+	return reconciler.Options{Config: spec.Config, Storm: s.opts.Storm, RateLimiter: ratelimit.New(rl), MaxConcurrentReconciles: workers}
+}
+
+// configEqual reports whether a and b need the same controller: the same
+// config, concurrency and rate limits (the bytes may differ).
+func configEqual(a, b Spec) bool {
+	return fmt.Sprint(a.Config) == fmt.Sprint(b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit
+}
+
+// mergeLimits returns base with the non-zero fields of override.
+func mergeLimits(base, override engine.Limits) engine.Limits {
+	if override.Fuel != 0 {
+		base.Fuel = override.Fuel
+	}
+	if override.InitFuel != 0 {
+		base.InitFuel = override.InitFuel
+	}
+	if override.Timeout != 0 {
+		base.Timeout = override.Timeout
+	}
+	if override.InitTimeout != 0 {
+		base.InitTimeout = override.InitTimeout
+	}
+	if override.MemoryLimitPages != 0 {
+		base.MemoryLimitPages = override.MemoryLimitPages
+	}
+	if override.MaxRequestBytes != 0 {
+		base.MaxRequestBytes = override.MaxRequestBytes
+	}
+	if override.MaxResponseBytes != 0 {
+		base.MaxResponseBytes = override.MaxResponseBytes
+	}
+	if override.MaxInstances != 0 {
+		base.MaxInstances = override.MaxInstances
+	}
+	if override.FreshInstancePerCall {
+		base.FreshInstancePerCall = true
+	}
+	return base
+}
