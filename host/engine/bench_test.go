@@ -349,3 +349,52 @@ func BenchmarkFuelSlice(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLoadCompilerVsInterpreter measures what a hot reload of new bytes
+// waits for: Load (instrument, compile, read the manifest) with wazero's
+// optimizing compiler against its interpreter, each on a fresh Engine so no
+// cache helps; and what a reconcile then costs on each. It reports
+// load-ratio (compiler/interpreter) and reconcile-ratio
+// (interpreter/compiler): serving from the interpreter first pays only if
+// the first is large and the second is tolerable for the seconds it lasts.
+func BenchmarkLoadCompilerVsInterpreter(b *testing.B) {
+	wasm := testwasm.Build(b, "./widget")
+	req := gadget(b, map[string]any{"size": 3, "color": "blue"}, 2400)
+	ctx := context.Background()
+	var load [2]time.Duration
+	var call [2]time.Duration
+	const calls = 20
+	for i := 0; i < b.N; i++ {
+		for v, interp := range []bool{false, true} {
+			e, err := New(Options{Interpreter: interp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			m, err := e.Load(ctx, "widget.wasm", wasm, Limits{MaxInstances: 1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			load[v] += time.Since(start)
+			if _, err := m.Reconcile(ctx, "warm", req); err != nil {
+				b.Fatal(err)
+			}
+			start = time.Now()
+			for j := 0; j < calls; j++ {
+				if _, err := m.Reconcile(ctx, "bench", req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			call[v] += time.Since(start)
+			_ = m.Close(ctx)
+			_ = e.Close(ctx)
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(load[0].Seconds()*1000/n, "compiler-load-ms")
+	b.ReportMetric(load[1].Seconds()*1000/n, "interpreter-load-ms")
+	b.ReportMetric(float64(load[0])/float64(load[1]), "load-ratio")
+	b.ReportMetric(call[0].Seconds()*1e6/n/calls, "compiler-reconcile-us")
+	b.ReportMetric(call[1].Seconds()*1e6/n/calls, "interpreter-reconcile-us")
+	b.ReportMetric(float64(call[1])/float64(call[0]), "reconcile-ratio")
+}
