@@ -5,6 +5,7 @@
 package metrics
 
 import (
+	dto "github.com/prometheus/client_model/go"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,4 +182,36 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 // dashboards and alert rules may reference.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{ReconcileTotal, GuestDuration, FuelUsed, Preemptions, StatusWrites, ChildOperations, StormsDetected, Damped, ModuleState, ModuleInfo, instances}
+}
+
+// Stats summarises one module's calls since the process started, for the
+// ReconcileModule status.
+type Stats struct {
+	Reconciles          int64
+	Errors              int64 // every result but success
+	MeanFuel            int64
+	MeanDurationSeconds float64
+}
+
+// StatsFor reads module's Stats from the metrics.
+func StatsFor(module string) Stats {
+	var s Stats
+	for _, r := range allResults {
+		var m dto.Metric
+		if err := ReconcileTotal.WithLabelValues(module, r).Write(&m); err == nil {
+			n := int64(m.GetCounter().GetValue())
+			s.Reconciles += n
+			if r != ResultSuccess {
+				s.Errors += n
+			}
+		}
+	}
+	var fuel, dur dto.Metric
+	if err := FuelUsed.WithLabelValues(module).(prometheus.Histogram).Write(&fuel); err == nil && fuel.GetHistogram().GetSampleCount() > 0 {
+		s.MeanFuel = int64(fuel.GetHistogram().GetSampleSum() / float64(fuel.GetHistogram().GetSampleCount()))
+	}
+	if err := GuestDuration.WithLabelValues(module).(prometheus.Histogram).Write(&dur); err == nil && dur.GetHistogram().GetSampleCount() > 0 {
+		s.MeanDurationSeconds = dur.GetHistogram().GetSampleSum() / float64(dur.GetHistogram().GetSampleCount())
+	}
+	return s
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/moduledir"
 	"github.com/wasmreconcile/wasmreconcile/host/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
@@ -44,6 +45,14 @@ type Options struct {
 	// KeepVersions is how many versions of each module stay compiled, so
 	// that rolling back to one is instant. Defaults to 3.
 	KeepVersions int
+
+	// ReconcileModules runs the modules declared by ReconcileModule objects
+	// (config/crd), and needs that CRD installed. Defaults to false.
+	ReconcileModules bool
+
+	// ModuleController configures how ReconcileModules are fetched and
+	// reported; see modulecontroller.Options for the defaults.
+	ModuleController modulecontroller.Options
 
 	// Limits apply to every module. Zero fields take the module's manifest
 	// defaults, then the engine's.
@@ -192,6 +201,11 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 			delete(unknownConfig, name)
 		}
 		if err := mgr.Add(w); err != nil {
+			return nil, err
+		}
+	}
+	if opts.ReconcileModules {
+		if err := modulecontroller.Setup(mgr, o.supervisor, opts.ModuleController); err != nil {
 			return nil, err
 		}
 	}

@@ -106,6 +106,7 @@ type Reconciler struct {
 	mu       sync.Mutex
 	attempts map[types.NamespacedName]int
 
+	lastError  atomic.Pointer[string]
 	active     atomic.Int64 // reconciles running now
 	lastChange atomic.Int64 // unix nanoseconds of the last write
 }
@@ -592,6 +593,17 @@ func (r *Reconciler) recordEvents(ctx context.Context, obj *unstructured.Unstruc
 
 func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
 	r.recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+	e := fmt.Sprintf("%s %s/%s: %s", reason, obj.GetNamespace(), obj.GetName(), msg)
+	r.lastError.Store(&e)
+}
+
+// LastError is the last failure a reconcile reported (as its Warning
+// Event's reason, object and message), or "".
+func (r *Reconciler) LastError() string {
+	if e := r.lastError.Load(); e != nil {
+		return *e
+	}
+	return ""
 }
 
 // reasonFor is the Event reason for an engine error.

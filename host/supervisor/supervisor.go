@@ -80,6 +80,9 @@ type Spec struct {
 	MaxConcurrentReconciles int
 	// RateLimit overrides Options.RateLimit where non-zero.
 	RateLimit ratelimit.Options
+	// Check, when set, vets a loaded module before it serves; an error
+	// refuses it and the previous version keeps serving.
+	Check func(*engine.Module) error
 }
 
 // Loaded describes the version serving after a successful Apply.
@@ -223,6 +226,12 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	var version *reconciler.Version
 	if reuse != nil {
 		version = reuse.version
+		if spec.Check != nil {
+			if err := spec.Check(version.Module); err != nil {
+				reloads.WithLabelValues(spec.Name, "failed").Inc()
+				return Loaded{}, err
+			}
+		}
 	} else {
 		start := time.Now()
 		source := spec.Source
@@ -245,6 +254,13 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 			reloads.WithLabelValues(spec.Name, "failed").Inc()
 			return Loaded{}, fmt.Errorf("module[%s] from %s: the module's manifest names it %q; the names must match (name the file %s.wasm, or the ReconcileModule %s)",
 				spec.Name, spec.Source, m.Name(), m.Name(), m.Name())
+		}
+		if spec.Check != nil {
+			if err := spec.Check(m); err != nil {
+				_ = m.Close(ctx)
+				reloads.WithLabelValues(spec.Name, "failed").Inc()
+				return Loaded{}, err
+			}
 		}
 		loaded.Compile = time.Since(start)
 		compileSeconds.WithLabelValues(spec.Name).Observe(loaded.Compile.Seconds())
