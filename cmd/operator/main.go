@@ -81,11 +81,17 @@ func runOperator(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `Usage: operator run --module FILE.wasm [--module FILE.wasm ...] [flags]
+		fmt.Fprint(stderr, `Usage: operator run [--module FILE.wasm ...] [--module-dir DIR] [--reconcile-modules] [flags]
 
 Runs reconcile modules against a cluster: one controller per module, each
-guest call under a fuel budget and a deadline. Limits left unset take the
-module's manifest defaults, then the host's. Metrics are on
+guest call under a fuel budget and a deadline. Modules come from:
+  --module FILE.wasm     files loaded at start;
+  --module-dir DIR       a directory watched for changes: rebuild a module
+                         there and it is hot-swapped, no restart;
+  --reconcile-modules    ReconcileModule objects (config/crd), each pinned
+                         by sha256 and hot-reloaded when its spec changes.
+Limits left unset take the module's manifest defaults, then the host's.
+Metrics are on
 --metrics-bind-address, /healthz and /readyz on --health-probe-bind-address
 (see docs/metrics.md).
 
@@ -99,6 +105,10 @@ Flags:
 		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
 	)
 	fs.Var(&modules, "module", "path of a .wasm reconcile module to run (repeatable)")
+	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
+	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
+	fs.IntVar(&opts.KeepVersions, "keep-versions", 3, "versions of each module kept compiled, so a rollback to one is instant")
+	fs.Int64Var(&opts.ModuleController.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module (uncompressed) a ReconcileModule may load")
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
 	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
@@ -131,8 +141,8 @@ Flags:
 		}
 		return err
 	}
-	if len(modules) == 0 {
-		return errors.New("no modules: pass --module FILE.wasm at least once")
+	if len(modules) == 0 && opts.ModuleDir == "" && !opts.ReconcileModules {
+		return errors.New("no modules: pass --module FILE.wasm, --module-dir DIR or --reconcile-modules")
 	}
 	opts.Modules = modules
 	opts.Limits.MemoryLimitPages = uint32(memLimit)
