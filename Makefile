@@ -99,12 +99,18 @@ fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).
 
 .PHONY: demo
 demo: controlplane modules operator ## Run the operator with the example modules on an embedded real control plane.
+	@mkdir -p $(BIN)/modules/demo
+	@echo "wasm    modules/widget (Version=2) -> bin/modules/demo/widget-v2.wasm"
+	@cd modules && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -ldflags "-X main.Version=2" -o $(BIN)/modules/demo/widget-v2.wasm ./widget
+	@echo "wasm    modules/widget (Version=3 Bug=loop) -> bin/modules/demo/widget-v3-loop.wasm"
+	@cd modules && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -ldflags "-X main.Version=3 -X main.Bug=loop" -o $(BIN)/modules/demo/widget-v3-loop.wasm ./widget
 	@$(GO) build -o $(BIN)/demo ./hack/demo
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/demo --operator $(BIN)/operator --modules $(BIN)/modules/widget.wasm,$(BIN)/modules/webapp.wasm $(DEMO_FLAGS)
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(BIN)/demo --operator $(BIN)/operator --modules $(BIN)/modules/widget.wasm,$(BIN)/modules/webapp.wasm \
+	  --widget-v2 $(BIN)/modules/demo/widget-v2.wasm --widget-buggy $(BIN)/modules/demo/widget-v3-loop.wasm $(DEMO_FLAGS)
 
 .PHONY: demo-check
-demo-check: ## Run the demo non-interactively: exits 0 once the Widgets and the WebApp are Ready.
-	$(MAKE) demo DEMO_FLAGS=--exit-when-ready
+demo-check: ## Run the whole demo non-interactively: exits 0 at its end, 1 if a step fails.
+	$(MAKE) demo DEMO_FLAGS=--exit-when-done
 
 .PHONY: clean
 clean: ## Remove build outputs (not the control-plane cache).

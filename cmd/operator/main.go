@@ -5,12 +5,16 @@
 package main
 
 import (
+	"sort"
+	"strconv"
+
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+	"sigs.k8s.io/yaml"
 	"strings"
 	"time"
 
@@ -107,6 +111,12 @@ Flags:
 	fs.Var(&modules, "module", "path of a .wasm reconcile module to run (repeatable)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
+	fs.StringVar(&opts.LeaderElectionID, "leader-election-id", "wasmreconcile-operator", "name of the leader-election Lease")
+	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", `namespace of the Lease (default: the operator's own namespace in-cluster, else "default")`)
+	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
+	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
+	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.IntVar(&opts.KeepVersions, "keep-versions", 3, "versions of each module kept compiled, so a rollback to one is instant")
 	fs.Int64Var(&opts.ModuleController.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module (uncompressed) a ReconcileModule may load")
 	var moduleConfigs stringList
@@ -135,6 +145,10 @@ Flags:
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")
+	fs.String("config", "", "YAML file of flag values, keyed by flag name (lists for repeatable flags); flags given on the command line override it")
+	if err := applyConfigFile(fs, args); err != nil {
+		return err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -180,6 +194,58 @@ Flags:
 	}
 	ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Modules()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
 	return op.Start(ctx)
+}
+
+// applyConfigFile sets the flags named in the --config file found in args,
+// so that the command line, parsed after, overrides them. A key that is not
+// a flag is an error, so that a typo does not go unnoticed.
+func applyConfigFile(fs *flag.FlagSet, args []string) error {
+	path := ""
+	for i, a := range args {
+		switch {
+		case a == "--config" || a == "-config":
+			if i+1 < len(args) {
+				path = args[i+1]
+			}
+		case strings.HasPrefix(a, "--config=") || strings.HasPrefix(a, "-config="):
+			path = a[strings.IndexByte(a, '=')+1:]
+		}
+	}
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		return fmt.Errorf("--config %s: %w; want a YAML map of flag names to values", path, err)
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k == "config" || fs.Lookup(k) == nil {
+			return fmt.Errorf("--config %s: unknown key %q; keys are the flag names of `operator run --help`", path, k)
+		}
+		list, isList := values[k].([]any)
+		if !isList {
+			list = []any{values[k]}
+		}
+		for _, v := range list {
+			text := fmt.Sprint(v)
+			if f, ok := v.(float64); ok && f == float64(int64(f)) {
+				text = strconv.FormatInt(int64(f), 10) // YAML numbers arrive as float64: 5000000, not 5e+06
+			}
+			if err := fs.Set(k, text); err != nil {
+				return fmt.Errorf("--config %s: %s: %w", path, k, err)
+			}
+		}
+	}
+	return nil
 }
 
 func version() string {

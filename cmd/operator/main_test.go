@@ -114,3 +114,67 @@ func TestInvokeAndTestOffline(t *testing.T) {
 		t.Errorf("junit report: %v\n%s", err, b)
 	}
 }
+
+// TestConfigFile checks --config: values by flag name, lists for repeatable
+// flags, the command line overriding the file, and unknown keys refused.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noKube := []string{"--kubeconfig", filepath.Join(dir, "no-such-kubeconfig")}
+	cases := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"run", "--config", write("typo.yaml", "modules: [a.wasm]\n")}, `unknown key "modules"`},
+		{[]string{"run", "--config", write("bad.yaml", "fuel: lots\n")}, "--config " + filepath.Join(dir, "bad.yaml") + ": fuel: parse error"},
+		{[]string{"run", "--config", write("list.yaml", "module: [a.wasm, b.wasm]\nmodule-config: [nameonly]\n")}, `--module-config "nameonly": want NAME=FILE`},
+		// The file gives modules; the command line's --module-config is checked after it.
+		{append([]string{"run", "--config=" + write("ok.yaml", "module: a.wasm\nleader-elect: true\nfuel: 5000000\n"), "--module-config", "x"}, noKube...), `--module-config "x": want NAME=FILE`},
+		{append([]string{"run", "--config=" + filepath.Join(dir, "ok.yaml")}, noKube...), "loading kubeconfig"},
+		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, "--config: open"},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		err := run(c.args, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("run(%q) error = %v, want %q", c.args, err, c.wantErr)
+		}
+	}
+}
+
+// TestDeploymentArgsParse checks that the args of config/manager's
+// Deployment are flags the binary accepts: it gets as far as loading the
+// (missing) kubeconfig.
+func TestDeploymentArgsParse(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(testwasm.RepoRoot(), "config", "manager", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimSpace(l)
+		switch {
+		case trimmed == "args:":
+			in = true
+		case in && strings.HasPrefix(trimmed, "- "):
+			args = append(args, strings.TrimPrefix(trimmed, "- "))
+		case in:
+			in = false
+		}
+	}
+	if len(args) < 2 || args[0] != "run" {
+		t.Fatalf("could not read the Deployment's args: %q", args)
+	}
+	var out, errOut bytes.Buffer
+	err = run(append(args, "--kubeconfig", filepath.Join(t.TempDir(), "none")), &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "loading kubeconfig") {
+		t.Errorf("run(%q) = %v, want it to reach kubeconfig loading", args, err)
+	}
+}

@@ -9,10 +9,18 @@
 //
 //	demo --assets DIR --operator bin/operator --modules bin/modules/widget.wasm,bin/modules/webapp.wasm
 //
-// With --exit-when-ready it exits 0 by itself once every Widget and the
-// WebApp are Ready, or 1 after --ready-timeout. Interactively it then changes
-// a Widget's spec and turns the WebApp's Service off, showing the status
-// follow and the Service pruned, and waits for Ctrl-C.
+// The operator watches a module directory (--module-dir). After the Widgets
+// and the WebApp converge, the demo changes a Widget's spec and turns the
+// WebApp's Service off (the status follows, the Service is pruned), then:
+//   - hot-reloads widget v2 by copying it into the directory: the Widgets'
+//     Ready message changes to "widget v2" with no restart;
+//   - releases a buggy widget v3 that spins forever: the host preempts every
+//     call, records a Warning Event on each Widget and counts
+//     wasmreconcile_preemptions_total, while the WebApp module is unaffected;
+//   - rolls back to v2 (still compiled: instant) and shows a change converge.
+//
+// It then prints where to look and waits for Ctrl-C; with --exit-when-done it
+// exits 0 instead, or 1 as soon as a step fails or times out.
 package main
 
 import (
@@ -22,6 +30,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -55,7 +65,9 @@ func run() error {
 		crds         = flag.String("crds", "examples/crds", "directory of CRDs to install")
 		samples      = flag.String("samples", "examples/widgets/widgets.yaml", "sample Widgets to apply")
 		webapp       = flag.String("webapp", "examples/webapps/shop.yaml", "sample WebApp to apply")
-		exitReady    = flag.Bool("exit-when-ready", false, "exit once every Widget is Ready (for scripts and CI)")
+		widgetV2     = flag.String("widget-v2", "bin/modules/demo/widget-v2.wasm", "widget built with -X main.Version=2")
+		widgetBuggy  = flag.String("widget-buggy", "bin/modules/demo/widget-v3-loop.wasm", "widget built with -X main.Version=3 -X main.Bug=loop")
+		exitDone     = flag.Bool("exit-when-done", false, "exit at the end of the walkthrough instead of waiting for Ctrl-C (for scripts and CI)")
 		readyTimeout = flag.Duration("ready-timeout", 2*time.Minute, "how long to wait for the Widgets to become Ready")
 	)
 	flag.Parse()
@@ -63,7 +75,7 @@ func run() error {
 		return errors.New("no control plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make demo does this)")
 	}
 	moduleList := strings.Split(*modules, ",")
-	for _, f := range append([]string{*operatorBin, *crds, *samples, *webapp}, moduleList...) {
+	for _, f := range append([]string{*operatorBin, *crds, *samples, *webapp, *widgetV2, *widgetBuggy}, moduleList...) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%w; run `make demo` from the repository root", err)
 		}
@@ -116,11 +128,22 @@ func run() error {
 		return err
 	}
 
-	d.say("starting the operator with %s", strings.Join(moduleList, " and "))
-	args := []string{"run", "--kubeconfig", d.kubeconfig, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}
-	for _, m := range moduleList {
-		args = append(args, "--module", m)
+	moduleDir := filepath.Join(tmp, "modules")
+	if err := os.MkdirAll(moduleDir, 0o755); err != nil {
+		return err
 	}
+	for _, m := range moduleList {
+		if err := copyFile(m, filepath.Join(moduleDir, filepath.Base(m))); err != nil {
+			return err
+		}
+	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	d.say("starting the operator on module directory %s (%s); metrics on http://%s/metrics", moduleDir, strings.Join(moduleList, ", "), metricsAddr)
+	args := []string{"run", "--kubeconfig", d.kubeconfig, "--module-dir", moduleDir,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0"}
 	op := exec.Command(*operatorBin, args...)
 	op.Stdout = prefixWriter("[operator] ", os.Stdout)
 	op.Stderr = prefixWriter("[operator] ", os.Stdout)
@@ -157,11 +180,6 @@ func run() error {
 	}); err != nil {
 		return err
 	}
-	if *exitReady {
-		d.say("all Widgets and the WebApp are Ready; exiting (--exit-when-ready)")
-		return nil
-	}
-
 	d.say("changing spec.size of small-blue from 3 to 5; the guest recomputes the status")
 	if err := d.kubectl_(ctx, "patch", "widget", "small-blue", "--type=merge", "-p", `{"spec":{"size":5}}`); err != nil {
 		return err
@@ -180,10 +198,66 @@ func run() error {
 	}); err != nil {
 		return err
 	}
+	messages := []string{"get", "widgets", "-n", "default", "-o", "custom-columns=NAME:.metadata.name,SUMMARY:.status.summary,READY:.status.conditions[0].message"}
+	d.say("hot reload: copying widget v2 into %s; the operator swaps it in between reconciles, no restart", moduleDir)
+	if err := copyFile(*widgetV2, filepath.Join(moduleDir, "widget.wasm")); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "every Widget reconciled by widget v2", messages, func(out string) bool {
+		return strings.Count(out, "widget v2") == strings.Count(out, "\n")-1 && strings.Contains(out, "widget v2")
+	}); err != nil {
+		return err
+	}
+
+	d.say("a buggy release: widget v3 loops forever (for {}); the host preempts each call by fuel or deadline")
+	if err := copyFile(*widgetBuggy, filepath.Join(moduleDir, "widget.wasm")); err != nil {
+		return err
+	}
+	preempted := []string{"get", "events", "-n", "default", "--field-selector", "type=Warning,involvedObject.kind=Widget", "-o", "custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message"}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "preemption Events on the Widgets", preempted, func(out string) bool {
+		return strings.Contains(out, "FuelExhausted") || strings.Contains(out, "DeadlineExceeded")
+	}); err != nil {
+		return err
+	}
+	if err := d.showMetrics(metricsAddr, "wasmreconcile_preemptions_total"); err != nil {
+		return err
+	}
+	d.say("the webapp module is unaffected: turning the WebApp's Service back on")
+	if err := d.kubectl_(ctx, "patch", "webapp", "shop", "--type=merge", "-p", `{"spec":{"expose":true}}`); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "the Service back", webapps, func(out string) bool {
+		return strings.Contains(out, "service/shop ")
+	}); err != nil {
+		return err
+	}
+
+	d.say("rollback: copying widget v2 back; it is still compiled, so the swap is instant")
+	if err := copyFile(*widgetV2, filepath.Join(moduleDir, "widget.wasm")); err != nil {
+		return err
+	}
+	if err := d.kubectl_(ctx, "patch", "widget", "small-blue", "--type=merge", "-p", `{"spec":{"size":7}}`); err != nil {
+		return err
+	}
+	if err := d.waitFor(ctx, opDone, *readyTimeout, "small-blue reconciled by v2 again", messages, func(out string) bool {
+		return strings.Contains(out, "7 x blue")
+	}); err != nil {
+		return err
+	}
+	if err := d.showMetrics(metricsAddr, "wasmreconcile_module_reloads_total"); err != nil {
+		return err
+	}
+	if *exitDone {
+		d.say("walkthrough complete; exiting (--exit-when-done)")
+		return nil
+	}
 	d.say("the cluster keeps running. Try, in another shell:")
 	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
 	fmt.Printf("    %s get widgets -w\n", d.kubectl)
 	fmt.Printf("    %s patch widget large-red --type=merge -p '{\"spec\":{\"size\":500}}'\n", d.kubectl)
+	fmt.Printf("    %s get events -n default\n", d.kubectl)
+	fmt.Printf("    curl -s http://%s/metrics | grep ^wasmreconcile_\n", metricsAddr)
+	fmt.Printf("    cp %s %s/widget.wasm   # hot reload again\n", *widgetBuggy, moduleDir)
 	d.say("press Ctrl-C to stop everything")
 	select {
 	case <-ctx.Done():
@@ -192,6 +266,50 @@ func run() error {
 	case err := <-opDone:
 		return fmt.Errorf("operator exited: %v", err)
 	}
+}
+
+// showMetrics prints the operator's samples of metric.
+func (d *demo) showMetrics(addr, metric string) error {
+	fmt.Printf("$ curl -s http://%s/metrics | grep ^%s\n", addr, metric)
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return fmt.Errorf("reading metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, metric+"{") && !strings.HasSuffix(l, " 0") {
+			fmt.Println(l)
+		}
+	}
+	return nil
+}
+
+// copyFile copies src to dst through a temporary file and a rename, as a
+// deploy tool would, so the watcher never sees half a module.
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dst)
+}
+
+// freeAddr returns a free loopback address.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 func (d *demo) say(format string, args ...any) {

@@ -26,6 +26,12 @@ const MaxSize = 100
 // build a second version this way).
 var Version = "1"
 
+// Bug, set with -ldflags "-X main.Bug=loop", makes this build spin forever
+// in Reconcile: `make demo` uses it to show a buggy release preempted by the
+// host (an Event on each Widget, wasmreconcile_preemptions_total) and then
+// rolled back. Never set it otherwise.
+var Bug = ""
+
 func init() {
 	guest.Handle(guest.Manifest{
 		Name: "widget",
@@ -35,6 +41,10 @@ func init() {
 
 // Reconcile computes a Widget's status from its spec.
 func Reconcile(req *guest.Request) *guest.Response {
+	if Bug == "loop" {
+		for {
+		}
+	}
 	obj := guest.Object(req.Object)
 	gen := obj.Generation()
 	size, hasSize := obj.NestedInt64("spec", "size")

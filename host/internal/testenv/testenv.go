@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
@@ -152,3 +154,14 @@ func (r *Restartable) StartEtcd() error { return r.Env.ControlPlane.Etcd.Start()
 
 // Stop stops the whole control plane.
 func (r *Restartable) Stop() error { return r.Env.Stop() }
+
+// WriteKubeconfig writes a kubeconfig for cfg (envtest's admin client
+// certificate) to path, for tests that run the operator binary.
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	return clientcmd.WriteToFile(*kc, path)
+}

@@ -1,0 +1,68 @@
+package operator_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// TestDeployManifestsApply renders config/default with kubectl's built-in
+// kustomize and applies it with server-side apply to the real API server,
+// then server-side dry-runs the samples (the example modules' RBAC and a
+// ReconcileModule) against the CRD it installed. The Deployment must have
+// two replicas with leader election and ReconcileModules on.
+func TestDeployManifestsApply(t *testing.T) {
+	assets, err := testenv.Assets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, cfg, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testenv.WriteKubeconfig(cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd.Dir = testwasm.RepoRoot()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	out := kubectl("apply", "--server-side", "-k", "config/default")
+	t.Logf("kubectl apply -k config/default:\n%s", out)
+	kubectl("wait", "--for=condition=Established", "crd/reconcilemodules.wasmreconcile.io", "--timeout=60s")
+	kubectl("apply", "--server-side", "--dry-run=server", "-f", "config/samples/example_modules_rbac.yaml")
+	kubectl("apply", "--server-side", "--dry-run=server", "-f", "config/samples/widget_reconcilemodule.yaml")
+
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "wasmreconcile-system", Name: "wasmreconcile-operator"}, &d); err != nil {
+		t.Fatal(err)
+	}
+	args := d.Spec.Template.Spec.Containers[0].Args
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 || !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--reconcile-modules") {
+		t.Errorf("Deployment: replicas %v, args %v; want 2 replicas with --leader-elect and --reconcile-modules", d.Spec.Replicas, args)
+	}
+	if sc := d.Spec.Template.Spec.Containers[0].SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("the operator container's root filesystem is not read-only")
+	}
+}
