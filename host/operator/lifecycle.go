@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
 	"github.com/wasmreconcile/wasmreconcile/host/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
 )
@@ -51,13 +49,13 @@ type activityReporter interface {
 }
 
 func (l *lifecycle) evaluate(now time.Time) {
-	l.evaluateWith(now, workqueueDepths())
+	l.evaluateWith(now)
 }
 
-func (l *lifecycle) evaluateWith(now time.Time, depths map[string]float64) {
+func (l *lifecycle) evaluateWith(now time.Time) {
 	for _, r := range l.reconcilers() {
 		a, name := r.Activity(), r.Name()
-		converged := depths[name] == 0 && a.Active == 0 && a.Failing == 0
+		converged := a.Queued == 0 && a.Active == 0 && a.Failing == 0
 		quiescent := converged && (a.LastChange.IsZero() || now.Sub(a.LastChange) >= l.quiescentAfter)
 		metrics.ModuleState.WithLabelValues(name, "initialized").Set(1)
 		metrics.ModuleState.WithLabelValues(name, "converged").Set(b2f(converged))
@@ -70,26 +68,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// workqueueDepths reads controller-runtime's workqueue_depth by queue name.
-func workqueueDepths() map[string]float64 {
-	out := map[string]float64{}
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		return out
-	}
-	for _, f := range families {
-		if f.GetName() != "workqueue_depth" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "name" {
-					out[l.GetValue()] += m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return out
 }

@@ -26,10 +26,10 @@ func TestLifecycleStates(t *testing.T) {
 			fakeActivity{"recent", reconciler.Activity{LastChange: now.Add(-10 * time.Second)}},
 			fakeActivity{"failing", reconciler.Activity{Failing: 1}},
 			fakeActivity{"busy", reconciler.Activity{Active: 2}},
-			fakeActivity{"queued", reconciler.Activity{}},
+			fakeActivity{"queued", reconciler.Activity{Queued: 3}},
 		}
 	}}
-	l.evaluateWith(now, map[string]float64{"queued": 3})
+	l.evaluateWith(now)
 	want := map[string][3]float64{ // initialized, converged, quiescent
 		"idle":    {1, 1, 1},
 		"recent":  {1, 1, 0},

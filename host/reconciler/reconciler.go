@@ -107,12 +107,14 @@ type Reconciler struct {
 	attempts map[types.NamespacedName]int
 
 	lastError  atomic.Pointer[string]
+	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
 	active     atomic.Int64 // reconciles running now
 	lastChange atomic.Int64 // unix nanoseconds of the last write
 }
 
 // Activity describes what a Reconciler is doing, for lifecycle states.
 type Activity struct {
+	Queued     int       // objects waiting in the controller's workqueue
 	Failing    int       // objects whose last reconcile failed and await a retry
 	Active     int       // reconciles running now
 	LastChange time.Time // when a reconcile last wrote anything; zero if never
@@ -124,6 +126,9 @@ func (r *Reconciler) Activity() Activity {
 	failing := len(r.attempts)
 	r.mu.Unlock()
 	a := Activity{Failing: failing, Active: int(r.active.Load())}
+	if q := r.queue.Load(); q != nil {
+		a.Queued = (*q).Len()
+	}
 	if ns := r.lastChange.Load(); ns != 0 {
 		a.LastChange = time.Unix(0, ns)
 	}
@@ -203,6 +208,17 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts Options) (crcontroller
 	skip := true // a module's controller is replaced under the same name on reload
 	c, err := crcontroller.NewUnmanaged(r.name, crcontroller.Options{
 		Reconciler: r, MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter, SkipNameValidation: &skip,
+		// controller-runtime's own queue, kept so that Activity can read its
+		// length: the workqueue_depth metric is keyed by name, and a
+		// replaced controller of the same name would blur it.
+		NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+			if rl == nil {
+				rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
+			}
+			q := workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Name: name})
+			r.queue.Store(&q)
+			return q
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("module[%s]: creating controller for %s: %w", r.name, r.gvk, err)
