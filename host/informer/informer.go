@@ -210,6 +210,7 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 	w.mu.Lock()
 	w.lastCount = meta.LenList(list)
 	w.mu.Unlock()
+	LastEvent.WithLabelValues(w.kind).SetToCurrentTime() // a list is as fresh as an event
 	return list, nil
 }
 

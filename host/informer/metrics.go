@@ -38,7 +38,7 @@ var (
 	}, []string{"kind", "reason"})
 	LastEvent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "wasmreconcile_informer_last_event_timestamp_seconds",
-		Help: "Unix time of the last watch event per kind; time() minus it is the cache's staleness.",
+		Help: "Unix time of the last watch event (bookmarks included) or completed list per kind; time() minus it is the cache's staleness.",
 	}, []string{"kind"})
 )
 

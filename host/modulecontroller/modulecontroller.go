@@ -154,11 +154,12 @@ type writtenStatus struct {
 }
 
 type served struct {
-	uid        types.UID // a ReconcileModule deleted and created again is new
-	generation int64
-	digest     string
-	since      time.Time
-	syncWarned bool
+	uid         types.UID // a ReconcileModule deleted and created again is new
+	generation  int64
+	digest      string
+	since       time.Time
+	syncWarned  bool
+	staleWarned bool
 }
 
 // Setup registers the controller with mgr. It needs the ReconcileModule CRD
@@ -220,7 +221,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err != nil {
 			return ctrl.Result{}, c.failed(ctx, obj, reason, err)
 		}
-		s = served{uid: obj.GetUID(), generation: obj.GetGeneration(), digest: loaded.Digest, since: loaded.At, syncWarned: s.syncWarned && s.digest == loaded.Digest}
+		s = served{uid: obj.GetUID(), generation: obj.GetGeneration(), digest: loaded.Digest, since: loaded.At, syncWarned: s.syncWarned, staleWarned: s.staleWarned}
 		c.served[obj.GetName()] = s
 		status["digest"] = loaded.Digest
 		status["loadedAt"] = loaded.At.UTC().Format(time.RFC3339)
@@ -251,7 +252,9 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: c.opts.StatusInterval}, nil
 }
 
-// checkCaches records SyncFailed and CacheStale on the module's object.
+// checkCaches records SyncFailed and CacheStale on the module's object,
+// once per episode: a Warning when the problem starts, nothing while it
+// lasts, and a Normal Event when it ends.
 func (c *Controller) checkCaches(ctx context.Context, obj *unstructured.Unstructured, spec Spec, s *served, conds *[]any) {
 	rec := c.supervisor.Reconciler(obj.GetName())
 	if rec == nil || spec.Paused {
@@ -260,18 +263,34 @@ func (c *Controller) checkCaches(ctx context.Context, obj *unstructured.Unstruct
 	f := rec.Module().Manifest().For
 	kind := &unstructured.Unstructured{}
 	kind.SetGroupVersionKind(schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind})
-	inf, err := c.cache.GetInformer(ctx, kind)
-	if err == nil && !inf.HasSynced() && time.Since(s.since) > c.opts.SyncTimeout && !s.syncWarned {
+	synced, why := false, ""
+	if inf, err := c.cache.GetInformer(ctx, kind); err != nil {
+		why = err.Error()
+	} else if synced = inf.HasSynced(); !synced {
+		why = "the informer has not synced"
+	}
+	switch {
+	case !synced && time.Since(s.since) > c.opts.SyncTimeout && !s.syncWarned:
 		s.syncWarned = true
 		c.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonSyncFailed, "Sync",
-			"the informer cache for %s has not synced %s after the module loaded; check the operator's RBAC for that kind and the API server's health", f.Kind, c.opts.SyncTimeout)
+			"the cache for %s has not synced %s after the module loaded: %s; check that the kind's CRD is installed, the operator's RBAC for it, and the API server's health", f.Kind, c.opts.SyncTimeout, why)
+	case synced && s.syncWarned:
+		s.syncWarned = false
+		c.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "Synced", "Sync", "the cache for %s has synced", f.Kind)
 	}
 	var last dto.Metric
-	if err := informer.LastEvent.WithLabelValues(f.Kind).Write(&last); err == nil && last.GetGauge().GetValue() > 0 {
-		if age := time.Since(time.Unix(int64(last.GetGauge().GetValue()), 0)); age > c.opts.StaleAfter {
-			c.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonCacheStale, "Sync",
-				"no watch event or list for %s in %s; watches may be failing (see wasmreconcile_informer_watch_restarts_total)", f.Kind, age.Round(time.Second))
-		}
+	if err := informer.LastEvent.WithLabelValues(f.Kind).Write(&last); err != nil || last.GetGauge().GetValue() <= 0 {
+		return // no event yet: nothing to be stale against
+	}
+	age := time.Since(time.Unix(0, int64(last.GetGauge().GetValue()*1e9)))
+	switch stale := age > c.opts.StaleAfter; {
+	case stale && !s.staleWarned:
+		s.staleWarned = true
+		c.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonCacheStale, "Sync",
+			"no watch event or list for %s in %s; watches may be failing (see wasmreconcile_informer_watch_restarts_total)", f.Kind, age.Round(time.Second))
+	case !stale && s.staleWarned:
+		s.staleWarned = false
+		c.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "Fresh", "Sync", "events for %s arrive again", f.Kind)
 	}
 }
 

@@ -230,3 +230,68 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// waitModuleEvent waits for an Event with reason on ReconcileModule name.
+func waitModuleEvent(t *testing.T, c client.Client, name, reason string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var events corev1.EventList
+		if err := c.List(context.Background(), &events); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "ReconcileModule" && e.InvolvedObject.Name == name && e.Reason == reason {
+				return e.Message
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s Event on ReconcileModule %s", reason, name)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestModuleObjectEvents checks the Events the operator records on a
+// module's own object: CacheStale when its kind sees no event or list for
+// StaleAfter (and Fresh when events return), and SyncFailed when its kind's
+// cache cannot sync (here: a module for a kind whose CRD is not installed).
+func TestModuleObjectEvents(t *testing.T) {
+	env, cfg, err := testenv.Start("examples/crds", "config/crd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	startOperator(t, cfg, operator.Options{
+		ReconcileModules: true, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
+		ModuleController: modulecontroller.Options{StatusInterval: 200 * time.Millisecond, SyncTimeout: time.Second, StaleAfter: 2 * time.Second},
+	})
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	widgetFile, gadgetFile := testwasm.BuildFile(t, "./widget"), testwasm.BuildFile(t, "./internal/testguests/misbehave")
+	for name, file := range map[string]string{"widget": widgetFile, "misbehave": gadgetFile} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Create(ctx, reconcileModule(name, map[string]any{"sha256": supervisor.Digest(b), "file": file})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The Gadget CRD is not installed: the misbehave module cannot sync.
+	msg := waitModuleEvent(t, c, "misbehave", modulecontroller.ReasonSyncFailed)
+	if !strings.Contains(msg, "Gadget") || !strings.Contains(msg, "CRD") {
+		t.Errorf("SyncFailed message %q should name the kind and what to check", msg)
+	}
+	// Widgets: one event, then quiet for longer than StaleAfter.
+	if err := c.Create(ctx, widget("quiet", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitSummary(t, c, "quiet", "1 x grey")
+	waitModuleEvent(t, c, "widget", modulecontroller.ReasonCacheStale)
+	updateWidgetSize(t, c, "quiet", 2)
+	waitModuleEvent(t, c, "widget", "Fresh")
+}
