@@ -108,8 +108,8 @@ type Reconciler struct {
 
 	lastError  atomic.Pointer[string]
 	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
-	active     atomic.Int64 // reconciles running now
-	lastChange atomic.Int64 // unix nanoseconds of the last write
+	active     atomic.Int64                                                            // reconciles running now
+	lastChange atomic.Int64                                                            // unix nanoseconds of the last write
 }
 
 // Activity describes what a Reconciler is doing, for lifecycle states.
