@@ -145,6 +145,27 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	waitSummary(t, c, "managed", "3 x grey")
 	waitVersion(t, c, []string{"managed"}, "1", time.Now())
 
+	// A Secret source: first under a key that does not exist (FetchFailed,
+	// saying how to create it), then the right one. (Raw bytes are accepted
+	// too, but this 3.2 MB module is over the API server's request limit;
+	// gzip'd it is 1 MB.)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "widget-secret"},
+		Data: map[string][]byte{"module.wasm": gz(t, v1)}}
+	if err := c.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	setSpec(t, c, "widget", func(spec map[string]any) {
+		spec["source"] = map[string]any{"sha256": supervisor.Digest(v1), "secret": map[string]any{"namespace": "default", "name": "widget-secret"}}
+	})
+	rm = moduleCondition(t, c, "widget", "LoadFailed", "True", modulecontroller.ReasonFetchFailed)
+	if msg, _, _ := unstructured.NestedString(rm.Object, "status", "lastError"); !strings.Contains(msg, `no key "module.wasm.gz"`) || !strings.Contains(msg, "kubectl create secret") {
+		t.Errorf("status.lastError = %q, want the missing key and how to create it", msg)
+	}
+	setSpec(t, c, "widget", func(spec map[string]any) {
+		_ = unstructured.SetNestedField(spec, "module.wasm", "source", "secret", "key")
+	})
+	moduleCondition(t, c, "widget", "LoadFailed", "False", modulecontroller.ReasonLoaded)
+
 	// A wrong digest: refused, v1 keeps serving.
 	setSpec(t, c, "widget", func(spec map[string]any) {
 		_ = unstructured.SetNestedField(spec, supervisor.Digest(v2), "source", "sha256")
