@@ -77,7 +77,8 @@ func reloads(result string) float64 {
 // checks that each swap happens without a restart, that no update is lost
 // (every Widget ends with the summary of its last spec under the serving
 // version), that the rollback reuses the compiled version, and that the
-// broken file leaves the old version serving.
+// broken file leaves the old version serving, and that removing the file
+// stops the module.
 func TestHotReloadUnderLoad(t *testing.T) {
 	env, cfg, err := testenv.Start("examples/crds")
 	if err != nil {
@@ -90,7 +91,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if err := os.WriteFile(file, v1, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	startOperator(t, cfg, operator.Options{
+	op := startOperator(t, cfg, operator.Options{
 		ModuleDir: dir, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
 	})
 	ctx := context.Background()
@@ -192,5 +193,24 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	}
 	if !strings.HasSuffix(readyMessage(w), "by widget v1") {
 		t.Errorf("after a broken file: Ready message %q, want v1 still serving", readyMessage(w))
+	}
+
+	// Removing the file stops the module; its objects keep their status.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); len(op.Supervisor().Names()) != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("modules still running after widget.wasm was removed: %v", op.Supervisor().Names())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	updateWidgetSize(t, c, names[0], 43)
+	time.Sleep(time.Second)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+		t.Fatal(err)
+	}
+	if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s != "42 x grey" {
+		t.Errorf("a removed module still reconciled: summary %q", s)
 	}
 }
