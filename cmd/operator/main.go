@@ -117,6 +117,7 @@ Flags:
 	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
 	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
+	fs.BoolVar(&opts.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
 	fs.IntVar(&opts.KeepVersions, "keep-versions", 3, "versions of each module kept compiled, so a rollback to one is instant")
 	fs.Int64Var(&opts.ModuleController.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module (uncompressed) a ReconcileModule may load")
 	var moduleConfigs stringList

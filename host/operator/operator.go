@@ -47,6 +47,11 @@ type Options struct {
 	// that rolling back to one is instant. Defaults to 3.
 	KeepVersions int
 
+	// InterpreterFirst serves new module bytes from wazero's interpreter
+	// while the compiler works, then switches to the compiled code (see
+	// supervisor.Options.Interpreter). Defaults to false.
+	InterpreterFirst bool
+
 	// LeaderElection makes replicas elect one leader through a
 	// coordination.k8s.io Lease; only the leader runs module controllers
 	// and the ReconcileModule controller. Every replica keeps its caches
@@ -127,10 +132,11 @@ type Options struct {
 
 // Operator runs a set of modules against one cluster.
 type Operator struct {
-	mgr        manager.Manager
-	engine     *engine.Engine
-	supervisor *supervisor.Supervisor
-	loadErrors []error
+	mgr         manager.Manager
+	engine      *engine.Engine
+	interpreter *engine.Engine // nil unless InterpreterFirst
+	supervisor  *supervisor.Supervisor
+	loadErrors  []error
 
 	mu          sync.Mutex
 	fileModules map[string]string // path -> module name, for files applied
@@ -198,9 +204,15 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		return nil, err
 	}
 	o.engine = eng
+	if opts.InterpreterFirst {
+		if o.interpreter, err = engine.New(engine.Options{Interpreter: true}); err != nil {
+			return nil, err
+		}
+	}
 	o.supervisor = supervisor.New(mgr, eng, supervisor.Options{
 		Limits: opts.Limits, Storm: opts.Storm, RateLimit: opts.RateLimit,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles, KeepVersions: opts.KeepVersions,
+		Interpreter: o.interpreter,
 	})
 	if err := mgr.Add(o.supervisor); err != nil {
 		return nil, err
@@ -353,5 +365,9 @@ func (o *Operator) Start(ctx context.Context) error {
 	for _, name := range o.supervisor.Names() {
 		o.supervisor.Remove(name)
 	}
-	return errors.Join(err, o.engine.Close(context.Background()))
+	errs := []error{err, o.engine.Close(context.Background())}
+	if o.interpreter != nil {
+		errs = append(errs, o.interpreter.Close(context.Background()))
+	}
+	return errors.Join(errs...)
 }

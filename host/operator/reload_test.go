@@ -214,3 +214,49 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		t.Errorf("a removed module still reconciled: summary %q", s)
 	}
 }
+
+// TestHotReloadInterpreterFirst replaces widget.wasm with new bytes under
+// InterpreterFirst: the new version first serves from the interpreter, then
+// the compiled version replaces it (counted as "upgraded"), and changes keep
+// converging throughout. The time to the first reconcile on the new code is
+// logged, to compare with TestHotReloadUnderLoad's compiler-only figure.
+func TestHotReloadInterpreterFirst(t *testing.T) {
+	env, cfg, err := testenv.Start("examples/crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	v1, v3 := testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "3")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "widget.wasm")
+	if err := os.WriteFile(file, v1, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, cfg, operator.Options{
+		ModuleDir: dir, InterpreterFirst: true, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
+	})
+	ctx := context.Background()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, widget("interp", 1)); err != nil {
+		t.Fatal(err)
+	}
+	waitSummary(t, c, "interp", "1 x grey")
+	upgraded := reloads("upgraded")
+	start := time.Now()
+	if err := os.WriteFile(file, v3, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("interpreter first: first reconcile by v3 %s after the file was written", waitVersion(t, c, []string{"interp"}, "3", start).Round(time.Millisecond))
+	for deadline := time.Now().Add(2 * time.Minute); reloads("upgraded") == upgraded; {
+		if time.Now().After(deadline) {
+			t.Fatal("the compiled version never replaced the interpreted one")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("compiled code serving %s after the file was written", time.Since(start).Round(time.Millisecond))
+	updateWidgetSize(t, c, "interp", 6)
+	waitSummary(t, c, "interp", "6 x grey")
+}
