@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -142,7 +143,8 @@ type Controller struct {
 	cache      interface {
 		GetInformer(context.Context, client.Object, ...interface{}) (interface{ HasSynced() bool }, error)
 	}
-	opts Options
+	opts   Options
+	leader func() bool // whether this replica leads: only the leader writes
 
 	served  map[string]served        // by module name; only touched by Reconcile (one worker)
 	written map[string]writtenStatus // the status last written, by module name
@@ -173,9 +175,29 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(), served: map[string]served{}, written: map[string]writtenStatus{},
 	}
 	c.cache = cacheAdapter{mgr}
+	c.leader = func() bool {
+		select {
+		case <-mgr.Elected():
+			return true
+		default:
+			return false
+		}
+	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(GVK)
-	return ctrl.NewControllerManagedBy(mgr).Named("reconcilemodule").For(obj).Complete(c)
+	// Every replica fetches and loads its modules, so that a new leader
+	// reconciles at once; only the leader writes status and Events (the
+	// supervisor starts module controllers only in the leader).
+	everyReplica := false
+	return ctrl.NewControllerManagedBy(mgr).Named("reconcilemodule").For(obj).
+		WithOptions(crcontroller.Options{NeedLeaderElection: &everyReplica}).Complete(c)
+}
+
+// event records an Event, in the leader only.
+func (c *Controller) event(obj *unstructured.Unstructured, typ, reason, action, format string, args ...any) {
+	if c.leader() {
+		c.recorder.Eventf(obj, nil, typ, reason, action, format, args...)
+	}
 }
 
 type cacheAdapter struct{ mgr ctrl.Manager }
@@ -229,7 +251,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			status["compileSeconds"] = loaded.Compile.Seconds()
 		}
 		setCondition(&conds, obj, ConditionLoadFailed, metav1.ConditionFalse, ReasonLoaded, "")
-		c.recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonLoaded, "Load", "module %s serving (compile %s)", loaded.Digest, loaded.Compile.Round(time.Millisecond))
+		c.event(obj, corev1.EventTypeNormal, ReasonLoaded, "Load", "module %s serving (compile %s)", loaded.Digest, loaded.Compile.Round(time.Millisecond))
 	}
 	setCondition(&conds, obj, ConditionLoading, metav1.ConditionFalse, ReasonLoaded, "")
 	if spec.Paused {
@@ -237,7 +259,9 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		setCondition(&conds, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, "module "+s.digest+" serving")
 	}
-	c.checkCaches(ctx, obj, spec, &s, &conds)
+	if c.leader() {
+		c.checkCaches(ctx, obj, spec, &s, &conds)
+	}
 	c.served[obj.GetName()] = s
 	st := metrics.StatsFor(obj.GetName())
 	status["stats"] = map[string]any{"reconciles": st.Reconciles, "errors": st.Errors, "meanFuel": st.MeanFuel, "meanDurationSeconds": st.MeanDurationSeconds}
@@ -272,11 +296,11 @@ func (c *Controller) checkCaches(ctx context.Context, obj *unstructured.Unstruct
 	switch {
 	case !synced && time.Since(s.since) > c.opts.SyncTimeout && !s.syncWarned:
 		s.syncWarned = true
-		c.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonSyncFailed, "Sync",
+		c.event(obj, corev1.EventTypeWarning, ReasonSyncFailed, "Sync",
 			"the cache for %s has not synced %s after the module loaded: %s; check that the kind's CRD is installed, the operator's RBAC for it, and the API server's health", f.Kind, c.opts.SyncTimeout, why)
 	case synced && s.syncWarned:
 		s.syncWarned = false
-		c.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "Synced", "Sync", "the cache for %s has synced", f.Kind)
+		c.event(obj, corev1.EventTypeNormal, "Synced", "Sync", "the cache for %s has synced", f.Kind)
 	}
 	var last dto.Metric
 	if err := informer.LastEvent.WithLabelValues(f.Kind).Write(&last); err != nil || last.GetGauge().GetValue() <= 0 {
@@ -286,11 +310,11 @@ func (c *Controller) checkCaches(ctx context.Context, obj *unstructured.Unstruct
 	switch stale := age > c.opts.StaleAfter; {
 	case stale && !s.staleWarned:
 		s.staleWarned = true
-		c.recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonCacheStale, "Sync",
+		c.event(obj, corev1.EventTypeWarning, ReasonCacheStale, "Sync",
 			"no watch event or list for %s in %s; watches may be failing (see wasmreconcile_informer_watch_restarts_total)", f.Kind, age.Round(time.Second))
 	case !stale && s.staleWarned:
 		s.staleWarned = false
-		c.recorder.Eventf(obj, nil, corev1.EventTypeNormal, "Fresh", "Sync", "events for %s arrive again", f.Kind)
+		c.event(obj, corev1.EventTypeNormal, "Fresh", "Sync", "events for %s arrive again", f.Kind)
 	}
 }
 
@@ -477,7 +501,7 @@ func (c *Controller) failed(ctx context.Context, obj *unstructured.Unstructured,
 	status["conditions"] = conds
 	status["lastError"] = err.Error()
 	status["observedGeneration"] = obj.GetGeneration()
-	c.recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Load", "%s", err.Error())
+	c.event(obj, corev1.EventTypeWarning, reason, "Load", "%s", err.Error())
 	log.FromContext(ctx).Error(err, "module not loaded", "reason", reason)
 	if werr := c.writeStatus(ctx, obj, status); werr != nil {
 		return werr
@@ -501,8 +525,13 @@ func (c *Controller) statusOf(obj *unstructured.Unstructured) map[string]any {
 	return map[string]any{}
 }
 
+// writeStatus applies status in the leader; a standby only keeps it, and
+// writes it (through the periodic refresh) once elected.
 func (c *Controller) writeStatus(ctx context.Context, obj *unstructured.Unstructured, status map[string]any) error {
 	c.written[obj.GetName()] = writtenStatus{uid: obj.GetUID(), status: runtime.DeepCopyJSON(status)}
+	if !c.leader() {
+		return nil
+	}
 	patch := &unstructured.Unstructured{Object: map[string]any{"status": status}}
 	patch.SetGroupVersionKind(GVK)
 	patch.SetName(obj.GetName())

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -51,12 +54,13 @@ func scrape(addr, metric string, want ...string) float64 {
 }
 
 // TestLeaderElectionTakeover runs two operator processes with leader
-// election against the real API server. Only the leader reconciles (the
+// election against the real API server, with one module from --module and
+// one from a ReconcileModule. Only the leader reconciles (the
 // standby's reconcile and status-write counters stay at zero: no double
 // apply); when the leader is killed with SIGKILL, the standby acquires the
 // Lease and reconciles the changes made meanwhile.
 func TestLeaderElectionTakeover(t *testing.T) {
-	env, cfg, err := testenv.Start("examples/crds")
+	env, cfg, err := testenv.Start("examples/crds", "config/crd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +77,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		t.Fatalf("building the operator: %v\n%s", err, out)
 	}
 	module := testwasm.BuildFile(t, "./widget")
+	webapp := testwasm.BuildFile(t, "./webapp") // run through a ReconcileModule
 
 	type replica struct {
 		cmd     *exec.Cmd
@@ -85,7 +90,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module,
+		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules",
 			"--leader-elect", "--leader-election-namespace", "default",
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", freeAddr(t))
@@ -114,12 +119,29 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	if err := c.Create(ctx, widget("elected", 1)); err != nil {
 		t.Fatal(err)
 	}
+	webappBytes, err := os.ReadFile(webapp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, reconcileModule("webapp", map[string]any{"sha256": supervisor.Digest(webappBytes), "file": webapp})); err != nil {
+		t.Fatal(err)
+	}
+	moduleCondition(t, c, "webapp", "Ready", "True", "Loaded")
+	app := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
+		"metadata": map[string]any{"name": "shop", "namespace": "default"},
+		"spec":     map[string]any{"image": "nginx:1.27", "config": map[string]any{"MODE": "before"}},
+	}}
+	if err := c.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	waitConfigMapValue(t, c, "shop-config", "MODE", "before")
 	waitSummary(t, c, "elected", "1 x grey")
 	reconciles := func(r *replica) float64 {
-		return scrape(r.metrics, "wasmreconcile_reconcile_total", `module="widget"`)
+		return scrape(r.metrics, "wasmreconcile_reconcile_total") // every module
 	}
 	writes := func(r *replica) float64 {
-		return scrape(r.metrics, "wasmreconcile_status_writes_total", `module="widget"`)
+		return scrape(r.metrics, "wasmreconcile_status_writes_total")
 	}
 	leader, standby := a, b
 	if reconciles(b) > 0 {
@@ -144,8 +166,22 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	if err := c.Create(ctx, widget("after-takeover", 5)); err != nil {
 		t.Fatal(err)
 	}
+	// The WebApp's module came from a ReconcileModule, which the standby
+	// loaded before it was elected.
+	for i := 0; ; i++ {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(app), app); err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedField(app.Object, "after", "spec", "config", "MODE")
+		if err := c.Update(ctx, app); err == nil {
+			break
+		} else if i > 20 {
+			t.Fatal(err)
+		}
+	}
 	waitSummary(t, c, "elected", "2 x grey")
 	waitSummary(t, c, "after-takeover", "5 x grey")
+	waitConfigMapValue(t, c, "shop-config", "MODE", "after")
 	t.Logf("takeover: changes made after the leader was killed converged %s later (lease duration 4s)", time.Since(killed).Round(100*time.Millisecond))
 	if reconciles(standby) <= 0 {
 		t.Error("the standby converged nothing after the takeover")
@@ -155,5 +191,21 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	}
 	if now := *lease.Spec.HolderIdentity; now == holder {
 		t.Errorf("Lease still held by %s after the leader was killed", now)
+	}
+}
+
+// waitConfigMapValue waits until ConfigMap default/name has data[key] = want.
+func waitConfigMapValue(t *testing.T, c client.Client, name, key, want string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		var cm corev1.ConfigMap
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &cm); err == nil && cm.Data[key] == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ConfigMap %s never had %s=%s", name, key, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
