@@ -92,6 +92,8 @@ bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measu
 	$(GO) test -run '^$$' -bench 'ComputeLoop|Deadline|FourSpinners|FuelSlice' -benchtime=30x ./host/engine/
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime=3s ./host/engine/
 	$(GO) test -run '^$$' -bench 'JSONReconcile' -benchtime=400x ./host/engine/
+	$(GO) test -run '^$$' -bench 'LoadCompilerVsInterpreter' -benchtime=3x ./host/engine/
+	$(GO) test -run '^$$' -bench 'Isolation' -benchtime=1x ./host/operator/
 
 .PHONY: fuzz
 fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).

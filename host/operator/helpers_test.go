@@ -39,7 +39,7 @@ func startBehindProxy(t *testing.T) (direct, viaProxy *rest.Config, proxy *fault
 }
 
 // startOperator runs an operator until the test ends.
-func startOperator(t *testing.T, cfg *rest.Config, opts operator.Options) *operator.Operator {
+func startOperator(t testing.TB, cfg *rest.Config, opts operator.Options) *operator.Operator {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	op, err := operator.New(ctx, cfg, opts)
@@ -64,10 +64,13 @@ func widget(name string, size int64) *unstructured.Unstructured {
 	return w
 }
 
+// summaryPoll is how often waitSummary polls; measurements lower it.
+var summaryPoll = 100 * time.Millisecond
+
 // waitSummary waits until the named Widget's status.summary is want. The
 // deadline is generous because CI runs every package under -race at once on
 // two cores; it bounds a hang, it is not a latency goal.
-func waitSummary(t *testing.T, c client.Client, name, want string) {
+func waitSummary(t testing.TB, c client.Client, name, want string) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
@@ -81,6 +84,6 @@ func waitSummary(t *testing.T, c client.Client, name, want string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never reached summary %q in %s", name, want, time.Since(start).Round(time.Second))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(summaryPoll)
 	}
 }

@@ -88,7 +88,7 @@ func TestControlPlaneRestarts(t *testing.T) {
 
 // updateWidgetSize sets spec.size, retrying on conflicts and on the errors
 // a control plane returns while it comes back up.
-func updateWidgetSize(t *testing.T, c client.Client, name string, size int64) {
+func updateWidgetSize(t testing.TB, c client.Client, name string, size int64) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -107,6 +107,8 @@ type Reconciler struct {
 	attempts map[types.NamespacedName]int
 
 	lastError  atomic.Pointer[string]
+	suspect    atomic.Bool   // the last finished call was preempted
+	penalty    chan struct{} // capacity 1: serialises a suspect module's calls
 	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
 	active     atomic.Int64                                                            // reconciles running now
 	lastChange atomic.Int64                                                            // unix nanoseconds of the last write
@@ -155,6 +157,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 		recorder: rec,
 		name:     module.Name(),
 		requeue:  make(chan event.GenericEvent),
+		penalty:  make(chan struct{}, 1),
 		gvk:      schema.GroupVersionKind{Group: for_.Group, Version: for_.Version, Kind: for_.Kind},
 		now:      now,
 		config:   opts.Config,
@@ -455,7 +458,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request, modul
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("encoding request for %s: %w", req.NamespacedName, err)
 	}
-	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.cache), "reconcile "+req.String(), request)
+	res, err := r.call(ctx, module, req, request)
 	log.FromContext(ctx).V(1).Info("guest returned", "fuel", res.Fuel, "guestDuration", res.Duration.String())
 	metrics.ObserveCall(r.name, res, err)
 	result := metrics.ResultSuccess
@@ -545,6 +548,32 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request, modul
 		return ctrl.Result{RequeueAfter: time.Duration(resp.RequeueAfterSeconds) * time.Second}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// call calls the guest. While the module is suspect (its last finished call
+// was preempted: it spins or runs away), its calls run one at a time, so a
+// spinning module occupies at most one CPU however many workers it has, and
+// the other modules keep the rest. The first call that finishes without
+// preemption lifts it.
+func (r *Reconciler) call(ctx context.Context, module *engine.Module, req reconcile.Request, request []byte) (engine.Result, error) {
+	if r.suspect.Load() {
+		select {
+		case r.penalty <- struct{}{}:
+			defer func() { <-r.penalty }()
+		case <-ctx.Done():
+			return engine.Result{}, &engine.CanceledError{Module: r.name, Call: "reconcile " + req.String()}
+		}
+	}
+	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.cache), "reconcile "+req.String(), request)
+	switch engine.KindOf(err) {
+	case engine.KindFuelExhausted, engine.KindDeadlineExceeded:
+		if !r.suspect.Swap(true) {
+			log.FromContext(ctx).Info("guest preempted: the module's calls now run one at a time until one finishes in budget", "error", err.Error())
+		}
+	case "":
+		r.suspect.Store(false)
+	}
+	return res, err
 }
 
 // applyStatus writes desired as the object's status unless it already is,
