@@ -107,8 +107,8 @@ type Reconciler struct {
 	attempts map[types.NamespacedName]int
 
 	lastError  atomic.Pointer[string]
-	suspect    atomic.Bool   // the last finished call was preempted
-	penalty    chan struct{} // capacity 1: serialises a suspect module's calls
+	suspect    atomic.Bool                                                             // the last finished call was preempted
+	penalty    chan struct{}                                                           // capacity 1: serialises a suspect module's calls
 	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
 	active     atomic.Int64                                                            // reconciles running now
 	lastChange atomic.Int64                                                            // unix nanoseconds of the last write
