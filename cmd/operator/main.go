@@ -108,7 +108,7 @@ Flags:
 		modules stringList
 		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
 	)
-	fs.Var(&modules, "module", "path of a .wasm reconcile module to run (repeatable)")
+	fs.Var(&modules, "module", "path of a .wasm reconcile module to run, optionally pinned: FILE.wasm@sha256:HEX (repeatable)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
@@ -120,6 +120,11 @@ Flags:
 	fs.BoolVar(&opts.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
 	fs.IntVar(&opts.KeepVersions, "keep-versions", 3, "versions of each module kept compiled, so a rollback to one is instant")
 	fs.Int64Var(&opts.ModuleController.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module (uncompressed) a ReconcileModule may load")
+	fs.DurationVar(&opts.ModuleDirSettle, "module-dir-settle", 100*time.Millisecond, "how long a file in --module-dir must see no write before it is loaded")
+	fs.DurationVar(&opts.ModuleController.FetchTimeout, "module-fetch-timeout", 30*time.Second, "timeout of fetching a ReconcileModule's url source")
+	fs.DurationVar(&opts.ModuleController.StatusInterval, "module-status-interval", 30*time.Second, "how often a ReconcileModule's status statistics and cache health are refreshed")
+	fs.DurationVar(&opts.ModuleController.SyncTimeout, "module-sync-timeout", 2*time.Minute, "how long a module's kind may take to sync before a SyncFailed Event")
+	fs.DurationVar(&opts.ModuleController.StaleAfter, "cache-stale-after", 10*time.Minute, "how long a module's kind may see no watch event or list before a CacheStale Event")
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
 	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))

@@ -60,6 +60,10 @@ func New(dir string, apply func(ctx context.Context, path string) error, remove 
 	return &Watcher{dir: dir, apply: apply, remove: remove, watcher: fw, settle: Settle, pending: map[string]*time.Timer{}}, nil
 }
 
+// SetSettle changes how long a file must see no write before it is applied.
+// Call it before Start.
+func (w *Watcher) SetSettle(d time.Duration) { w.settle = d }
+
 // Initial returns the .wasm files in the directory now, sorted, for loading
 // before the operator starts.
 func (w *Watcher) Initial() []string {

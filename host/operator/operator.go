@@ -34,7 +34,8 @@ import (
 // Options configure an Operator. Zero fields take the stated defaults.
 type Options struct {
 	// Modules are paths of .wasm files to load; each module's manifest names
-	// it. A module that fails to load is reported by LoadErrors and logged;
+	// it. A path may pin the file's bytes: "widget.wasm@sha256:<hex>"; bytes
+	// that do not match are refused. A module that fails to load is reported by LoadErrors and logged;
 	// the others still run.
 	Modules []string
 
@@ -42,6 +43,10 @@ type Options struct {
 	// written or replaced there is hot-reloaded, a file removed stops its
 	// module. Defaults to "": no directory.
 	ModuleDir string
+
+	// ModuleDirSettle is how long a file in ModuleDir must see no write
+	// before it is loaded. Defaults to moduledir.Settle (100 ms).
+	ModuleDirSettle time.Duration
 
 	// KeepVersions is how many versions of each module stay compiled, so
 	// that rolling back to one is instant. Defaults to 3.
@@ -247,6 +252,9 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		if err != nil {
 			return nil, err
 		}
+		if opts.ModuleDirSettle > 0 {
+			w.SetSettle(opts.ModuleDirSettle)
+		}
 		for _, path := range w.Initial() {
 			name, err := o.applyFile(ctx, path, opts, seen)
 			if err != nil {
@@ -290,15 +298,21 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 
 // applyFile loads or reloads the module in path. seen, when not nil, catches
 // two files of one module name at startup.
-func (o *Operator) applyFile(ctx context.Context, path string, opts Options, seen map[string]string) (string, error) {
+func (o *Operator) applyFile(ctx context.Context, arg string, opts Options, seen map[string]string) (string, error) {
+	path, pin, pinned := strings.Cut(arg, "@sha256:")
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("module file %s: %w; check the path passed to --module or --module-dir", path, err)
 	}
+	if pinned {
+		if got := supervisor.Digest(wasm); got != "sha256:"+strings.ToLower(pin) {
+			return "", &supervisor.DigestMismatchError{Module: filepath.Base(path), Source: path, Want: "sha256:" + pin, Got: got}
+		}
+	}
 	o.mu.Lock()
 	name := o.fileModules[path] // "" for a new file: the manifest names it
 	o.mu.Unlock()
-	spec := supervisor.Spec{Name: name, Source: path, Wasm: wasm}
+	spec := supervisor.Spec{Name: name, Source: path, Wasm: wasm, SHA256: pin}
 	if name == "" {
 		// Peek at the name first, so that a second file of one module is
 		// refused instead of replacing the first.

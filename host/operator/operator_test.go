@@ -18,12 +18,14 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // TestBadModuleDoesNotStopTheOperator runs the operator against a real API
-// server with one malformed module, one missing file and one good module: the
-// bad ones are reported with clear errors, the good one reconciles.
+// server with one malformed module, one missing file, one file whose pinned
+// sha256 does not match and one good (correctly pinned) module: the bad ones
+// are reported with clear errors, the good one reconciles.
 func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	env, cfg, err := testenv.Start("examples/crds")
 	if err != nil {
@@ -38,12 +40,18 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	}
 	missing := filepath.Join(dir, "missing.wasm")
 	good := testwasm.BuildFile(t, "./widget")
+	goodBytes, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongPin := good + "@sha256:" + strings.Repeat("0", 64)
+	rightPin := good + "@" + supervisor.Digest(goodBytes)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	metricsAddr, healthAddr := freeAddr(t), freeAddr(t)
 	op, err := operator.New(ctx, cfg, operator.Options{
-		Modules:                      []string{bad, missing, good},
+		Modules:                      []string{bad, missing, wrongPin, rightPin},
 		MetricsBindAddress:           metricsAddr,
 		HealthProbeBindAddress:       healthAddr,
 		SkipControllerNameValidation: true,
@@ -55,8 +63,12 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 		t.Fatalf("loaded %d modules, want only widget", n)
 	}
 	errs := op.LoadErrors()
-	if len(errs) != 2 {
-		t.Fatalf("LoadErrors() = %v, want 2 errors", errs)
+	if len(errs) != 3 {
+		t.Fatalf("LoadErrors() = %v, want 3 errors", errs)
+	}
+	var mismatch *supervisor.DigestMismatchError
+	if !errors.As(errs[2], &mismatch) || !strings.Contains(errs[2].Error(), "update the pinned sha256") {
+		t.Errorf("wrongly pinned module error = %v", errs[2])
 	}
 	var invalid *engine.InvalidModuleError
 	if !errors.As(errs[0], &invalid) || !strings.Contains(errs[0].Error(), "module[broken.wasm] invalid: not a valid WebAssembly module") {
