@@ -95,9 +95,14 @@ guest call under a fuel budget and a deadline. Modules come from:
   --reconcile-modules    ReconcileModule objects (config/crd), each pinned
                          by sha256 and hot-reloaded when its spec changes.
 Limits left unset take the module's manifest defaults, then the host's.
-Metrics are on
---metrics-bind-address, /healthz and /readyz on --health-probe-bind-address
-(see docs/metrics.md).
+Metrics are on --metrics-bind-address, /healthz and /readyz on
+--health-probe-bind-address (see docs/metrics.md). Every flag can also be set
+in a YAML file passed with --config.
+
+Examples:
+  operator run --module bin/modules/widget.wasm            # against $KUBECONFIG
+  operator run --module-dir ./build --interpreter-first     # an author's dev loop
+  operator run --reconcile-modules --leader-elect           # in-cluster, as deployed
 
 Flags:
 `)
