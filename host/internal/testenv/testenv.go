@@ -40,24 +40,37 @@ func Assets() (string, error) {
 // Start starts a control plane with the CRDs in crdPaths (relative to the
 // repository root) installed. Call Stop on the returned environment.
 func Start(crdPaths ...string) (*envtest.Environment, *rest.Config, error) {
-	assets, err := Assets()
+	env, err := environment(crdPaths)
 	if err != nil {
 		return nil, nil, err
+	}
+	cfg, err := start(env)
+	if err != nil {
+		return nil, nil, err
+	}
+	return env, cfg, nil
+}
+
+// environment returns an envtest environment with the control plane
+// binaries and the CRDs in crdPaths (relative to the repository root).
+func environment(crdPaths []string) (*envtest.Environment, error) {
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
 	}
 	var paths []string
 	for _, p := range crdPaths {
 		paths = append(paths, filepath.Join(testwasm.RepoRoot(), p))
 	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     paths,
-		ErrorIfCRDPathMissing: true,
-	}
+	return &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}, nil
+}
+
+func start(env *envtest.Environment) (*rest.Config, error) {
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, nil, fmt.Errorf("starting envtest control plane from %s: %w", assets, err)
+		return nil, fmt.Errorf("starting envtest control plane from %s: %w", env.BinaryAssetsDirectory, err)
 	}
-	return env, cfg, nil
+	return cfg, nil
 }
 
 // Restartable is a control plane whose kube-apiserver and etcd processes can
@@ -74,18 +87,9 @@ type Restartable struct {
 // StartRestartable starts a control plane like Start, keeping its state in
 // dir (which the caller owns and removes).
 func StartRestartable(dir string, crdPaths ...string) (*Restartable, error) {
-	assets, err := Assets()
+	env, err := environment(crdPaths)
 	if err != nil {
 		return nil, err
-	}
-	var paths []string
-	for _, p := range crdPaths {
-		paths = append(paths, filepath.Join(testwasm.RepoRoot(), p))
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     paths,
-		ErrorIfCRDPathMissing: true,
 	}
 	for _, d := range []string{"apiserver", "etcd"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
@@ -94,9 +98,9 @@ func StartRestartable(dir string, crdPaths ...string) (*Restartable, error) {
 	}
 	env.ControlPlane.GetAPIServer().CertDir = filepath.Join(dir, "apiserver")
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
-	cfg, err := env.Start()
+	cfg, err := start(env)
 	if err != nil {
-		return nil, fmt.Errorf("starting envtest control plane from %s: %w", assets, err)
+		return nil, err
 	}
 	return &Restartable{Env: env, Config: cfg}, nil
 }
