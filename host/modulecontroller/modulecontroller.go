@@ -55,8 +55,9 @@ const (
 	ReasonDigestMismatch = "DigestMismatch"
 	ReasonInvalidModule  = "InvalidModule"
 	ReasonKindsMismatch  = "KindsMismatch"
-	ReasonSyncFailed     = "SyncFailed" // the module's informer caches did not sync
-	ReasonCacheStale     = "CacheStale" // no event or list for the module's kind in a long time
+	ReasonNameConflict   = "NameConflict" // a file module of the same name runs
+	ReasonSyncFailed     = "SyncFailed"   // the module's informer caches did not sync
+	ReasonCacheStale     = "CacheStale"   // no event or list for the module's kind in a long time
 )
 
 // Options configure the controller. Zero fields take the stated defaults.
@@ -331,7 +332,7 @@ func (c *Controller) load(ctx context.Context, name string, spec Spec) (supervis
 		}
 	}
 	loaded, err := c.supervisor.Apply(ctx, supervisor.Spec{
-		Name: name, Source: source, Wasm: wasm, SHA256: spec.Source.SHA256,
+		Name: name, Source: source, Wasm: wasm, SHA256: spec.Source.SHA256, Owner: "ReconcileModule",
 		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
 		Config:                  spec.Config,
 		Paused:                  spec.Paused,
@@ -342,7 +343,10 @@ func (c *Controller) load(ctx context.Context, name string, spec Spec) (supervis
 	var mismatch *supervisor.DigestMismatchError
 	var invalid *engine.InvalidModuleError
 	var kinds *KindsMismatchError
+	var conflict *supervisor.NameConflictError
 	switch {
+	case errors.As(err, &conflict):
+		return loaded, ReasonNameConflict, err
 	case err == nil:
 		return loaded, "", nil
 	case errors.As(err, &mismatch):

@@ -312,7 +312,7 @@ func (o *Operator) applyFile(ctx context.Context, arg string, opts Options, seen
 	o.mu.Lock()
 	name := o.fileModules[path] // "" for a new file: the manifest names it
 	o.mu.Unlock()
-	spec := supervisor.Spec{Name: name, Source: path, Wasm: wasm, SHA256: pin}
+	spec := supervisor.Spec{Name: name, Source: path, Wasm: wasm, SHA256: pin, Owner: "file"}
 	if name == "" {
 		// Peek at the name first, so that a second file of one module is
 		// refused instead of replacing the first.
@@ -376,10 +376,7 @@ func (o *Operator) Manager() manager.Manager { return o.mgr }
 // Start runs the operator until ctx is done, then closes the modules.
 func (o *Operator) Start(ctx context.Context) error {
 	err := o.mgr.Start(ctx)
-	for _, name := range o.supervisor.Names() {
-		o.supervisor.Remove(name)
-	}
-	errs := []error{err, o.engine.Close(context.Background())}
+	errs := []error{err, o.supervisor.Close(context.Background()), o.engine.Close(context.Background())}
 	if o.interpreter != nil {
 		errs = append(errs, o.interpreter.Close(context.Background()))
 	}

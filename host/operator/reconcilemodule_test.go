@@ -316,3 +316,38 @@ func TestModuleObjectEvents(t *testing.T) {
 	updateWidgetSize(t, c, "quiet", 2)
 	waitModuleEvent(t, c, "widget", "Fresh")
 }
+
+// TestModuleNameConflict runs widget from --module and then declares a
+// ReconcileModule of the same name: it is refused with LoadFailed, and the
+// file's module keeps serving.
+func TestModuleNameConflict(t *testing.T) {
+	env, cfg, err := testenv.Start("examples/crds", "config/crd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	file := testwasm.BuildFile(t, "./widget")
+	startOperator(t, cfg, operator.Options{
+		Modules: []string{file}, ReconcileModules: true,
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
+	})
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(context.Background(), reconcileModule("widget", map[string]any{"sha256": supervisor.Digest(b), "file": file})); err != nil {
+		t.Fatal(err)
+	}
+	rm := moduleCondition(t, c, "widget", "LoadFailed", "True", modulecontroller.ReasonNameConflict)
+	if msg, _, _ := unstructured.NestedString(rm.Object, "status", "lastError"); !strings.Contains(msg, "already runs from a file") {
+		t.Errorf("status.lastError = %q, want the name conflict", msg)
+	}
+	if err := c.Create(context.Background(), widget("still-served", 4)); err != nil {
+		t.Fatal(err)
+	}
+	waitSummary(t, c, "still-served", "4 x grey")
+}

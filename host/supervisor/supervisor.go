@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -91,6 +92,10 @@ type Spec struct {
 	// Check, when set, vets a loaded module before it serves; an error
 	// refuses it and the previous version keeps serving.
 	Check func(*engine.Module) error
+	// Owner names what declares the module ("file", "ReconcileModule"). A
+	// module of one name is refused from a second owner, so that a file and
+	// a ReconcileModule cannot replace each other. Defaults to "".
+	Owner string
 }
 
 // Loaded describes the version serving after a successful Apply.
@@ -115,6 +120,17 @@ type DigestMismatchError struct {
 func (e *DigestMismatchError) Error() string {
 	return fmt.Sprintf("module[%s] from %s: bytes have %s but the source pins %s; update the pinned sha256 if the new bytes are intended, or fix the source",
 		e.Module, e.Source, e.Got, e.Want)
+}
+
+// NameConflictError reports a module declared by two owners (a file and a
+// ReconcileModule).
+type NameConflictError struct {
+	Module, Source, Owner, OwnerSource string
+}
+
+func (e *NameConflictError) Error() string {
+	return fmt.Sprintf("module[%s] from %s: a module of that name already runs from a %s (%s); rename one of them",
+		e.Module, e.Source, e.Owner, e.OwnerSource)
 }
 
 // Supervisor runs module controllers. Create it with New and add it to the
@@ -172,8 +188,8 @@ func New(mgr ctrl.Manager, eng *engine.Engine, opts Options) *Supervisor {
 func (s *Supervisor) NeedLeaderElection() bool { return true }
 
 // Start starts the controllers of every module applied so far, and of every
-// module applied later, until ctx is done; then it stops them and closes
-// every version.
+// module applied later, until ctx is done; then it stops them. Remove closes
+// a module's versions.
 func (s *Supervisor) Start(ctx context.Context) error {
 	s.mu.Lock()
 	s.ctx = ctx
@@ -184,10 +200,10 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	<-ctx.Done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name, r := range s.modules {
+	for _, r := range s.modules {
 		s.stop(r)
-		delete(s.modules, name)
 	}
+	s.ctx = nil
 	return nil
 }
 
@@ -216,6 +232,11 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	key := fmt.Sprintf("%s/%+v", digest, limits)
 
 	s.mu.Lock()
+	if r := s.modules[spec.Name]; r != nil && r.spec.Owner != spec.Owner {
+		s.mu.Unlock()
+		reloads.WithLabelValues(spec.Name, "failed").Inc()
+		return Loaded{}, &NameConflictError{Module: spec.Name, Source: spec.Source, Owner: r.spec.Owner, OwnerSource: r.spec.Source}
+	}
 	var reuse *cached
 	for name, r := range s.modules {
 		if spec.Name != "" && name != spec.Name {
@@ -296,6 +317,11 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 		// controller. The old one stops; its running calls finish.
 		s.stop(r)
 		r.rec = reconciler.New(s.mgr.GetClient(), s.mgr.GetEventRecorder("wasmreconcile/"+spec.Name), version.Module, s.reconcilerOptions(spec))
+		// Serve through the same Version the supervisor keeps, so that
+		// retiring it later waits for this reconciler's calls.
+		if _, err := r.rec.SwapVersion(version); err != nil {
+			return Loaded{}, err
+		}
 		r.spec = spec
 		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
 			return Loaded{}, err
@@ -407,6 +433,27 @@ func (s *Supervisor) Remove(name string) bool {
 	delete(s.modules, name)
 	s.log("module removed", "module", name)
 	return true
+}
+
+// Close stops every module's controller and closes every version, waiting
+// for calls still running (each is bounded by its module's deadline). Call
+// it once the manager has stopped, before closing the engine.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	var versions []*reconciler.Version
+	for name, r := range s.modules {
+		s.stop(r)
+		for _, c := range r.versions {
+			versions = append(versions, c.version)
+		}
+		delete(s.modules, name)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, v := range versions {
+		errs = append(errs, v.Retire(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // Reconciler returns module name's reconciler, or nil.
