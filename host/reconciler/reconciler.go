@@ -298,7 +298,9 @@ func (r *Reconciler) Swap(m *engine.Module) (*Version, error) {
 		return nil, err
 	}
 	metrics.Track(m)
-	return r.current.Swap(NewVersion(m)), nil
+	old := r.current.Swap(NewVersion(m))
+	r.storms.reset() // new code: quiescent objects are reconciled again
+	return old, nil
 }
 
 // SwapVersion is Swap for a version kept from before (a rollback).
@@ -307,7 +309,9 @@ func (r *Reconciler) SwapVersion(v *Version) (*Version, error) {
 		return nil, err
 	}
 	metrics.Track(v.Module)
-	return r.current.Swap(v), nil
+	old := r.current.Swap(v)
+	r.storms.reset() // new code: quiescent objects are reconciled again
+	return old, nil
 }
 
 // SameKinds reports whether b can replace a in a running controller: the same

@@ -57,6 +57,14 @@ func newStormTracker(opts StormOptions) *stormTracker {
 	return &stormTracker{opts: opts.withDefaults(), objs: map[types.NamespacedName]*stormState{}}
 }
 
+// reset forgets every object: new module code is a real change, so no
+// object stays quiescent across a swap.
+func (s *stormTracker) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.objs = map[types.NamespacedName]*stormState{}
+}
+
 // admit decides whether to call the guest now. While quiescent with the same
 // generation and children it returns false and how long to wait; a change
 // ends quiescence.

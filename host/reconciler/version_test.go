@@ -27,7 +27,7 @@ func TestSwapLetsRunningCallsFinish(t *testing.T) {
 		return m
 	}
 	v1, v2 := load("1"), load("2")
-	r := &Reconciler{name: "widget"}
+	r := &Reconciler{name: "widget", storms: newStormTracker(StormOptions{})}
 	r.current.Store(NewVersion(v1))
 
 	running := r.acquire() // a reconcile in flight on v1

@@ -145,6 +145,9 @@ type Supervisor struct {
 	mu      sync.Mutex
 	ctx     context.Context // set once the manager starts the Supervisor
 	modules map[string]*running
+	closed  bool // Close was called: no more upgrades
+
+	upgrades sync.WaitGroup // background compiles (Options.Interpreter)
 }
 
 type running struct {
@@ -358,7 +361,11 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	reloads.WithLabelValues(spec.Name, result).Inc()
 	if interpreted {
 		s.remember(r, key+"#interpreter", version)
-		go s.upgrade(spec, limits, key, version)
+		s.upgrades.Add(1)
+		go func() {
+			defer s.upgrades.Done()
+			s.upgrade(spec, limits, key, version)
+		}()
 	} else {
 		s.remember(r, key, version)
 	}
@@ -371,6 +378,12 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 // serves, swaps the compiled one in and retires the interpreted one.
 func (s *Supervisor) upgrade(spec Spec, limits engine.Limits, key string, interpreted *reconciler.Version) {
 	ctx := context.Background()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return
+	}
 	start := time.Now()
 	m, err := s.eng.Load(ctx, spec.Source, spec.Wasm, limits)
 	if err != nil {
@@ -382,7 +395,7 @@ func (s *Supervisor) upgrade(spec Spec, limits engine.Limits, key string, interp
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.modules[spec.Name]
-	if r == nil || r.rec == nil || len(r.versions) == 0 || r.versions[0].version != interpreted {
+	if s.closed || r == nil || r.rec == nil || len(r.versions) == 0 || r.versions[0].version != interpreted {
 		_ = m.Close(ctx) // superseded or removed meanwhile
 		return
 	}
@@ -439,6 +452,10 @@ func (s *Supervisor) Remove(name string) bool {
 // for calls still running (each is bounded by its module's deadline). Call
 // it once the manager has stopped, before closing the engine.
 func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.upgrades.Wait() // a compile in flight must not outlive the engine
 	s.mu.Lock()
 	var versions []*reconciler.Version
 	for name, r := range s.modules {
