@@ -225,6 +225,21 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	setSpec(t, c, "widget", func(spec map[string]any) { spec["paused"] = false })
 	waitSummary(t, c, "managed", "8 x grey")
 
+	// New controller settings (concurrency, rate) replace the controller;
+	// the module keeps reconciling.
+	restarted := reloads("restarted")
+	setSpec(t, c, "widget", func(spec map[string]any) {
+		spec["limits"] = map[string]any{"maxConcurrentReconciles": int64(2), "rate": map[string]any{"qps": 5.0, "burst": int64(10)}}
+	})
+	for deadline := time.Now().Add(time.Minute); reloads("restarted") == restarted; {
+		if time.Now().After(deadline) {
+			t.Fatal("new controller settings did not replace the controller")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	updateWidgetSize(t, c, "managed", 9)
+	waitSummary(t, c, "managed", "9 x grey")
+
 	// Statistics.
 	deadline := time.Now().Add(time.Minute)
 	for {

@@ -355,7 +355,7 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 			}(r.rec)
 		}
 	}
-	if reuse != nil && result != "unchanged" {
+	if reuse != nil && result == "swapped" {
 		result = "cached"
 	}
 	reloads.WithLabelValues(spec.Name, result).Inc()
