@@ -147,8 +147,9 @@ type Controller struct {
 	opts   Options
 	leader func() bool // whether this replica leads: only the leader writes
 
-	served  map[string]served        // by module name; only touched by Reconcile (one worker)
-	written map[string]writtenStatus // the status last written, by module name
+	served    map[string]served        // by module name; only touched by Reconcile (one worker)
+	failedGen map[string]served        // the generation that last failed to load, by module name
+	written   map[string]writtenStatus // the status last written, by module name
 }
 
 type writtenStatus struct {
@@ -173,7 +174,7 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 	}
 	c := &Controller{
 		client: mgr.GetClient(), reader: mgr.GetAPIReader(), supervisor: sup,
-		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(), served: map[string]served{}, written: map[string]writtenStatus{},
+		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(), served: map[string]served{}, failedGen: map[string]served{}, written: map[string]writtenStatus{},
 	}
 	c.cache = cacheAdapter{mgr}
 	c.leader = func() bool {
@@ -220,6 +221,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				logger.Info("ReconcileModule deleted; module stopped", "module", req.Name)
 			}
 			delete(c.served, req.Name)
+			delete(c.failedGen, req.Name)
 			delete(c.written, req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -234,7 +236,13 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	conds := conditionsOf(status)
 
 	s, known := c.served[obj.GetName()]
-	if !known || s.uid != obj.GetUID() || s.generation != obj.GetGeneration() {
+	if f, ok := c.failedGen[obj.GetName()]; ok && f.uid == obj.GetUID() && f.generation == obj.GetGeneration() {
+		// This generation failed for a reason only a spec change fixes; do
+		// not fetch and compile it again on every event.
+		if !known {
+			return ctrl.Result{}, nil
+		}
+	} else if !known || s.uid != obj.GetUID() || s.generation != obj.GetGeneration() {
 		setCondition(&conds, obj, ConditionLoading, metav1.ConditionTrue, "Fetching", "fetching and compiling the module")
 		status["conditions"] = conds
 		if err := c.writeStatus(ctx, obj, status); err != nil {
@@ -242,8 +250,12 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		loaded, reason, err := c.load(ctx, obj.GetName(), spec)
 		if err != nil {
+			if reason != ReasonFetchFailed {
+				c.failedGen[obj.GetName()] = served{uid: obj.GetUID(), generation: obj.GetGeneration()}
+			}
 			return ctrl.Result{}, c.failed(ctx, obj, reason, err)
 		}
+		delete(c.failedGen, obj.GetName())
 		s = served{uid: obj.GetUID(), generation: obj.GetGeneration(), digest: loaded.Digest, since: loaded.At, syncWarned: s.syncWarned, staleWarned: s.staleWarned}
 		c.served[obj.GetName()] = s
 		status["digest"] = loaded.Digest
@@ -258,7 +270,11 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if spec.Paused {
 		setCondition(&conds, obj, ConditionReady, metav1.ConditionFalse, ReasonPaused, "spec.paused is true: the module is not called")
 	} else {
-		setCondition(&conds, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, "module "+s.digest+" serving")
+		msg := "module " + s.digest + " serving"
+		if f, ok := c.failedGen[obj.GetName()]; ok && f.generation == obj.GetGeneration() {
+			msg = "module " + s.digest + " still serving; the new spec failed to load (see LoadFailed)"
+		}
+		setCondition(&conds, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, msg)
 	}
 	if c.leader() {
 		c.checkCaches(ctx, obj, spec, &s, &conds)
