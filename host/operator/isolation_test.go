@@ -3,6 +3,7 @@ package operator_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -36,11 +37,15 @@ func TestSpinningModuleBesideHealthyOne(t *testing.T) {
 
 // BenchmarkIsolation reports the healthy widget module's change-to-status
 // latency beside four spinning Gadgets relative to alone, measured in one
-// run: p50-ratio and max-ratio. Run with `make bench`.
+// run: p50-ratio and max-ratio; and the longest of ten full garbage
+// collections of the operator's process, alone and beside the spinners
+// (gc-alone-max-ms, gc-beside-max-ms). Run with `make bench`.
 func BenchmarkIsolation(b *testing.B) {
 	var ratios50, ratiosMax float64
 	for i := 0; i < b.N; i++ {
-		alone, beside, _ := measureIsolation(b)
+		alone, beside, _, gcAlone, gcBeside := measureIsolationGC(b)
+		b.ReportMetric(gcAlone[len(gcAlone)-1].Seconds()*1000, "gc-alone-max-ms")
+		b.ReportMetric(gcBeside[len(gcBeside)-1].Seconds()*1000, "gc-beside-max-ms")
 		ratios50 += float64(beside[len(beside)/2]) / float64(alone[len(alone)/2])
 		ratiosMax += float64(beside[len(beside)-1]) / float64(alone[len(alone)-1])
 		b.ReportMetric(alone[len(alone)/2].Seconds()*1000, "alone-p50-ms")
@@ -54,6 +59,27 @@ func BenchmarkIsolation(b *testing.B) {
 // alone and beside four spinning Gadgets, and the spinners' preemptions
 // during the second measurement.
 func measureIsolation(tb testing.TB) (alone, beside []time.Duration, preemptions float64) {
+	alone, beside, preemptions, _, _ = measureIsolationGC(tb)
+	return alone, beside, preemptions
+}
+
+// gcTimes runs runtime.GC n times and returns the sorted durations: how long
+// a full collection takes in this process (which runs the operator).
+func gcTimes(n int) []time.Duration {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		runtime.GC()
+		out = append(out, time.Since(start))
+		time.Sleep(10 * time.Millisecond)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// measureIsolationGC is measureIsolation, also timing full garbage
+// collections alone and beside the spinners.
+func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptions float64, gcAlone, gcBeside []time.Duration) {
 	env, cfg, err := testenv.Start("examples/crds", "host/reconciler/testdata")
 	if err != nil {
 		tb.Fatal(err)
@@ -87,6 +113,7 @@ func measureIsolation(tb testing.TB) (alone, beside []time.Duration, preemptions
 		return out
 	}
 	alone = latency(10)
+	gcAlone = gcTimes(10)
 
 	preempted := func() float64 {
 		return testutil.ToFloat64(metrics.Preemptions.WithLabelValues("misbehave", "deadline")) +
@@ -112,5 +139,6 @@ func measureIsolation(tb testing.TB) (alone, beside []time.Duration, preemptions
 	}
 	start := preempted()
 	beside = latency(30)
-	return alone, beside, preempted() - start
+	gcBeside = gcTimes(10)
+	return alone, beside, preempted() - start, gcAlone, gcBeside
 }
