@@ -248,16 +248,20 @@ func run() error {
 		return err
 	}
 	if *exitDone {
-		d.say("walkthrough complete; exiting (--exit-when-done)")
-		return nil
+		d.say("walkthrough complete. With `make demo` the cluster keeps running; you would then try:")
+	} else {
+		d.say("the cluster keeps running. Try, in another shell:")
 	}
-	d.say("the cluster keeps running. Try, in another shell:")
 	fmt.Printf("    export KUBECONFIG=%s\n", d.kubeconfig)
 	fmt.Printf("    %s get widgets -w\n", d.kubectl)
 	fmt.Printf("    %s patch widget large-red --type=merge -p '{\"spec\":{\"size\":500}}'\n", d.kubectl)
 	fmt.Printf("    %s get events -n default\n", d.kubectl)
 	fmt.Printf("    curl -s http://%s/metrics | grep ^wasmreconcile_\n", metricsAddr)
 	fmt.Printf("    cp %s %s/widget.wasm   # hot reload again\n", *widgetBuggy, moduleDir)
+	if *exitDone {
+		d.say("exiting (--exit-when-done)")
+		return nil
+	}
 	d.say("press Ctrl-C to stop everything")
 	select {
 	case <-ctx.Done():
