@@ -129,6 +129,7 @@ func init() {
 // label sets at zero, and adds its pool to wasmreconcile_instances.
 func Track(m *engine.Module) {
 	name := m.Name()
+	ModuleInfo.DeletePartialMatch(prometheus.Labels{"module": name}) // one digest per module: the one serving
 	ModuleInfo.WithLabelValues(name, m.Digest()).Set(1)
 	for _, r := range allResults {
 		ReconcileTotal.WithLabelValues(name, r)
@@ -144,6 +145,17 @@ func Track(m *engine.Module) {
 	FuelUsed.WithLabelValues(name)
 	instances.mu.Lock()
 	instances.modules[name] = m
+	instances.mu.Unlock()
+}
+
+// Untrack removes a module that no longer runs from wasmreconcile_module_info,
+// wasmreconcile_module_state and wasmreconcile_instances; its counters stay,
+// as Prometheus expects.
+func Untrack(name string) {
+	ModuleInfo.DeletePartialMatch(prometheus.Labels{"module": name})
+	ModuleState.DeletePartialMatch(prometheus.Labels{"module": name})
+	instances.mu.Lock()
+	delete(instances.modules, name)
 	instances.mu.Unlock()
 }
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -141,11 +142,9 @@ type Controller struct {
 	reader     client.Reader // live reads of ConfigMaps and Secrets: no cluster-wide Secret cache
 	supervisor *supervisor.Supervisor
 	recorder   recorder.EventRecorder
-	cache      interface {
-		GetInformer(context.Context, client.Object, ...interface{}) (interface{ HasSynced() bool }, error)
-	}
-	opts   Options
-	leader func() bool // whether this replica leads: only the leader writes
+	cache      cache.Informers
+	opts       Options
+	leader     func() bool // whether this replica leads: only the leader writes
 
 	served    map[string]served        // by module name; only touched by Reconcile (one worker)
 	failedGen map[string]served        // the generation that last failed to load, by module name
@@ -176,7 +175,7 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 		client: mgr.GetClient(), reader: mgr.GetAPIReader(), supervisor: sup,
 		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(), served: map[string]served{}, failedGen: map[string]served{}, written: map[string]writtenStatus{},
 	}
-	c.cache = cacheAdapter{mgr}
+	c.cache = mgr.GetCache()
 	c.leader = func() bool {
 		select {
 		case <-mgr.Elected():
@@ -200,12 +199,6 @@ func (c *Controller) event(obj *unstructured.Unstructured, typ, reason, action, 
 	if c.leader() {
 		c.recorder.Eventf(obj, nil, typ, reason, action, format, args...)
 	}
-}
-
-type cacheAdapter struct{ mgr ctrl.Manager }
-
-func (a cacheAdapter) GetInformer(ctx context.Context, obj client.Object, _ ...interface{}) (interface{ HasSynced() bool }, error) {
-	return a.mgr.GetCache().GetInformer(ctx, obj)
 }
 
 // Reconcile loads a ReconcileModule's module when its generation changes,
@@ -348,7 +341,7 @@ func (c *Controller) load(ctx context.Context, name string, spec Spec) (supervis
 		}
 	}
 	loaded, err := c.supervisor.Apply(ctx, supervisor.Spec{
-		Name: name, Source: source, Wasm: wasm, SHA256: spec.Source.SHA256, Owner: "ReconcileModule",
+		Name: name, Source: source, Wasm: wasm, SHA256: spec.Source.SHA256, Owner: "the ReconcileModule " + name,
 		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
 		Config:                  spec.Config,
 		Paused:                  spec.Paused,

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -89,7 +88,8 @@ type Options struct {
 	Limits engine.Limits
 
 	// ModuleConfig is the configuration passed to each module, by module
-	// name, as Request.Config. Defaults to none.
+	// name, as Request.Config; a ReconcileModule's spec.config takes its
+	// place. Defaults to none.
 	ModuleConfig map[string]map[string]any
 
 	// CompilationCacheDir persists compiled modules across restarts.
@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	o.supervisor = supervisor.New(mgr, eng, supervisor.Options{
 		Limits: opts.Limits, Storm: opts.Storm, RateLimit: opts.RateLimit,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles, KeepVersions: opts.KeepVersions,
-		Interpreter: o.interpreter,
+		ModuleConfig: opts.ModuleConfig, Interpreter: o.interpreter,
 	})
 	if err := mgr.Add(o.supervisor); err != nil {
 		return nil, err
@@ -226,19 +226,21 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	for name := range opts.ModuleConfig {
 		unknownConfig[name] = true
 	}
-	seen := map[string]string{}
-	for _, path := range opts.Modules {
-		name, err := o.applyFile(ctx, path, opts, seen)
-		if err != nil {
-			log.Error(err, "module not loaded; the operator keeps running without it", "path", path)
-			o.loadErrors = append(o.loadErrors, err)
-			continue
+	loadAtStart := func(paths []string, hint string) {
+		for _, path := range paths {
+			name, err := o.applyFile(ctx, path)
+			if err != nil {
+				log.Error(err, "module not loaded; "+hint, "path", path)
+				o.loadErrors = append(o.loadErrors, err)
+				continue
+			}
+			delete(unknownConfig, name)
 		}
-		delete(unknownConfig, name)
 	}
+	loadAtStart(opts.Modules, "the operator keeps running without it")
 	if opts.ModuleDir != "" {
 		w, err := moduledir.New(opts.ModuleDir, func(ctx context.Context, path string) error {
-			_, err := o.applyFile(ctx, path, opts, nil)
+			_, err := o.applyFile(ctx, path)
 			return err
 		}, func(path string) {
 			o.mu.Lock()
@@ -255,15 +257,7 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		if opts.ModuleDirSettle > 0 {
 			w.SetSettle(opts.ModuleDirSettle)
 		}
-		for _, path := range w.Initial() {
-			name, err := o.applyFile(ctx, path, opts, seen)
-			if err != nil {
-				log.Error(err, "module not loaded; fix the file and it is loaded when it changes", "path", path)
-				o.loadErrors = append(o.loadErrors, err)
-				continue
-			}
-			delete(unknownConfig, name)
-		}
+		loadAtStart(w.Initial(), "fix the file and it is loaded when it changes")
 		if err := mgr.Add(w); err != nil {
 			return nil, err
 		}
@@ -296,52 +290,29 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	return o, nil
 }
 
-// applyFile loads or reloads the module in path. seen, when not nil, catches
-// two files of one module name at startup.
-func (o *Operator) applyFile(ctx context.Context, arg string, opts Options, seen map[string]string) (string, error) {
-	path, pin, pinned := strings.Cut(arg, "@sha256:")
+// applyFile loads or reloads the module in arg, a path optionally followed
+// by "@sha256:<hex>", and returns the module's name. The supervisor verifies
+// the pin, and refuses a second file of the same module name.
+func (o *Operator) applyFile(ctx context.Context, arg string) (string, error) {
+	path, pin, _ := strings.Cut(arg, "@sha256:")
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("module file %s: %w; check the path passed to --module or --module-dir", path, err)
 	}
-	if pinned {
-		if got := supervisor.Digest(wasm); got != "sha256:"+strings.ToLower(pin) {
-			return "", &supervisor.DigestMismatchError{Module: filepath.Base(path), Source: path, Want: "sha256:" + pin, Got: got}
-		}
-	}
 	o.mu.Lock()
 	name := o.fileModules[path] // "" for a new file: the manifest names it
 	o.mu.Unlock()
-	spec := supervisor.Spec{Name: name, Source: path, Wasm: wasm, SHA256: pin, Owner: "file"}
-	if name == "" {
-		// Peek at the name first, so that a second file of one module is
-		// refused instead of replacing the first.
-		m, err := o.engine.Load(ctx, filepath.Base(path), wasm, opts.Limits)
-		if err != nil {
-			return "", err
-		}
-		name = m.Name()
-		_ = m.Close(ctx)
-		if prev, dup := seen[name]; dup {
-			return "", fmt.Errorf("module[%s] from %s: a module of that name is already loaded from %s; module names must be unique", name, path, prev)
-		}
-		spec.Name = name
-	}
-	spec.Config = opts.ModuleConfig[name]
-	loaded, err := o.supervisor.Apply(ctx, spec)
+	loaded, err := o.supervisor.Apply(ctx, supervisor.Spec{Name: name, Source: path, Wasm: wasm, SHA256: pin, Owner: "a file " + path})
 	if err != nil {
 		return "", err
 	}
-	if seen != nil {
-		seen[name] = path
-	}
 	o.mu.Lock()
-	o.fileModules[path] = name
+	o.fileModules[path] = loaded.Name
 	o.mu.Unlock()
 	f := loaded.Module.Manifest().For
-	ctrl.Log.WithName("operator").Info("module loaded", "module", name, "path", path, "digest", loaded.Digest,
+	ctrl.Log.WithName("operator").Info("module loaded", "module", loaded.Name, "path", path, "digest", loaded.Digest,
 		"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", len(wasm), "compile", loaded.Compile.String())
-	return name, nil
+	return loaded.Name, nil
 }
 
 // Ready reports whether every informer cache has synced; /readyz serves it.

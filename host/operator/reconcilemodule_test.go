@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -332,9 +333,10 @@ func TestModuleObjectEvents(t *testing.T) {
 	waitModuleEvent(t, c, "widget", "Fresh")
 }
 
-// TestModuleNameConflict runs widget from --module and then declares a
-// ReconcileModule of the same name: it is refused with LoadFailed, and the
-// file's module keeps serving.
+// TestModuleNameConflict runs widget from --module, with a second file of
+// the same module (refused at start), and then declares a ReconcileModule
+// of the same name: it is refused with LoadFailed, and the first file's
+// module keeps serving.
 func TestModuleNameConflict(t *testing.T) {
 	env, cfg, err := testenv.Start("examples/crds", "config/crd")
 	if err != nil {
@@ -342,10 +344,30 @@ func TestModuleNameConflict(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = env.Stop() })
 	file := testwasm.BuildFile(t, "./widget")
-	startOperator(t, cfg, operator.Options{
-		Modules: []string{file}, ReconcileModules: true,
+	copied := filepath.Join(t.TempDir(), "copy.wasm") // the same module under another path
+	b0, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copied, b0, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	op, err := operator.New(ctx, cfg, operator.Options{
+		Modules: []string{file, copied}, ReconcileModules: true,
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
 	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	var conflict *supervisor.NameConflictError
+	if errs := op.LoadErrors(); len(errs) != 1 || !errors.As(errs[0], &conflict) || !strings.Contains(errs[0].Error(), "already runs from a file "+file) {
+		t.Errorf("a second file of module widget: load errors %v, want one NameConflictError naming the first file", errs)
+	}
+	done := make(chan error, 1)
+	go func() { done <- op.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -181,6 +182,9 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if got := reloads("cached") - cached; got != 1 {
 		t.Errorf("rollbacks served from compiled versions: %v, want 1", got)
 	}
+	if got := moduleInfoDigests("widget"); len(got) != 1 || got[0] != supervisor.Digest(v1) {
+		t.Errorf("wasmreconcile_module_info digests for widget after the rollback: %v, want only v1's", got)
+	}
 
 	// A broken file: v1 keeps serving, and still reconciles changes.
 	if err := os.WriteFile(file, []byte("\x00asm\x01\x00\x00\x00broken"), 0o644); err != nil {
@@ -267,4 +271,26 @@ func TestHotReloadInterpreterFirst(t *testing.T) {
 	t.Logf("compiled code serving %s after the file was written", time.Since(start).Round(time.Millisecond))
 	updateWidgetSize(t, c, "interp", 6)
 	waitSummary(t, c, "interp", "6 x grey")
+}
+
+// moduleInfoDigests lists the digests wasmreconcile_module_info reports for
+// module.
+func moduleInfoDigests(module string) []string {
+	families, _ := crmetrics.Registry.Gather()
+	var out []string
+	for _, f := range families {
+		if f.GetName() != "wasmreconcile_module_info" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["module"] == module {
+				out = append(out, labels["digest"])
+			}
+		}
+	}
+	return out
 }

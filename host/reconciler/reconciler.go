@@ -147,6 +147,12 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // unstructured objects only with client.CacheOptions{Unstructured: true}, as
 // package operator configures it.
 func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opts Options) *Reconciler {
+	return NewWithVersion(c, rec, NewVersion(module), opts)
+}
+
+// NewWithVersion is New serving v, a Version its caller keeps (and retires).
+func NewWithVersion(c client.Client, rec recorder.EventRecorder, v *Version, opts Options) *Reconciler {
+	module := v.Module
 	for_ := module.Manifest().For
 	now := opts.Now
 	if now == nil {
@@ -171,7 +177,7 @@ func New(c client.Client, rec recorder.EventRecorder, module *engine.Module, opt
 		r.finalizer = FinalizerPrefix + module.Name()
 	}
 	r.cache = cacheread.New(module.Manifest(), cacheread.ClientBackend{Reader: c})
-	r.current.Store(NewVersion(module))
+	r.current.Store(v)
 	return r
 }
 
@@ -289,21 +295,10 @@ func (r *Reconciler) acquire() *Version {
 // Module is the module version serving new reconciles.
 func (r *Reconciler) Module() *engine.Module { return r.current.Load().Module }
 
-// Swap makes m serve every reconcile that starts from now on and returns the
-// previous version, which calls already running finish on. m must reconcile
-// the same kinds as the current module (see SameKinds): the controller's
-// watches stay as they are.
-func (r *Reconciler) Swap(m *engine.Module) (*Version, error) {
-	if err := SameKinds(r.Module(), m); err != nil {
-		return nil, err
-	}
-	metrics.Track(m)
-	old := r.current.Swap(NewVersion(m))
-	r.storms.reset() // new code: quiescent objects are reconciled again
-	return old, nil
-}
-
-// SwapVersion is Swap for a version kept from before (a rollback).
+// SwapVersion makes v serve every reconcile that starts from now on and
+// returns the previous version, which calls already running finish on. v
+// must reconcile the same kinds as the current module (see SameKinds): the
+// controller's watches stay as they are.
 func (r *Reconciler) SwapVersion(v *Version) (*Version, error) {
 	if err := SameKinds(r.Module(), v.Module); err != nil {
 		return nil, err
@@ -332,13 +327,10 @@ func SameKinds(a, b *engine.Module) error {
 }
 
 // SetPaused stops (true) or resumes (false) calling the guest. While paused,
-// reconciles return at once and write nothing; resuming requeues every
-// object.
-func (r *Reconciler) SetPaused(ctx context.Context, paused bool) error {
-	if r.paused.Swap(paused) && !paused {
-		return r.RequeueAll(ctx)
-	}
-	return nil
+// reconciles return at once and write nothing. It reports whether the call
+// resumed a paused reconciler, whose objects then need a RequeueAll.
+func (r *Reconciler) SetPaused(paused bool) (resumed bool) {
+	return r.paused.Swap(paused) && !paused
 }
 
 // RequeueAll enqueues every object of the module's kind in the cache, for

@@ -31,7 +31,7 @@ func TestSwapLetsRunningCallsFinish(t *testing.T) {
 	r.current.Store(NewVersion(v1))
 
 	running := r.acquire() // a reconcile in flight on v1
-	old, err := r.Swap(v2)
+	old, err := r.SwapVersion(NewVersion(v2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestSwapLetsRunningCallsFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close(ctx)
-	if _, err := r.Swap(other); err == nil {
+	if _, err := r.SwapVersion(NewVersion(other)); err == nil {
 		t.Error("a module with another name and kind was swapped in")
 	}
 }

@@ -22,6 +22,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +33,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
 )
@@ -57,6 +60,10 @@ type Options struct {
 	// counting the one serving, so that a rollback is instant. Defaults to 3.
 	KeepVersions int
 
+	// ModuleConfig is the config of modules whose Spec carries none, by
+	// module name. Defaults to none.
+	ModuleConfig map[string]map[string]any
+
 	// Interpreter, when set, makes new bytes serve first from this engine
 	// (one built with engine.Options{Interpreter: true}), which loads about
 	// 5x faster than the compiler but runs guests tens of times slower;
@@ -81,7 +88,8 @@ type Spec struct {
 	SHA256 string
 	// Limits override Options.Limits where non-zero.
 	Limits engine.Limits
-	// Config is passed to the guest as Request.Config.
+	// Config is passed to the guest as Request.Config. Defaults to
+	// Options.ModuleConfig[Name].
 	Config map[string]any
 	// Paused stops calling the guest; resuming requeues every object.
 	Paused bool
@@ -92,9 +100,10 @@ type Spec struct {
 	// Check, when set, vets a loaded module before it serves; an error
 	// refuses it and the previous version keeps serving.
 	Check func(*engine.Module) error
-	// Owner names what declares the module ("file", "ReconcileModule"). A
-	// module of one name is refused from a second owner, so that a file and
-	// a ReconcileModule cannot replace each other. Defaults to "".
+	// Owner describes what declares the module, e.g. "a file /m/widget.wasm"
+	// or "the ReconcileModule widget". A module of one name is refused from
+	// a second owner, so that two files, or a file and a ReconcileModule,
+	// cannot replace each other. Defaults to "".
 	Owner string
 }
 
@@ -125,12 +134,12 @@ func (e *DigestMismatchError) Error() string {
 // NameConflictError reports a module declared by two owners (a file and a
 // ReconcileModule).
 type NameConflictError struct {
-	Module, Source, Owner, OwnerSource string
+	Module, Source, Owner string
 }
 
 func (e *NameConflictError) Error() string {
-	return fmt.Sprintf("module[%s] from %s: a module of that name already runs from a %s (%s); rename one of them",
-		e.Module, e.Source, e.Owner, e.OwnerSource)
+	return fmt.Sprintf("module[%s] from %s: a module of that name already runs from %s; rename one of them",
+		e.Module, e.Source, e.Owner)
 }
 
 // Supervisor runs module controllers. Create it with New and add it to the
@@ -153,6 +162,7 @@ type Supervisor struct {
 type running struct {
 	spec     Spec
 	rec      *reconciler.Reconciler
+	ctx      context.Context    // the controller's; nil while it does not run
 	cancel   context.CancelFunc // stops the controller; nil before Start
 	versions []*cached          // most recent first; versions[0] serves
 }
@@ -220,143 +230,126 @@ func Digest(wasm []byte) string {
 // the new version serves (and every object is requeued), or with an error
 // and the previous version still serving.
 func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
+	label := spec.Name // for messages and metrics until the manifest names the module
+	if label == "" {
+		label = filepath.Base(spec.Source) // e.g. "widget.wasm"
+	}
 	if len(spec.Wasm) == 0 {
-		return Loaded{}, fmt.Errorf("module[%s] from %s: no bytes; the source is empty", spec.Name, spec.Source)
+		return Loaded{}, fmt.Errorf("module[%s] from %s: no bytes; the source is empty", label, spec.Source)
 	}
 	digest := Digest(spec.Wasm)
 	if spec.SHA256 != "" {
 		want := "sha256:" + strings.TrimPrefix(strings.ToLower(spec.SHA256), "sha256:")
 		if want != digest {
-			reloads.WithLabelValues(spec.Name, "failed").Inc()
-			return Loaded{}, &DigestMismatchError{Module: spec.Name, Source: spec.Source, Want: want, Got: digest}
+			reloads.WithLabelValues(label, "failed").Inc()
+			return Loaded{}, &DigestMismatchError{Module: label, Source: spec.Source, Want: want, Got: digest}
 		}
 	}
 	limits := mergeLimits(s.opts.Limits, spec.Limits)
 	key := fmt.Sprintf("%s/%+v", digest, limits)
 
+	// A version still kept for these bytes and limits is reused as is.
 	s.mu.Lock()
-	if r := s.modules[spec.Name]; r != nil && r.spec.Owner != spec.Owner {
-		s.mu.Unlock()
-		reloads.WithLabelValues(spec.Name, "failed").Inc()
-		return Loaded{}, &NameConflictError{Module: spec.Name, Source: spec.Source, Owner: r.spec.Owner, OwnerSource: r.spec.Source}
-	}
-	var reuse *cached
+	var version *reconciler.Version
 	for name, r := range s.modules {
 		if spec.Name != "" && name != spec.Name {
 			continue
 		}
 		for _, c := range r.versions {
 			if c.key == key {
-				reuse, spec.Name = c, name
+				version, spec.Name = c.version, name
 			}
 		}
 	}
 	s.mu.Unlock()
 
-	// Load off the hot path: the running version serves meanwhile.
+	// Otherwise load, off the hot path: the running version serves meanwhile.
 	var loaded Loaded
-	var version *reconciler.Version
-	interpreted := false // served from the interpreter until compiled
-	if reuse != nil {
-		version = reuse.version
-		if spec.Check != nil {
-			if err := spec.Check(version.Module); err != nil {
-				reloads.WithLabelValues(spec.Name, "failed").Inc()
-				return Loaded{}, err
-			}
-		}
-	} else {
+	reused, interpreted := version != nil, false
+	if !reused {
 		start := time.Now()
-		source := spec.Source
-		if source == "" {
-			source = spec.Name
-		}
 		loader := s.eng
 		if s.opts.Interpreter != nil {
 			loader, interpreted = s.opts.Interpreter, true
 		}
-		m, err := loader.Load(ctx, source, spec.Wasm, limits)
+		m, err := loader.Load(ctx, label, spec.Wasm, limits)
 		if err != nil {
-			reloads.WithLabelValues(spec.Name, "failed").Inc()
+			reloads.WithLabelValues(label, "failed").Inc()
 			if spec.Name == "" {
-				return Loaded{}, err // the engine's error names the source
+				return Loaded{}, err // the engine's error names the file
 			}
-			return Loaded{}, fmt.Errorf("module[%s] from %s: %w", spec.Name, spec.Source, err)
-		}
-		if spec.Name == "" {
-			spec.Name = m.Name()
-		}
-		if m.Name() != spec.Name {
-			_ = m.Close(ctx)
-			reloads.WithLabelValues(spec.Name, "failed").Inc()
-			return Loaded{}, fmt.Errorf("module[%s] from %s: the module's manifest names it %q; the names must match (name the file %s.wasm, or the ReconcileModule %s)",
-				spec.Name, spec.Source, m.Name(), m.Name(), m.Name())
-		}
-		if spec.Check != nil {
-			if err := spec.Check(m); err != nil {
-				_ = m.Close(ctx)
-				reloads.WithLabelValues(spec.Name, "failed").Inc()
-				return Loaded{}, err
-			}
+			return Loaded{}, fmt.Errorf("module[%s] from %s: %w", label, spec.Source, err)
 		}
 		loaded.Compile = time.Since(start)
-		compileSeconds.WithLabelValues(spec.Name).Observe(loaded.Compile.Seconds())
+		compileSeconds.WithLabelValues(m.Name()).Observe(loaded.Compile.Seconds())
 		version = reconciler.NewVersion(m)
 	}
-	loaded.Name, loaded.Digest, loaded.At, loaded.Module = spec.Name, digest, time.Now(), version.Module
+	// discard refuses the version: a new one is closed, a kept one stays.
+	discard := func(err error) (Loaded, error) {
+		if !reused {
+			_ = version.Module.Close(ctx)
+		}
+		reloads.WithLabelValues(label, "failed").Inc()
+		return Loaded{}, err
+	}
+	m := version.Module
+	if spec.Name == "" {
+		spec.Name, label = m.Name(), m.Name()
+	}
+	if m.Name() != spec.Name {
+		return discard(fmt.Errorf("module[%s] from %s: the module's manifest names it %q; the names must match (a ReconcileModule is named after its module; a file keeps the module it first loaded, so remove it and add the new one)",
+			spec.Name, spec.Source, m.Name()))
+	}
+	if spec.Check != nil {
+		if err := spec.Check(m); err != nil {
+			return discard(err)
+		}
+	}
+	if spec.Config == nil {
+		spec.Config = s.opts.ModuleConfig[spec.Name]
+	}
+	loaded.Name, loaded.Digest, loaded.At, loaded.Module = spec.Name, digest, time.Now(), m
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.modules[spec.Name] // it may have changed while loading
-	result := "swapped"
-	switch {
-	case r == nil:
+	if r != nil && r.spec.Owner != spec.Owner {
+		return discard(&NameConflictError{Module: spec.Name, Source: spec.Source, Owner: r.spec.Owner})
+	}
+	if r == nil {
 		r = &running{}
 		s.modules[spec.Name] = r
-		fallthrough
-	case r.rec == nil || reconciler.SameKinds(r.rec.Module(), version.Module) != nil ||
-		!configEqual(r.spec, spec):
+	}
+	restart := r.rec == nil || reconciler.SameKinds(r.rec.Module(), m) != nil || !controllerSettingsEqual(r.spec, spec)
+	result := "swapped"
+	switch {
+	case restart:
 		// New, different kinds, or different controller settings: a new
 		// controller. The old one stops; its running calls finish.
 		s.stop(r)
-		r.rec = reconciler.New(s.mgr.GetClient(), s.mgr.GetEventRecorder("wasmreconcile/"+spec.Name), version.Module, s.reconcilerOptions(spec))
-		// Serve through the same Version the supervisor keeps, so that
-		// retiring it later waits for this reconciler's calls.
-		if _, err := r.rec.SwapVersion(version); err != nil {
-			return Loaded{}, err
-		}
-		r.spec = spec
-		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
-			return Loaded{}, err
-		}
-		if s.ctx != nil {
-			s.startController(r)
-		}
+		r.rec = reconciler.NewWithVersion(s.mgr.GetClient(), s.mgr.GetEventRecorder("wasmreconcile/"+spec.Name), version, s.reconcilerOptions(spec))
 		result, loaded.Restarted = "restarted", true
 	case r.versions[0].version == version:
-		r.spec = spec
 		result = "unchanged"
-		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
-			return Loaded{}, err
-		}
 	default:
 		if _, err := r.rec.SwapVersion(version); err != nil {
 			return Loaded{}, err // checked by SameKinds above
 		}
-		r.spec = spec
-		if err := r.rec.SetPaused(ctx, spec.Paused); err != nil {
-			return Loaded{}, err
-		}
-		if s.ctx != nil && !spec.Paused {
-			go func(rec *reconciler.Reconciler) {
-				if err := rec.RequeueAll(s.ctx); err != nil {
-					s.log("requeue after reload failed; objects are reconciled on their next event", "module", spec.Name, "error", err.Error())
-				}
-			}(r.rec)
+		if reused {
+			result = "cached"
 		}
 	}
-	if reuse != nil && result == "swapped" {
-		result = "cached"
+	r.spec = spec
+	resumed := r.rec.SetPaused(spec.Paused)
+	switch {
+	case restart && s.ctx != nil:
+		s.startController(r) // its initial list reconciles every object
+	case (resumed || result == "swapped" || result == "cached") && !spec.Paused && r.ctx != nil:
+		go func(rec *reconciler.Reconciler, ctx context.Context) {
+			if err := rec.RequeueAll(ctx); err != nil && ctx.Err() == nil {
+				s.log("requeue after reload failed; objects are reconciled on their next event", "module", spec.Name, "error", err.Error())
+			}
+		}(r.rec, r.ctx)
 	}
 	reloads.WithLabelValues(spec.Name, result).Inc()
 	if interpreted {
@@ -444,6 +437,7 @@ func (s *Supervisor) Remove(name string) bool {
 		go func() { _ = c.version.Retire(context.Background()) }()
 	}
 	delete(s.modules, name)
+	metrics.Untrack(name)
 	s.log("module removed", "module", name)
 	return true
 }
@@ -464,6 +458,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 			versions = append(versions, c.version)
 		}
 		delete(s.modules, name)
+		metrics.Untrack(name)
 	}
 	s.mu.Unlock()
 	var errs []error
@@ -513,7 +508,7 @@ func (s *Supervisor) startController(r *running) {
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	r.cancel = cancel
+	r.ctx, r.cancel = ctx, cancel
 	go func() {
 		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
 			s.log("controller stopped with an error", "module", r.spec.Name, "error", err.Error())
@@ -525,7 +520,7 @@ func (s *Supervisor) startController(r *running) {
 func (s *Supervisor) stop(r *running) {
 	if r.cancel != nil {
 		r.cancel()
-		r.cancel = nil
+		r.ctx, r.cancel = nil, nil
 	}
 }
 
@@ -550,10 +545,10 @@ func (s *Supervisor) reconcilerOptions(spec Spec) reconciler.Options {
 	return reconciler.Options{Config: spec.Config, Storm: s.opts.Storm, RateLimiter: ratelimit.New(rl), MaxConcurrentReconciles: workers}
 }
 
-// configEqual reports whether a and b need the same controller: the same
-// config, concurrency and rate limits (the bytes may differ).
-func configEqual(a, b Spec) bool {
-	return fmt.Sprint(a.Config) == fmt.Sprint(b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit
+// controllerSettingsEqual reports whether a and b need the same controller:
+// the same config, concurrency and rate limits (the bytes may differ).
+func controllerSettingsEqual(a, b Spec) bool {
+	return reflect.DeepEqual(a.Config, b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit
 }
 
 // mergeLimits returns base with the non-zero fields of override.
