@@ -9,7 +9,9 @@ SHELL := /usr/bin/env bash
 
 GO       ?= go
 BIN      := $(CURDIR)/bin
-GOMODS   := . guest-sdk modules
+GOMODS   := . guest-sdk modules hack/tools
+# go.work joins the modules for development; the Makefile builds each module
+# on its own go.mod, as its users do.
 export GOWORK := off
 
 # Every main package under modules/ (including test guests) becomes
@@ -72,6 +74,8 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 	done
 	@echo "-- modules/tck-c (the C guest, on the conformance cases of modules/internal/tck)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/internal/tck/testdata/cases
+	@echo "-- modules/tck-c (responses only a guest writing its own JSON can emit)"
+	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/tck-c/testdata/cases
 	@echo "== host (with a real kube-apiserver and etcd)"
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race ./...
 
@@ -79,8 +83,18 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 test-faults: controlplane ## Longer fault tests: lists 10,000 objects in pages (about a minute more than make test's 1,201).
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_PAGING_OBJECTS=10000 $(GO) test -count=1 -run TestPaginatedListAndEvents -v ./host/informer/
 
+.PHONY: generate
+generate: ## Write the generated files: host/abi (copied from guest-sdk/abi), deepcopy and the ReconcileModule CRD (controller-gen).
+	hack/generate.sh
+
+.PHONY: verify-generated
+verify-generated: ## Fail when a generated file differs from what `make generate` writes.
+	@hack/generate.sh
+	@if ! git diff --quiet -- host/abi api config/crd || [ -n "$$(git ls-files --others --exclude-standard -- host/abi api config/crd)" ]; then \
+	  echo "generated files are stale; run make generate and commit the result:"; git status --short -- host/abi api config/crd; exit 1; fi
+
 .PHONY: lint
-lint: ## gofmt, go vet (native and wasip1) and a go mod tidy diff for all three Go modules.
+lint: verify-generated ## Generated files up to date, gofmt, go vet (native and wasip1) and a go mod tidy diff for every Go module.
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	cd guest-sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...

@@ -2,8 +2,6 @@ module github.com/wasmreconcile/wasmreconcile
 
 go 1.26.0
 
-replace github.com/wasmreconcile/wasmreconcile/guest-sdk => ./guest-sdk
-
 require (
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/go-logr/logr v1.4.3
@@ -11,7 +9,6 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/tetratelabs/wabin v0.0.0-20230304001439-f6f874872834
 	github.com/tetratelabs/wazero v1.12.0
-	github.com/wasmreconcile/wasmreconcile/guest-sdk v0.0.0-00010101000000-000000000000
 	go.uber.org/zap v1.27.1
 	golang.org/x/time v0.15.0
 	k8s.io/api v0.37.2

@@ -110,26 +110,29 @@ Flags:
 	}
 	var (
 		opts    operator.Options
+		mo      operator.ManagerOptions
 		modules stringList
 		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
 	)
 	fs.Var(&modules, "module", "path of a .wasm reconcile module to run, optionally pinned: FILE.wasm@sha256:HEX (repeatable)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
-	fs.BoolVar(&opts.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
-	fs.StringVar(&opts.LeaderElectionID, "leader-election-id", "wasmreconcile-operator", "name of the leader-election Lease")
-	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", `namespace of the Lease (default: the operator's own namespace in-cluster, else "default")`)
-	fs.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
-	fs.DurationVar(&opts.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
-	fs.DurationVar(&opts.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
+	fs.BoolVar(&mo.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
+	fs.StringVar(&mo.LeaderElectionID, "leader-election-id", "wasmreconcile-operator", "name of the leader-election Lease")
+	fs.StringVar(&mo.LeaderElectionNamespace, "leader-election-namespace", "", `namespace of the Lease (default: the operator's own namespace in-cluster, else "default")`)
+	fs.DurationVar(&mo.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
+	fs.DurationVar(&mo.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it steps down")
+	fs.DurationVar(&mo.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the Lease")
 	fs.BoolVar(&opts.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
 	fs.IntVar(&opts.KeepVersions, "keep-versions", 3, "versions of each module kept compiled, so a rollback to one is instant")
-	fs.Int64Var(&opts.ModuleController.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module (uncompressed) a ReconcileModule may load")
+	fs.Int64Var(&opts.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module, compressed or not, loaded from any source")
 	fs.DurationVar(&opts.ModuleDirSettle, "module-dir-settle", 100*time.Millisecond, "how long a file in --module-dir must see no write before it is loaded")
-	fs.DurationVar(&opts.ModuleController.FetchTimeout, "module-fetch-timeout", 30*time.Second, "timeout of fetching a ReconcileModule's url source")
-	fs.DurationVar(&opts.ModuleController.StatusInterval, "module-status-interval", 30*time.Second, "how often a ReconcileModule's status statistics and cache health are refreshed")
-	fs.DurationVar(&opts.ModuleController.SyncTimeout, "module-sync-timeout", 2*time.Minute, "how long a module's kind may take to sync before a SyncFailed Event")
-	fs.DurationVar(&opts.ModuleController.StaleAfter, "cache-stale-after", 10*time.Minute, "how long a module's kind may see no watch event or list before a CacheStale Event")
+	fs.DurationVar(&opts.ModuleFetchTimeout, "module-fetch-timeout", 30*time.Second, "timeout of fetching a ReconcileModule's url source")
+	fs.DurationVar(&opts.ModuleStatusInterval, "module-status-interval", 30*time.Second, "how often a ReconcileModule's status statistics are refreshed")
+	fs.DurationVar(&opts.HealthInterval, "module-health-interval", 10*time.Second, "how often each module's caches are checked for the SyncFailed and CacheStale warnings")
+	fs.DurationVar(&opts.QuiescentAfter, "quiescent-after", time.Minute, "how long a converged module must write nothing to be reported quiescent (wasmreconcile_module_state)")
+	fs.DurationVar(&opts.SyncTimeout, "module-sync-timeout", 2*time.Minute, "how long a module's kind may take to sync before a SyncFailed Event")
+	fs.DurationVar(&opts.StaleAfter, "cache-stale-after", 10*time.Minute, "how long a module's kind may see no watch event or list before a CacheStale Event")
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
 	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
@@ -138,12 +141,14 @@ Flags:
 	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default: the module's manifest, else %d)", engine.DefaultMemoryLimitPages))
 	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules across restarts (default: in memory)")
-	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
-	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (503 until the informer caches have synced); "0" disables them`)
-	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "", `address of net/http/pprof; "" (the default) disables it`)
-	fs.Int64Var(&opts.Informers.PageSize, "list-page-size", 500, "Limit of each LIST page of the informers")
-	fs.DurationVar(&opts.Informers.ListTimeout, "list-timeout", 60*time.Second, "timeout of each LIST page request")
-	fs.BoolVar(&opts.Informers.UseWatchList, "use-watch-list", false, "let client-go stream initial lists (WatchList) instead of paginated LISTs")
+	fs.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
+	fs.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (503 until the informer caches have synced); "0" disables them`)
+	fs.StringVar(&mo.PprofBindAddress, "pprof-bind-address", "", `address of net/http/pprof; "" (the default) disables it`)
+	fs.Int64Var(&mo.Informers.PageSize, "list-page-size", 500, "Limit of each LIST page of the informers")
+	fs.DurationVar(&mo.Informers.ListTimeout, "list-timeout", 60*time.Second, "timeout of each LIST page request")
+	var namespaces stringList
+	fs.Var(&namespaces, "namespace", "watch only the objects of this namespace (repeatable; default: every namespace); cluster-scoped objects are always watched")
+	fs.BoolVar(&mo.Informers.UseWatchList, "use-watch-list", false, "let client-go stream initial lists (WatchList) instead of paginated LISTs")
 	fs.DurationVar(&opts.RateLimit.BaseDelay, "retry-base-delay", 5*time.Millisecond, "first retry delay of a failing object; doubles per failure")
 	fs.DurationVar(&opts.RateLimit.MaxDelay, "retry-max-delay", 1000*time.Second, "cap of the per-object retry delay")
 	fs.Float64Var(&opts.RateLimit.QPS, "queue-qps", 10, "overall reconcile rate per module (token bucket)")
@@ -170,6 +175,7 @@ Flags:
 		return errors.New("no modules: pass --module FILE.wasm, --module-dir DIR or --reconcile-modules")
 	}
 	opts.Modules = modules
+	mo.Namespaces = namespaces
 	opts.Limits.MemoryLimitPages = uint32(memLimit)
 	for _, mc := range moduleConfigs {
 		name, file, ok := strings.Cut(mc, "=")
@@ -199,11 +205,11 @@ Flags:
 	}
 	ctx := ctrl.SetupSignalHandler()
 	start := time.Now()
-	op, err := operator.New(ctx, cfg, opts)
+	op, err := operator.New(cfg, mo, opts)
 	if err != nil {
 		return err
 	}
-	ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Modules()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
+	ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Names()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
 	return op.Start(ctx)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // exitError carries a process exit code; its message, if any, has been
@@ -30,6 +31,19 @@ type limitFlags struct {
 	timeout  time.Duration
 	memory   string
 	cacheDir string
+	crds     string
+}
+
+// options returns the offline options: the scopes of the kinds in --crds.
+func (l *limitFlags) options() (offline.Options, error) {
+	if l.crds == "" {
+		return offline.Options{}, nil
+	}
+	objs, err := offline.ReadObjectDir(l.crds)
+	if err != nil {
+		return offline.Options{}, fmt.Errorf("--crds: %w", err)
+	}
+	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, protocol.CRDScopes(objs))}, nil
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
@@ -41,6 +55,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 		def = filepath.Join(dir, "wasmreconcile", "compiled")
 	}
 	fs.StringVar(&l.cacheDir, "compilation-cache-dir", def, `directory that keeps compiled modules between runs; "" keeps them in memory only`)
+	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files: tells the children rules which custom kinds are cluster-scoped (built-in kinds are known; other kinds are taken as namespaced)")
 }
 
 func (l *limitFlags) limits() (engine.Limits, error) {
@@ -90,9 +105,12 @@ func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, fun
 const invokeUsage = `Usage: operator invoke --module M.wasm --object OBJ.yaml [flags]
 
 Runs one reconcile of a module offline, with no cluster, and prints the
-response as JSON with fuelConsumed and durationMs. Exits 0 on success, 1 when
-the guest reports an error or hits a limit (the JSON then has an "error" with
-a "kind"), and 2 on bad flags or unreadable files.
+response as JSON with fuelConsumed and durationMs. The response is checked by
+the same rules as in a cluster (docs/abi.md, "Response rules"). Exits 0 on
+success, 1 when the guest reports an error, hits a limit or returns a
+response the cluster would refuse (the JSON then has an "error" with a
+"kind" and the message the cluster would record), and 2 on bad flags or
+unreadable files.
 
 Flags:
 `
@@ -146,33 +164,50 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 			return usage("--config: %v", err)
 		}
 	}
+	opts, err := lf.options()
+	if err != nil {
+		return usage("%v", err)
+	}
 	ctx := context.Background()
 	m, done, err := lf.load(ctx, module)
 	if err != nil {
 		if engine.IsInvalidModule(err) {
-			printJSON(stdout, map[string]any{"error": map[string]any{"kind": engine.KindInvalidModule, "message": err.Error()}, "fuelConsumed": 0})
+			printJSON(stdout, map[string]any{"error": map[string]any{"kind": protocol.InvalidModule, "message": err.Error()}, "fuelConsumed": 0})
 			return exitError{1}
 		}
 		return usage("--module: %v", err)
 	}
 	defer done()
-	o := offline.Run(ctx, m, in)
+	o := offline.Run(ctx, m, in, opts)
+	noteUnknownScopes(stderr, o)
 	ms := float64(o.Duration.Microseconds()) / 1000
-	if o.Err != nil {
-		printJSON(stdout, map[string]any{"error": map[string]any{"kind": engine.KindOf(o.Err), "message": o.Err.Error()}, "fuelConsumed": o.Fuel, "durationMs": ms})
-		return exitError{1}
+	out := map[string]any{}
+	if o.Response != nil {
+		b, _ := json.Marshal(o.Response.Response)
+		_ = json.Unmarshal(b, &out)
 	}
-	var out map[string]any
-	b, _ := json.Marshal(o.Response)
-	_ = json.Unmarshal(b, &out)
 	out["fuelConsumed"], out["durationMs"] = o.Fuel, ms
-	if e, ok := out["error"].(map[string]any); ok {
-		e["kind"] = offline.KindReconcile
+	if o.Err != nil {
+		e := map[string]any{"kind": o.Kind(), "message": o.Err.Error()}
+		if protocol.Terminal(o.Err) {
+			e["terminal"] = true
+		}
+		out["error"] = e
 		printJSON(stdout, out)
 		return exitError{1}
 	}
 	printJSON(stdout, out)
 	return nil
+}
+
+// noteUnknownScopes says which child kinds were taken as namespaced.
+func noteUnknownScopes(w io.Writer, o offline.Outcome) {
+	if o.Response == nil {
+		return
+	}
+	for _, gk := range o.Response.ScopeUnknown {
+		fmt.Fprintf(w, "note: the scope of %s is unknown offline and was taken as namespaced; pass its CRD with --crds to check it as the cluster will\n", gk)
+	}
 }
 
 func printJSON(w io.Writer, v any) {
@@ -218,6 +253,11 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "operator test:", err)
 		return exitError{2}
 	}
+	opts, err := lf.options()
+	if err != nil {
+		fmt.Fprintln(stderr, "operator test:", err)
+		return exitError{2}
+	}
 	ctx := context.Background()
 	m, done, err := lf.load(ctx, module)
 	if err != nil {
@@ -228,7 +268,8 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	var results []modtest.Result
 	passed := 0
 	for _, c := range cases {
-		o := offline.Run(ctx, m, c.Input)
+		o := offline.Run(ctx, m, c.Input, opts)
+		noteUnknownScopes(stderr, o)
 		r := modtest.Result{Case: c, Outcome: o, Diff: c.Check(o)}
 		results = append(results, r)
 		verdict := "FAIL"

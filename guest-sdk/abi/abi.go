@@ -1,8 +1,10 @@
 // Package abi holds the names, numbers and wire types of the wasmreconcile
-// guest ABI. It mirrors docs/abi.md, which is the contract: the host and the
-// guest SDK both import this package, so the document and the code cannot
-// drift apart silently. It has no dependencies and builds for every GOOS,
-// including wasip1.
+// guest ABI. It mirrors docs/abi.md, which is the contract. This file is the
+// source: the guest SDK imports it, and `make generate` copies it verbatim
+// into the host module (host/abi), so that the host needs no dependency on
+// the SDK's module and the two cannot drift apart (`make lint` fails on a
+// stale copy). It has no dependencies and builds for every GOOS, including
+// wasip1.
 //
 // # Calling convention
 //

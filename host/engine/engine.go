@@ -17,7 +17,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
-	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )

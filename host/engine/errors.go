@@ -8,8 +8,9 @@ import (
 )
 
 // The errors below are returned by Engine.Load and Module.Reconcile. Callers
-// branch on them with errors.As. Every message names the module, what
-// happened and what to do about it.
+// branch on them with errors.As; protocol.KindOf names each in the host's
+// one vocabulary of outcomes. Every message names the module, what happened
+// and what to do about it.
 
 // InvalidModuleError reports module bytes that cannot be used: not wasm, a
 // missing export, an unknown import, an unknown ABI version or a bad manifest.
@@ -119,7 +120,7 @@ type MemoryLimitError struct {
 }
 
 func (e *MemoryLimitError) Error() string {
-	return fmt.Sprintf("module[%s] %s: memory limit of %d pages (%d MiB) reached; raise spec.limits.memory or allocate less",
+	return fmt.Sprintf("module[%s] %s: memory limit of %d pages (%d MiB) reached; raise spec.limits.memoryPages (--memory-limit-pages) or allocate less",
 		e.Module, e.Call, e.LimitPages, uint64(e.LimitPages)*64/1024)
 }
 
@@ -133,51 +134,4 @@ type StackOverflowError struct {
 
 func (e *StackOverflowError) Error() string {
 	return fmt.Sprintf("module[%s] %s: stack overflow; look for unbounded recursion in the guest", e.Module, e.Call)
-}
-
-// Kinds of errors, as reported by `operator invoke` and matched by
-// `operator test`. KindOf maps an error to one of them.
-const (
-	KindInvalidModule    = "InvalidModule"
-	KindFuelExhausted    = "FuelExhausted"
-	KindDeadlineExceeded = "DeadlineExceeded"
-	KindCanceled         = "Canceled"
-	KindMemoryLimit      = "MemoryLimit"
-	KindStackOverflow    = "StackOverflow"
-	KindABI              = "ABI"
-	KindTrap             = "Trap"
-)
-
-// KindOf names the kind of an error returned by Engine.Load or
-// Module.Reconcile. Errors of other origins are KindTrap; nil is "".
-func KindOf(err error) string {
-	if err == nil {
-		return ""
-	}
-	var (
-		invalid  *InvalidModuleError
-		fuel     *FuelExhaustedError
-		deadline *DeadlineExceededError
-		canceled *CanceledError
-		mem      *MemoryLimitError
-		stack    *StackOverflowError
-		abiErr   *ABIError
-	)
-	switch {
-	case errors.As(err, &invalid):
-		return KindInvalidModule
-	case errors.As(err, &fuel):
-		return KindFuelExhausted
-	case errors.As(err, &deadline):
-		return KindDeadlineExceeded
-	case errors.As(err, &canceled):
-		return KindCanceled
-	case errors.As(err, &mem):
-		return KindMemoryLimit
-	case errors.As(err, &stack):
-		return KindStackOverflow
-	case errors.As(err, &abiErr):
-		return KindABI
-	}
-	return KindTrap
 }

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )

@@ -13,7 +13,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
-	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )
 

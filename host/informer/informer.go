@@ -27,9 +27,12 @@
 //     cache may act on it: an empty answer makes the cache delete every
 //     object of the kind, and the host never prunes on such a list.
 //
-// It also feeds the informer metrics in docs/metrics.md: list pages,
-// objects, duration and expired continues; watch events by type; watch
-// restarts by reason; and the time of the last event, for staleness.
+// It also feeds the informer metrics in docs/metrics.md, labelled by kind
+// and group ("Widget.examples.wasmreconcile.io"; "ConfigMap" for the core
+// group): list pages, objects, duration and expired continues; watch events
+// by type; watch restarts by reason; and the time of the last event. That
+// time is kept in the Informers' own state (LastEvent), which health checks
+// read; the metric reports it and is never read back.
 package informer
 
 import (
@@ -40,13 +43,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/pager"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Options configure the informers. Zero fields take the stated defaults.
@@ -71,6 +79,14 @@ type Options struct {
 	// EmptyListBackoff is the first wait before a verification; it doubles
 	// each time, up to 5 seconds. Defaults to 100 ms.
 	EmptyListBackoff time.Duration
+
+	// Registerer registers the informer metrics. Defaults to
+	// controller-runtime's registry (crmetrics.Registry).
+	Registerer prometheus.Registerer
+	// Scheme names the kinds of typed objects, for metric labels and
+	// LastEvent. Defaults to client-go's scheme; unstructured objects carry
+	// their kind.
+	Scheme *runtime.Scheme
 }
 
 func (o Options) withDefaults() Options {
@@ -89,43 +105,101 @@ func (o Options) withDefaults() Options {
 	if o.EmptyListBackoff <= 0 {
 		o.EmptyListBackoff = 100 * time.Millisecond
 	}
+	if o.Registerer == nil {
+		o.Registerer = crmetrics.Registry
+	}
+	if o.Scheme == nil {
+		o.Scheme = scheme.Scheme
+	}
 	return o
 }
 
 // maxEmptyListBackoff caps the wait between empty-list verifications.
 const maxEmptyListBackoff = 5 * time.Second
 
-// NewInformerFunc returns a function for cache.Options.NewInformer.
-func NewInformerFunc(opts Options) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
-	opts = opts.withDefaults()
-	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-		w := &listWatcher{inner: toolscache.ToListerWatcherWithContext(lw), opts: opts, kind: kindOf(obj)}
-		inf := toolscache.NewSharedIndexInformer(w, obj, resync, indexers)
-		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
-			w.mu.Lock()
-			w.lastError = err
-			w.mu.Unlock()
-			toolscache.DefaultWatchErrorHandler(ctx, r, err)
-		})
-		return inf
-	}
+// Informers builds the informers of a controller-runtime cache and keeps
+// what they saw. Create it with New and pass its NewInformer as
+// cache.Options.NewInformer. It is safe for concurrent use.
+type Informers struct {
+	opts    Options
+	metrics *Metrics
+
+	mu   sync.Mutex
+	last map[schema.GroupKind]time.Time // last watch event or completed list
 }
 
-func kindOf(obj runtime.Object) string {
-	if k := obj.GetObjectKind().GroupVersionKind().Kind; k != "" {
-		return k
+// New returns Informers configured by opts, with their metrics registered on
+// opts.Registerer.
+func New(opts Options) (*Informers, error) {
+	opts = opts.withDefaults()
+	m, err := NewMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Informers{opts: opts, metrics: m, last: map[schema.GroupKind]time.Time{}}, nil
+}
+
+// LastEvent is when an informer of gk last received a watch event
+// (bookmarks included) or completed a list; zero if never. Now minus it is
+// how stale the cache of gk may be.
+func (i *Informers) LastEvent(gk schema.GroupKind) time.Time {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.last[gk]
+}
+
+func (i *Informers) sawEvent(gk schema.GroupKind, label string) {
+	now := time.Now()
+	i.mu.Lock()
+	i.last[gk] = now
+	i.mu.Unlock()
+	i.metrics.LastEvent.WithLabelValues(label).Set(float64(now.UnixNano()) / 1e9)
+}
+
+// NewInformer builds one informer; it is a cache.Options.NewInformer.
+func (i *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	gk := i.groupKind(obj)
+	w := &listWatcher{inner: toolscache.ToListerWatcherWithContext(lw), opts: i.opts, gk: gk, kind: Label(gk), informers: i, m: i.metrics}
+	inf := toolscache.NewSharedIndexInformer(w, obj, resync, indexers)
+	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
+		w.mu.Lock()
+		w.lastError = err
+		w.mu.Unlock()
+		toolscache.DefaultWatchErrorHandler(ctx, r, err)
+	})
+	return inf
+}
+
+// Label is how the metrics name a kind: "Kind.group", or "Kind" for the
+// core group, as kubectl names resources.
+func Label(gk schema.GroupKind) string {
+	if gk.Group == "" {
+		return gk.Kind
+	}
+	return gk.Kind + "." + gk.Group
+}
+
+func (i *Informers) groupKind(obj runtime.Object) schema.GroupKind {
+	if gvk := obj.GetObjectKind().GroupVersionKind(); gvk.Kind != "" {
+		return gvk.GroupKind()
+	}
+	if gvk, err := apiutil.GVKForObject(obj, i.opts.Scheme); err == nil {
+		return gvk.GroupKind()
 	}
 	t := reflect.TypeOf(obj)
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	return t.Name()
+	return schema.GroupKind{Kind: t.Name()}
 }
 
 type listWatcher struct {
-	inner toolscache.ListerWatcherWithContext
-	opts  Options
-	kind  string
+	inner     toolscache.ListerWatcherWithContext
+	opts      Options
+	gk        schema.GroupKind
+	kind      string // the metrics' label
+	informers *Informers
+	m         *Metrics
 
 	mu        sync.Mutex
 	lastCount int    // objects in the last accepted list
@@ -205,12 +279,12 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 		if meta.LenList(list) > 0 {
 			outcome = "refuted"
 		}
-		EmptyListVerifications.WithLabelValues(w.kind, outcome).Inc()
+		w.m.EmptyListVerifications.WithLabelValues(w.kind, outcome).Inc()
 	}
 	w.mu.Lock()
 	w.lastCount = meta.LenList(list)
 	w.mu.Unlock()
-	LastEvent.WithLabelValues(w.kind).SetToCurrentTime() // a list is as fresh as an event
+	w.informers.sawEvent(w.gk, w.kind) // a list is as fresh as an event
 	return list, nil
 }
 
@@ -220,7 +294,7 @@ func (w *listWatcher) fullList(ctx context.Context, opts metav1.ListOptions) (ru
 	p := pager.New(w.page)
 	p.PageSize = w.opts.PageSize
 	list, _, err := p.ListWithAlloc(ctx, opts)
-	ListDuration.WithLabelValues(w.kind).Observe(time.Since(start).Seconds())
+	w.m.ListDuration.WithLabelValues(w.kind).Observe(time.Since(start).Seconds())
 	return list, err
 }
 
@@ -231,12 +305,12 @@ func (w *listWatcher) page(ctx context.Context, opts metav1.ListOptions) (runtim
 	list, err := w.inner.ListWithContext(ctx, opts)
 	if err != nil {
 		if apierrors.IsResourceExpired(err) && opts.Continue != "" {
-			ListExpired.WithLabelValues(w.kind).Inc() // the pager now lists in full
+			w.m.ListExpired.WithLabelValues(w.kind).Inc() // the pager now lists in full
 		}
 		return nil, err
 	}
-	ListPages.WithLabelValues(w.kind).Inc()
-	ListObjects.WithLabelValues(w.kind).Add(float64(meta.LenList(list)))
+	w.m.ListPages.WithLabelValues(w.kind).Inc()
+	w.m.ListObjects.WithLabelValues(w.kind).Add(float64(meta.LenList(list)))
 	return list, nil
 }
 
@@ -254,7 +328,7 @@ func (w *listWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOpti
 		if reason == "" {
 			reason = "error"
 		}
-		WatchRestarts.WithLabelValues(w.kind, reason).Inc()
+		w.m.WatchRestarts.WithLabelValues(w.kind, reason).Inc()
 	}
 	w.watches++
 	w.lastEnd = ""
@@ -315,8 +389,8 @@ func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.Canc
 					}
 					return
 				}
-				EventsReceived.WithLabelValues(w.kind, string(ev.Type)).Inc()
-				LastEvent.WithLabelValues(w.kind).SetToCurrentTime()
+				w.m.EventsReceived.WithLabelValues(w.kind, string(ev.Type)).Inc()
+				w.informers.sawEvent(w.gk, w.kind)
 				if ev.Type == watch.Error {
 					if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {
 						w.setEnd("gone")

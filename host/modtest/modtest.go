@@ -19,7 +19,7 @@
 //	  events: [{type: Normal, reason: Created, messageContains: "..."}]
 //	  requeueAfterSeconds: 30
 //	  finalized: true
-//	  error: {kind: Reconcile, terminal: true, messageContains: "..."}
+//	  error: {kind: ReconcileFailed, terminal: true, messageContains: "..."}
 //	  maxFuel: 5000000
 //
 // Without expect.error a case fails on any error. Unknown fields are errors,
@@ -38,9 +38,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/subset"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // Case is one test case.
@@ -70,9 +70,10 @@ type EventExpect struct {
 	MessageContains string `json:"messageContains,omitempty"`
 }
 
-// ErrorExpect matches the error of a run: an engine error (see the Kind
-// constants of package engine) or, with kind Reconcile, an error the guest
-// reported in its response.
+// ErrorExpect matches how a run failed. Kind is one of protocol.Kinds
+// (but Success): ReconcileFailed for an error the guest reported in its
+// response, InvalidResponse for a response the cluster would refuse, or the
+// kind of a limit or trap, such as FuelExhausted.
 type ErrorExpect struct {
 	Kind            string `json:"kind"`
 	Terminal        *bool  `json:"terminal,omitempty"`
@@ -118,6 +119,9 @@ func LoadFile(path string) (Case, error) {
 	if c.Input.Object == nil {
 		return Case{}, fmt.Errorf("case %s: input.object is required", path)
 	}
+	if e := c.Expect.Error; e != nil && !validKind(e.Kind) {
+		return Case{}, fmt.Errorf("case %s: expect.error.kind %q is not a kind; use one of %s", path, e.Kind, kindList())
+	}
 	c.File = path
 	if c.Name == "" {
 		c.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
@@ -135,11 +139,8 @@ func (c Case) Check(o offline.Outcome) []string {
 		add("fuel: used %d, more than maxFuel %d", o.Fuel, c.Expect.MaxFuel)
 	}
 	kind, msg, terminal := "", "", false
-	switch {
-	case o.Err != nil:
-		kind, msg = engine.KindOf(o.Err), o.Err.Error()
-	case o.Response != nil && o.Response.Error != nil:
-		kind, msg, terminal = offline.KindReconcile, o.Response.Error.Message, o.Response.Error.Terminal
+	if o.Err != nil {
+		kind, msg, terminal = string(o.Kind()), o.Err.Error(), protocol.Terminal(o.Err)
 	}
 	if want := c.Expect.Error; want != nil {
 		switch {
@@ -206,6 +207,25 @@ func (c Case) Check(o offline.Outcome) []string {
 		add("finalized: want %v, got %v", *want, r.Finalized)
 	}
 	return diff
+}
+
+func validKind(k string) bool {
+	for _, known := range protocol.Kinds {
+		if k == string(known) && known != protocol.Success {
+			return true
+		}
+	}
+	return false
+}
+
+func kindList() string {
+	var out []string
+	for _, k := range protocol.Kinds {
+		if k != protocol.Success {
+			out = append(out, string(k))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func or(s, def string) string {

@@ -1,19 +1,20 @@
 // Package offline runs one reconcile of a module with no cluster: the
 // request is built from objects given by the caller, and the response is
-// returned as the guest produced it. It backs `operator invoke` and
-// `operator test`, and is deterministic: the same module and input give the
-// same response and the same fuel.
+// decoded and checked by package protocol exactly as the cluster reconciler
+// does, so an invalid response is refused here with the same kind and
+// message as in a cluster. It backs `operator invoke` and `operator test`,
+// and is deterministic: the same module and input give the same response and
+// the same fuel.
 package offline
 
 import (
 	"context"
 	"time"
 
-	utiljson "k8s.io/apimachinery/pkg/util/json"
-
-	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
-	"github.com/wasmreconcile/wasmreconcile/host/cacheread"
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // DefaultNow is Request.Now when Input.Now is empty. A fixed clock keeps
@@ -24,63 +25,62 @@ const DefaultNow = "2000-01-01T00:00:00Z"
 // DefaultNow.
 type Input = abi.Request
 
+// Options configure Run. The zero value is ready to use.
+type Options struct {
+	// Scopes tells which kinds are namespaced, for the children rules.
+	// Defaults to protocol.Builtin: the built-in kinds are known, and any
+	// other kind is taken as namespaced (give CRDs with protocol.CRDScopes
+	// to know theirs).
+	Scopes protocol.Scopes
+}
+
 // Outcome is the result of one run.
 type Outcome struct {
-	// Response is the guest's response; nil when the call failed.
-	Response *abi.Response
+	// Response is the guest's checked response; nil when the call failed or
+	// the response broke a rule.
+	Response *protocol.Response
 	// Fuel is the fuel the call used, also when it failed.
 	Fuel uint64
 	// Duration is the time spent in the guest.
 	Duration time.Duration
-	// Err is the engine's typed error, or nil. A guest that reports an
-	// error in its response is not an Err: see Response.Error.
+	// Err is how the run failed, or nil: an engine error, an
+	// *engine.ABIError or *protocol.InvalidResponseError for a response the
+	// cluster would refuse, or a *protocol.GuestError when the guest
+	// reported an error (Response is then set: its status is still applied
+	// in a cluster).
 	Err error
 }
 
-// Request encodes in as the ABI request.
-func Request(in Input) ([]byte, error) {
-	now := in.Now
-	if now == "" {
-		now = DefaultNow
-	}
-	in.Now = now
-	return utiljson.Marshal(in)
-}
+// Kind is how the run ended, in the host's one vocabulary.
+func (o Outcome) Kind() protocol.Kind { return protocol.KindOf(o.Err) }
 
-// Run calls m once with in.
-func Run(ctx context.Context, m *engine.Module, in Input) Outcome {
-	req, err := Request(in)
+// Run calls m once with in, and checks the response.
+func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome {
+	if in.Now == "" {
+		in.Now = DefaultNow
+	}
+	call := protocol.CallName(in.Object)
+	req, err := protocol.EncodeRequest(in)
 	if err != nil {
-		return Outcome{Err: &engine.ABIError{Module: m.Name(), Call: "invoke", Reason: "encoding the request: " + err.Error()}}
+		return Outcome{Err: &engine.ABIError{Module: m.Name(), Call: call, Reason: "encoding the request: " + err.Error()}}
 	}
 	// Reads are served from what the guest was given: the object, its
 	// children and the related objects.
 	objects := append(append([]map[string]any{in.Object}, in.Children...), in.Related...)
 	ctx = engine.WithCacheReader(ctx, cacheread.New(m.Manifest(), cacheread.MemoryBackend{Objects: objects}))
-	res, err := m.Reconcile(ctx, "invoke "+objectName(in.Object), req)
+	res, err := m.Reconcile(ctx, call, req)
 	out := Outcome{Fuel: res.Fuel, Duration: res.Duration, Err: err}
 	if err != nil {
 		return out
 	}
-	var resp abi.Response
-	if err := utiljson.Unmarshal(res.Output, &resp); err != nil {
-		out.Err = &engine.ABIError{Module: m.Name(), Call: "invoke", Reason: "response is not valid JSON: " + err.Error()}
+	resp, err := protocol.RulesFor(m.Manifest(), opts.Scopes).Decode(call, in.Object, res.Output)
+	if err != nil {
+		out.Err = err
 		return out
 	}
-	out.Response = &resp
+	out.Response = resp
+	if e := resp.Error; e != nil {
+		out.Err = &protocol.GuestError{Module: m.Name(), Call: call, Message: e.Message, Terminal: e.Terminal}
+	}
 	return out
 }
-
-func objectName(obj map[string]any) string {
-	md, _ := obj["metadata"].(map[string]any)
-	ns, _ := md["namespace"].(string)
-	name, _ := md["name"].(string)
-	if ns == "" {
-		return name
-	}
-	return ns + "/" + name
-}
-
-// KindReconcile is the error kind of a guest that reported an error in its
-// response; the other kinds are engine.KindOf's.
-const KindReconcile = "Reconcile"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/host/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 

@@ -1,5 +1,14 @@
-// Package operator wires modules, the engine and controller-runtime into one
-// runnable operator. cmd/operator is a thin flag layer over it.
+// Package operator runs wasm reconcile modules in a controller-runtime
+// manager. It is the host as a library:
+//
+//   - Setup adds the host to a manager the caller built and runs, beside
+//     the caller's own controllers: module sources, the supervisor that
+//     runs one controller per module, the ReconcileModule controller,
+//     metrics and a readiness check;
+//   - New builds a manager the way the operator binary wants it (the
+//     host's paginated informers, unstructured objects read from the cache,
+//     leader election, metrics and probe endpoints) and calls Setup. It is
+//     what cmd/operator runs.
 package operator
 
 import (
@@ -12,6 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -19,107 +33,75 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
-	"github.com/wasmreconcile/wasmreconcile/host/modulecontroller"
-	"github.com/wasmreconcile/wasmreconcile/host/moduledir"
-	"github.com/wasmreconcile/wasmreconcile/host/ratelimit"
-	"github.com/wasmreconcile/wasmreconcile/host/reconciler"
-	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
-// Options configure an Operator. Zero fields take the stated defaults.
+// Options configure the host. Zero fields take the stated defaults.
 type Options struct {
 	// Modules are paths of .wasm files to load; each module's manifest names
 	// it. A path may pin the file's bytes: "widget.wasm@sha256:<hex>"; bytes
-	// that do not match are refused. A module that fails to load is reported by LoadErrors and logged;
-	// the others still run.
+	// that do not match are refused. A module that fails to load is
+	// reported by LoadErrors and logged; the others still run. Defaults to
+	// none.
 	Modules []string
 
 	// ModuleDir is a directory of .wasm files to load and watch: a file
 	// written or replaced there is hot-reloaded, a file removed stops its
 	// module. Defaults to "": no directory.
 	ModuleDir string
-
 	// ModuleDirSettle is how long a file in ModuleDir must see no write
-	// before it is loaded. Defaults to moduledir.Settle (100 ms).
+	// before it is loaded. Defaults to 100 ms.
 	ModuleDirSettle time.Duration
+
+	// ReconcileModules runs the modules declared by ReconcileModule objects
+	// (api/v1alpha1, config/crd), and needs that CRD installed. Setup adds
+	// v1alpha1 to the manager's scheme. Defaults to false.
+	ReconcileModules bool
+	// MaxModuleBytes caps a module's size from any source, compressed and
+	// uncompressed. Defaults to 64 MiB.
+	MaxModuleBytes int64
+	// ModuleFetchTimeout bounds fetching a ReconcileModule's url source.
+	// Defaults to 30 s.
+	ModuleFetchTimeout time.Duration
+	// ModuleStatusInterval is how often a ReconcileModule's status
+	// statistics are refreshed. Defaults to 30 s.
+	ModuleStatusInterval time.Duration
+	// ModuleHTTPClient fetches url sources. Defaults to http.DefaultClient.
+	ModuleHTTPClient *http.Client
 
 	// KeepVersions is how many versions of each module stay compiled, so
 	// that rolling back to one is instant. Defaults to 3.
 	KeepVersions int
-
 	// InterpreterFirst serves new module bytes from wazero's interpreter
-	// while the compiler works, then switches to the compiled code (see
-	// supervisor.Options.Interpreter). Defaults to false.
-	InterpreterFirst bool
-
-	// LeaderElection makes replicas elect one leader through a
-	// coordination.k8s.io Lease; only the leader runs module controllers
-	// and the ReconcileModule controller. Every replica keeps its caches
-	// warm and its modules loaded, so a takeover starts reconciling at once.
+	// while the compiler works, then switches to the compiled code.
 	// Defaults to false.
-	LeaderElection bool
-
-	// LeaderElectionID names the Lease. Defaults to "wasmreconcile-operator".
-	LeaderElectionID string
-
-	// LeaderElectionNamespace holds the Lease. Defaults to the namespace the
-	// operator runs in (in-cluster), else "default".
-	LeaderElectionNamespace string
-
-	// LeaseDuration, RenewDeadline and RetryPeriod tune the election; zero
-	// takes controller-runtime's defaults (15 s, 10 s, 2 s). A takeover after
-	// a crash takes up to LeaseDuration.
-	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-
-	// ReconcileModules runs the modules declared by ReconcileModule objects
-	// (config/crd), and needs that CRD installed. Defaults to false.
-	ReconcileModules bool
-
-	// ModuleController configures how ReconcileModules are fetched and
-	// reported; see modulecontroller.Options for the defaults.
-	ModuleController modulecontroller.Options
-
-	// Limits apply to every module. Zero fields take the module's manifest
-	// defaults, then the engine's.
-	Limits engine.Limits
-
-	// ModuleConfig is the configuration passed to each module, by module
-	// name, as Request.Config; a ReconcileModule's spec.config takes its
-	// place. Defaults to none.
-	ModuleConfig map[string]map[string]any
-
+	InterpreterFirst bool
 	// CompilationCacheDir persists compiled modules across restarts.
 	// Defaults to "" (in memory only).
 	CompilationCacheDir string
 
-	// MetricsBindAddress serves Prometheus metrics. "0" disables it.
-	// Defaults to ":8080".
-	MetricsBindAddress string
-
-	// HealthProbeBindAddress serves /healthz and /readyz. "0" disables it.
-	// /readyz answers 503 until every informer cache has synced.
-	// Defaults to ":8081".
-	HealthProbeBindAddress string
-
-	// PprofBindAddress serves net/http/pprof. Defaults to "": disabled.
-	PprofBindAddress string
-
-	// Informers configure list pagination, timeouts and WatchList; zero
-	// fields take package informer's defaults.
-	Informers informer.Options
-
-	// Storm configures reconcile-storm damping for every module; zero
-	// fields take reconciler.StormOptions' defaults.
-	Storm reconciler.StormOptions
-
-	// RateLimit configures every module's workqueue rate limiter; zero
-	// fields take controller-runtime's defaults (see package ratelimit).
-	RateLimit ratelimit.Options
-
+	// Limits apply to every module. Zero fields take the module's manifest
+	// defaults, then the engine's.
+	Limits engine.Limits
+	// ModuleConfig is the configuration passed to each module, by module
+	// name, as Request.Config; a ReconcileModule's spec.config takes its
+	// place. Defaults to none.
+	ModuleConfig map[string]map[string]any
+	// Storm configures reconcile-storm damping for every module.
+	Storm StormOptions
+	// RateLimit configures every module's workqueue rate limiter.
+	RateLimit RateLimit
 	// MaxConcurrentReconciles per module. Defaults to the module's
 	// MaxInstances, so no worker waits for an instance.
 	MaxConcurrentReconciles int
@@ -127,6 +109,337 @@ type Options struct {
 	// QuiescentAfter is how long a converged module must write nothing to
 	// be reported quiescent. Defaults to 1 minute.
 	QuiescentAfter time.Duration
+	// SyncTimeout is how long a module's kind may take to sync before a
+	// SyncFailed warning. Defaults to 2 minutes.
+	SyncTimeout time.Duration
+	// StaleAfter is how long a module's kind may see no watch event or list
+	// before a CacheStale warning; it needs Informers. Defaults to 10
+	// minutes.
+	StaleAfter time.Duration
+	// HealthInterval is how often modules' caches are checked for those
+	// warnings. Defaults to 10 seconds.
+	HealthInterval time.Duration
+
+	// Registerer registers the host's metrics. Defaults to
+	// controller-runtime's registry, which the manager's metrics endpoint
+	// serves.
+	Registerer prometheus.Registerer
+	// Informers, when the manager's cache was built with them
+	// (cache.Options{NewInformer: informers.NewInformer}), tell how fresh
+	// each kind's cache is, for CacheStale warnings. New sets it. Defaults
+	// to nil: no staleness warnings.
+	Informers *informer.Informers
+}
+
+// StormOptions configure storm damping: an object reconciled more than
+// Threshold times within Window without any change is quiescent; its guest
+// is then called at most once per Backoff until it changes.
+type StormOptions struct {
+	// Threshold defaults to 20.
+	Threshold int
+	// Window defaults to 10 seconds.
+	Window time.Duration
+	// Backoff defaults to 1 minute.
+	Backoff time.Duration
+	// Disabled turns damping off. Defaults to false.
+	Disabled bool
+}
+
+// RateLimit configures a module's workqueue: per-object exponential backoff
+// for failures, combined (the slower wins) with an overall token bucket.
+// The defaults are controller-runtime's.
+type RateLimit struct {
+	// BaseDelay is the first retry delay; it doubles per failure.
+	// Defaults to 5 ms.
+	BaseDelay time.Duration
+	// MaxDelay caps the per-object delay. Defaults to 1000 s.
+	MaxDelay time.Duration
+	// QPS is the bucket's rate. Defaults to 10.
+	QPS float64
+	// Burst is the bucket's size. Defaults to 100.
+	Burst int
+}
+
+// Module is a module a program adds with Host.Apply.
+type Module struct {
+	// Name must match the module's manifest. Defaults to the manifest's.
+	Name string
+	// Source fetches the module's bytes. Required.
+	Source source.Fetcher
+	// SHA256, when set, pins the bytes (hex, optionally "sha256:"-prefixed).
+	SHA256 string
+	// Limits override Options.Limits where non-zero.
+	Limits engine.Limits
+	// Config is passed to the guest as Request.Config. Defaults to
+	// Options.ModuleConfig[Name].
+	Config map[string]any
+}
+
+// Host runs modules in a manager. Create it with Setup.
+type Host struct {
+	mgr         manager.Manager
+	engine      *engine.Engine
+	interpreter *engine.Engine // nil unless InterpreterFirst
+	supervisor  *supervisor.Supervisor
+	metrics     *metrics.Metrics
+	loadErrors  []error
+	log         logr.Logger
+	maxBytes    int64
+
+	mu          sync.Mutex
+	fileModules map[string]string // path -> module name, for files applied
+	closeOnce   sync.Once
+	closeErr    error
+}
+
+// Setup adds the host to mgr: it loads opts.Modules now (their failures are
+// in LoadErrors, not in the error), and adds to mgr the supervisor that runs
+// the module controllers (in the leader only), the ModuleDir watcher, the
+// ReconcileModule controller, a readiness check ("wasmreconcile", 503 until
+// every informer cache has synced) and a runnable that closes the host when
+// the manager stops. It fails only on errors that stop the host as a whole:
+// a bad option, an unusable directory, a missing CRD.
+//
+// The host reads the objects of its modules' kinds, which are unstructured,
+// from mgr's cache, whatever mgr's client does for unstructured objects.
+// Lists are paginated and verified only when mgr's cache was built with
+// informer.Informers (as New does); pass them as opts.Informers.
+func Setup(mgr manager.Manager, opts Options) (*Host, error) {
+	log := ctrl.Log.WithName("wasmreconcile")
+	reg := opts.Registerer
+	if reg == nil {
+		reg = crmetrics.Registry
+	}
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	// Objects of module kinds are unstructured, which controller-runtime's
+	// client reads live by default. Read them from the cache like
+	// everything else.
+	c, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the host's client: %w", err)
+	}
+	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes}
+	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir}); err != nil {
+		return nil, err
+	}
+	if opts.InterpreterFirst {
+		if h.interpreter, err = engine.New(engine.Options{Interpreter: true}); err != nil {
+			return nil, err
+		}
+	}
+	var lastEvent func(schema.GroupKind) time.Time
+	if opts.Informers != nil {
+		lastEvent = opts.Informers.LastEvent
+	}
+	h.supervisor, err = supervisor.New(supervisor.Options{
+		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter,
+		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig,
+		Storm:     reconciler.StormOptions(opts.Storm),
+		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		LastEvent: lastEvent, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
+		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Host, error) {
+		_ = h.Close(context.Background())
+		return nil, err
+	}
+	hostID := fmt.Sprintf("%p", h)
+	m.ReportModules(hostID, func() []metrics.Module { return h.supervisor.Metrics(context.Background()) })
+	if err := mgr.Add(h.supervisor); err != nil {
+		return fail(err)
+	}
+	if err := mgr.AddReadyzCheck("wasmreconcile", func(*http.Request) error { return h.Ready() }); err != nil {
+		return fail(err)
+	}
+
+	unknownConfig := map[string]bool{}
+	for name := range opts.ModuleConfig {
+		unknownConfig[name] = true
+	}
+	loadAtStart := func(paths []string, hint string) {
+		for _, path := range paths {
+			name, err := h.applyFile(context.Background(), path)
+			if err != nil {
+				log.Error(err, "module not loaded; "+hint, "path", path)
+				h.loadErrors = append(h.loadErrors, err)
+				continue
+			}
+			delete(unknownConfig, name)
+		}
+	}
+	loadAtStart(opts.Modules, "the operator keeps running without it")
+	if opts.ModuleDir != "" {
+		dir, err := source.WatchDir(opts.ModuleDir, func(ctx context.Context, path string) error {
+			_, err := h.applyFile(ctx, path)
+			return err
+		}, func(path string) {
+			h.mu.Lock()
+			name, ok := h.fileModules[path]
+			delete(h.fileModules, path)
+			h.mu.Unlock()
+			if ok {
+				h.supervisor.Remove(name)
+			}
+		})
+		if err != nil {
+			return fail(err)
+		}
+		if opts.ModuleDirSettle > 0 {
+			dir.SetSettle(opts.ModuleDirSettle)
+		}
+		loadAtStart(dir.Initial(), "fix the file and it is loaded when it changes")
+		if err := mgr.Add(dir); err != nil {
+			return fail(err)
+		}
+	}
+	if opts.ReconcileModules {
+		if err := v1alpha1.AddToScheme(mgr.GetScheme()); err != nil {
+			return fail(err)
+		}
+		if err := modulecontroller.Setup(mgr, h.supervisor, modulecontroller.Options{
+			MaxModuleBytes: opts.MaxModuleBytes, FetchTimeout: opts.ModuleFetchTimeout,
+			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient,
+		}); err != nil {
+			return fail(err)
+		}
+	}
+	// Close the host when the manager stops: every runnable's context ends
+	// at once, and the manager waits for this one to return.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		m.StopReporting(hostID)
+		return h.Close(context.Background())
+	})); err != nil {
+		return fail(err)
+	}
+	for name := range unknownConfig {
+		log.Info("configuration given for a module that is not loaded; check the module name in --module-config", "module", name)
+	}
+	return h, nil
+}
+
+// applyFile loads or reloads the module in arg, a path optionally followed
+// by "@sha256:<hex>", and returns the module's name. The supervisor verifies
+// the pin, and refuses a second file of the same module name.
+func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
+	path, pin, _ := strings.Cut(arg, "@sha256:")
+	h.mu.Lock()
+	name := h.fileModules[path] // "" for a new file: the manifest names it
+	h.mu.Unlock()
+	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
+		Name: name, Source: source.File(path, source.Options{MaxBytes: h.maxBytes}), SHA256: pin, Owner: "the file " + path,
+	})
+	if err != nil {
+		var fetch *supervisor.FetchError
+		if errors.As(err, &fetch) {
+			return "", fmt.Errorf("module file %s: %w; check the path passed to --module or --module-dir", path, fetch.Err)
+		}
+		return "", err
+	}
+	h.mu.Lock()
+	h.fileModules[path] = loaded.Name
+	h.mu.Unlock()
+	f := loaded.Manifest.For
+	h.log.Info("module loaded", "module", loaded.Name, "path", path, "digest", loaded.Digest,
+		"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", loaded.Bytes, "compile", loaded.Compile.String())
+	return loaded.Name, nil
+}
+
+// Apply runs m, or replaces the running version of module m.Name with it
+// (hot reload: calls running finish on the old version). It returns once
+// the new version serves, or with an error and the previous version still
+// serving.
+func (h *Host) Apply(ctx context.Context, m Module) error {
+	if m.Source == nil {
+		return errors.New("operator: Module.Source is required")
+	}
+	_, err := h.supervisor.Apply(ctx, supervisor.Spec{
+		Name: m.Name, Source: m.Source, SHA256: m.SHA256, Limits: m.Limits, Config: m.Config, Owner: "the program",
+	})
+	return err
+}
+
+// Remove stops module name. Its objects keep their status and children;
+// nothing is deleted. It reports whether the module ran.
+func (h *Host) Remove(name string) bool { return h.supervisor.Remove(name) }
+
+// Names lists the modules that run, sorted.
+func (h *Host) Names() []string { return h.supervisor.Names() }
+
+// LoadErrors are the errors of Options.Modules (and of the ModuleDir files
+// present at Setup) that failed to load.
+func (h *Host) LoadErrors() []error { return h.loadErrors }
+
+// Ready reports whether every informer cache has synced; the readiness check
+// serves it. It returns an error before the manager has started and while
+// caches sync.
+func (h *Host) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if !h.mgr.GetCache().WaitForCacheSync(ctx) {
+		return errors.New("informer caches have not synced yet")
+	}
+	return nil
+}
+
+// Close stops the module controllers, waits for the calls running, and
+// closes every module and the engines. The manager's stop calls it; call it
+// yourself only when the manager never started. Closing twice is harmless.
+func (h *Host) Close(ctx context.Context) error {
+	h.closeOnce.Do(func() {
+		errs := []error{h.supervisor.Close(ctx), h.engine.Close(ctx)}
+		if h.interpreter != nil {
+			errs = append(errs, h.interpreter.Close(ctx))
+		}
+		h.closeErr = errors.Join(errs...)
+	})
+	return h.closeErr
+}
+
+// ManagerOptions are the binary's manager settings: see New.
+type ManagerOptions struct {
+	// LeaderElection makes replicas elect one leader through a
+	// coordination.k8s.io Lease; only the leader runs module controllers.
+	// Every replica keeps its caches warm and its modules loaded, so a
+	// takeover starts reconciling at once. Defaults to false.
+	LeaderElection bool
+	// LeaderElectionID names the Lease. Defaults to "wasmreconcile-operator".
+	LeaderElectionID string
+	// LeaderElectionNamespace holds the Lease. Defaults to the namespace the
+	// operator runs in (in-cluster), else "default".
+	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune the election; zero
+	// takes controller-runtime's defaults (15 s, 10 s, 2 s). A takeover after
+	// a crash takes up to LeaseDuration.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// MetricsBindAddress serves Prometheus metrics. "0" disables it.
+	// Defaults to ":8080".
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz. "0" disables it.
+	// Defaults to ":8081".
+	HealthProbeBindAddress string
+	// PprofBindAddress serves net/http/pprof. Defaults to "": disabled.
+	PprofBindAddress string
+
+	// Informers configure list pagination, timeouts and WatchList; zero
+	// fields take package informer's defaults.
+	Informers informer.Options
+
+	// Namespaces, when set, limits the cache, and so every module, to the
+	// objects of these namespaces; cluster-scoped objects (ReconcileModules,
+	// cluster-scoped kinds) are still seen. Defaults to none: every
+	// namespace.
+	Namespaces []string
 
 	// SkipControllerNameValidation allows several operators with modules of
 	// the same name in one process (tests). controller-runtime otherwise
@@ -135,37 +448,31 @@ type Options struct {
 	SkipControllerNameValidation bool
 }
 
-// Operator runs a set of modules against one cluster.
+// Operator is a manager with the host set up in it: what the binary runs.
 type Operator struct {
-	mgr         manager.Manager
-	engine      *engine.Engine
-	interpreter *engine.Engine // nil unless InterpreterFirst
-	supervisor  *supervisor.Supervisor
-	loadErrors  []error
-
-	mu          sync.Mutex
-	fileModules map[string]string // path -> module name, for files applied
+	*Host
+	mgr manager.Manager
 }
 
-// New loads the modules in opts and registers a controller for each one with
-// a new manager for cfg. It fails only on errors that stop the operator as a
-// whole (a bad config, an unusable cache directory); module load failures are
-// collected in LoadErrors.
-func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error) {
-	if opts.MetricsBindAddress == "" {
-		opts.MetricsBindAddress = ":8080"
+// New builds a manager for cfg the way the operator binary runs: the host's
+// paginated, verified informers (informer.Informers), unstructured objects
+// read from the cache, v1alpha1 in the scheme, a "ping" liveness check,
+// leader election and the metrics and probe endpoints of mo. Then it calls
+// Setup with opts. Module load failures are in LoadErrors, not in the error.
+func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
+	if mo.MetricsBindAddress == "" {
+		mo.MetricsBindAddress = ":8080"
 	}
-	if opts.HealthProbeBindAddress == "" {
-		opts.HealthProbeBindAddress = ":8081"
+	if mo.HealthProbeBindAddress == "" {
+		mo.HealthProbeBindAddress = ":8081"
 	}
-	log := ctrl.Log.WithName("operator")
-	if opts.LeaderElectionID == "" {
-		opts.LeaderElectionID = "wasmreconcile-operator"
+	if mo.LeaderElectionID == "" {
+		mo.LeaderElectionID = "wasmreconcile-operator"
 	}
-	if opts.LeaderElectionNamespace == "" {
-		opts.LeaderElectionNamespace = "default"
+	if mo.LeaderElectionNamespace == "" {
+		mo.LeaderElectionNamespace = "default"
 		if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			opts.LeaderElectionNamespace = strings.TrimSpace(string(ns))
+			mo.LeaderElectionNamespace = strings.TrimSpace(string(ns))
 		}
 	}
 	optional := func(d time.Duration) *time.Duration {
@@ -174,25 +481,46 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 		}
 		return &d
 	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	io := mo.Informers
+	if io.Registerer == nil {
+		io.Registerer = opts.Registerer
+	}
+	io.Scheme = scheme
+	informers, err := informer.New(io)
+	if err != nil {
+		return nil, fmt.Errorf("informer metrics: %w", err)
+	}
+	cacheOptions := cache.Options{NewInformer: informers.NewInformer}
+	if len(mo.Namespaces) > 0 {
+		cacheOptions.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range mo.Namespaces {
+			cacheOptions.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		LeaderElection:          opts.LeaderElection,
-		LeaderElectionID:        opts.LeaderElectionID,
-		LeaderElectionNamespace: opts.LeaderElectionNamespace,
-		LeaseDuration:           optional(opts.LeaseDuration),
-		RenewDeadline:           optional(opts.RenewDeadline),
-		RetryPeriod:             optional(opts.RetryPeriod),
+		Scheme:                  scheme,
+		LeaderElection:          mo.LeaderElection,
+		LeaderElectionID:        mo.LeaderElectionID,
+		LeaderElectionNamespace: mo.LeaderElectionNamespace,
+		LeaseDuration:           optional(mo.LeaseDuration),
+		RenewDeadline:           optional(mo.RenewDeadline),
+		RetryPeriod:             optional(mo.RetryPeriod),
 		// Release the Lease on a clean shutdown, so the next leader takes
 		// over at once instead of after LeaseDuration.
 		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress},
-		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
-		PprofBindAddress:              opts.PprofBindAddress,
-		Cache:                         cache.Options{NewInformer: informer.NewInformerFunc(opts.Informers)},
-		// Modules' objects are unstructured, which controller-runtime's
-		// client reads live from the API server by default. Read them from
-		// the informer cache, like everything else.
-		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-		Controller: config.Controller{SkipNameValidation: &opts.SkipControllerNameValidation},
+		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsBindAddress},
+		HealthProbeBindAddress:        mo.HealthProbeBindAddress,
+		PprofBindAddress:              mo.PprofBindAddress,
+		Cache:                         cacheOptions,
+		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Controller:                    config.Controller{SkipNameValidation: &mo.SkipControllerNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
@@ -200,156 +528,20 @@ func New(ctx context.Context, cfg *rest.Config, opts Options) (*Operator, error)
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
-	o := &Operator{mgr: mgr, fileModules: map[string]string{}}
-	if err := mgr.AddReadyzCheck("informers-synced", func(*http.Request) error { return o.Ready() }); err != nil {
-		return nil, err
-	}
-	eng, err := engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir})
+	opts.Informers = informers
+	h, err := Setup(mgr, opts)
 	if err != nil {
 		return nil, err
 	}
-	o.engine = eng
-	if opts.InterpreterFirst {
-		if o.interpreter, err = engine.New(engine.Options{Interpreter: true}); err != nil {
-			return nil, err
-		}
-	}
-	o.supervisor = supervisor.New(mgr, eng, supervisor.Options{
-		Limits: opts.Limits, Storm: opts.Storm, RateLimit: opts.RateLimit,
-		MaxConcurrentReconciles: opts.MaxConcurrentReconciles, KeepVersions: opts.KeepVersions,
-		ModuleConfig: opts.ModuleConfig, Interpreter: o.interpreter,
-	})
-	if err := mgr.Add(o.supervisor); err != nil {
-		return nil, err
-	}
-	unknownConfig := map[string]bool{}
-	for name := range opts.ModuleConfig {
-		unknownConfig[name] = true
-	}
-	loadAtStart := func(paths []string, hint string) {
-		for _, path := range paths {
-			name, err := o.applyFile(ctx, path)
-			if err != nil {
-				log.Error(err, "module not loaded; "+hint, "path", path)
-				o.loadErrors = append(o.loadErrors, err)
-				continue
-			}
-			delete(unknownConfig, name)
-		}
-	}
-	loadAtStart(opts.Modules, "the operator keeps running without it")
-	if opts.ModuleDir != "" {
-		w, err := moduledir.New(opts.ModuleDir, func(ctx context.Context, path string) error {
-			_, err := o.applyFile(ctx, path)
-			return err
-		}, func(path string) {
-			o.mu.Lock()
-			name, ok := o.fileModules[path]
-			delete(o.fileModules, path)
-			o.mu.Unlock()
-			if ok {
-				o.supervisor.Remove(name)
-			}
-		})
-		if err != nil {
-			return nil, err
-		}
-		if opts.ModuleDirSettle > 0 {
-			w.SetSettle(opts.ModuleDirSettle)
-		}
-		loadAtStart(w.Initial(), "fix the file and it is loaded when it changes")
-		if err := mgr.Add(w); err != nil {
-			return nil, err
-		}
-	}
-	if opts.ReconcileModules {
-		if err := modulecontroller.Setup(mgr, o.supervisor, opts.ModuleController); err != nil {
-			return nil, err
-		}
-	}
-	quiescentAfter := opts.QuiescentAfter
-	if quiescentAfter <= 0 {
-		quiescentAfter = time.Minute
-	}
-	if err := mgr.Add(&lifecycle{
-		synced: mgr.GetCache().WaitForCacheSync,
-		reconcilers: func() []activityReporter {
-			var out []activityReporter
-			for _, r := range o.supervisor.Reconcilers() {
-				out = append(out, r)
-			}
-			return out
-		},
-		quiescentAfter: quiescentAfter, interval: 2 * time.Second,
-	}); err != nil {
-		return nil, err
-	}
-	for name := range unknownConfig {
-		log.Info("configuration given for a module that is not loaded; check the module name in --module-config", "module", name)
-	}
-	return o, nil
+	return &Operator{Host: h, mgr: mgr}, nil
 }
-
-// applyFile loads or reloads the module in arg, a path optionally followed
-// by "@sha256:<hex>", and returns the module's name. The supervisor verifies
-// the pin, and refuses a second file of the same module name.
-func (o *Operator) applyFile(ctx context.Context, arg string) (string, error) {
-	path, pin, _ := strings.Cut(arg, "@sha256:")
-	wasm, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("module file %s: %w; check the path passed to --module or --module-dir", path, err)
-	}
-	o.mu.Lock()
-	name := o.fileModules[path] // "" for a new file: the manifest names it
-	o.mu.Unlock()
-	loaded, err := o.supervisor.Apply(ctx, supervisor.Spec{Name: name, Source: path, Wasm: wasm, SHA256: pin, Owner: "a file " + path})
-	if err != nil {
-		return "", err
-	}
-	o.mu.Lock()
-	o.fileModules[path] = loaded.Name
-	o.mu.Unlock()
-	f := loaded.Module.Manifest().For
-	ctrl.Log.WithName("operator").Info("module loaded", "module", loaded.Name, "path", path, "digest", loaded.Digest,
-		"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", len(wasm), "compile", loaded.Compile.String())
-	return loaded.Name, nil
-}
-
-// Ready reports whether every informer cache has synced; /readyz serves it.
-// It returns an error before the manager has started and while caches sync.
-func (o *Operator) Ready() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if !o.mgr.GetCache().WaitForCacheSync(ctx) {
-		return errors.New("informer caches have not synced yet")
-	}
-	return nil
-}
-
-// Modules are the modules serving now.
-func (o *Operator) Modules() []*engine.Module {
-	var out []*engine.Module
-	for _, r := range o.supervisor.Reconcilers() {
-		out = append(out, r.Module())
-	}
-	return out
-}
-
-// Supervisor runs the module controllers; Apply and Remove change them.
-func (o *Operator) Supervisor() *supervisor.Supervisor { return o.supervisor }
-
-// LoadErrors are the errors of modules that failed to load.
-func (o *Operator) LoadErrors() []error { return o.loadErrors }
 
 // Manager is the underlying controller-runtime manager.
 func (o *Operator) Manager() manager.Manager { return o.mgr }
 
-// Start runs the operator until ctx is done, then closes the modules.
+// Start runs the operator until ctx is done; the host closes as the manager
+// stops.
 func (o *Operator) Start(ctx context.Context) error {
 	err := o.mgr.Start(ctx)
-	errs := []error{err, o.supervisor.Close(context.Background()), o.engine.Close(context.Background())}
-	if o.interpreter != nil {
-		errs = append(errs, o.interpreter.Close(context.Background()))
-	}
-	return errors.Join(errs...)
+	return errors.Join(err, o.Host.Close(context.Background()))
 }

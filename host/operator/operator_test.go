@@ -18,7 +18,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
-	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 

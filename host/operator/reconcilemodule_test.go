@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/host/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
-	"github.com/wasmreconcile/wasmreconcile/host/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 

@@ -102,6 +102,11 @@ EXPORT("wr_reconcile") uint64_t wr_reconcile(const char *ptr, uint32_t len) {
   jval *fin = jget(req, "finalizing");
   int finalizing = fin && fin->t == J_BOOL && fin->b;
 
+  if (!strcmp(op, "emit")) {
+    jval *r = jpath(obj, "spec", "response");
+    if (r) sb_val(&out, r); else sb_lit(&out, "{}");
+    return respond();
+  }
   if (!strcmp(op, "echo")) {
     jval *cfg = jget(req, "config");
     jval *now = jget(req, "now");

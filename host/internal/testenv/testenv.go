@@ -1,11 +1,18 @@
-// Package testenv starts a real kube-apiserver and etcd for integration tests
-// through controller-runtime's envtest. The binaries come from
-// KUBEBUILDER_ASSETS when set, and otherwise from hack/controlplane.sh, which
-// builds them once into a cache outside the checkout.
+// Package testenv starts a real kube-apiserver and etcd for integration
+// tests through controller-runtime's envtest, one control plane per test
+// package (Main). The binaries come from KUBEBUILDER_ASSETS when set, and
+// otherwise from hack/controlplane.sh, which builds them once into a cache
+// outside the checkout.
+//
+// The control plane's processes die with the test binary, however it ends:
+// each is started through `setpriv --pdeathsig KILL` (util-linux), so a
+// test binary killed by `go test -timeout`, a panic or a signal leaves no
+// kube-apiserver or etcd behind.
 package testenv
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,6 +29,10 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
+
+// CRDs are the CRD directories every shared control plane installs: the
+// examples, the ReconcileModule CRD and the test kinds.
+var CRDs = []string{"examples/crds", "config/crd", "host/internal/testenv/crds"}
 
 // Assets returns the directory holding kube-apiserver, etcd and kubectl.
 func Assets() (string, error) {
@@ -37,96 +49,105 @@ func Assets() (string, error) {
 	return strings.TrimSpace(stdout.String()), nil
 }
 
-// Start starts a control plane with the CRDs in crdPaths (relative to the
-// repository root) installed. Call Stop on the returned environment.
-func Start(crdPaths ...string) (*envtest.Environment, *rest.Config, error) {
-	env, err := environment(crdPaths)
+// wrapAssets returns a directory of scripts that run the binaries of
+// assets through `setpriv --pdeathsig KILL`, so that each dies when the
+// test process does. Without setpriv it returns assets as is.
+func wrapAssets(assets, dir string) (string, error) {
+	setpriv, err := exec.LookPath("setpriv")
 	if err != nil {
-		return nil, nil, err
+		fmt.Fprintln(os.Stderr, "testenv: setpriv (util-linux) not found; a killed test binary may leave kube-apiserver and etcd running")
+		return assets, nil
 	}
-	cfg, err := start(env)
-	if err != nil {
-		return nil, nil, err
+	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl"} {
+		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, filepath.Join(assets, bin))
+		if err := os.WriteFile(filepath.Join(dir, bin), []byte(script), 0o755); err != nil {
+			return "", err
+		}
 	}
-	return env, cfg, nil
+	return dir, nil
 }
 
-// environment returns an envtest environment with the control plane
-// binaries and the CRDs in crdPaths (relative to the repository root).
-func environment(crdPaths []string) (*envtest.Environment, error) {
+// ControlPlane is a kube-apiserver and etcd whose processes can be killed
+// and started again while a test runs. Its certificate and data directories
+// are fixed (not allocated by envtest at each start), so a restart keeps
+// the serving certificate, the client CA and every stored object, and the
+// processes come back on the same ports: clients built from Config keep
+// working across restarts, as they would against a real cluster.
+type ControlPlane struct {
+	Env    *envtest.Environment
+	Config *rest.Config
+	// Assets is the directory of the binaries as started (kubectl too).
+	Assets string
+	dir    string
+}
+
+// Start starts a control plane with the CRDs in crdPaths (relative to the
+// repository root) installed, keeping its state in a new temporary
+// directory that Stop removes.
+func Start(crdPaths ...string) (*ControlPlane, error) {
 	assets, err := Assets()
 	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "wasmreconcile-envtest-")
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{dir: dir}
+	for _, d := range []string{"apiserver", "etcd", "bin"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if cp.Assets, err = wrapAssets(assets, filepath.Join(dir, "bin")); err != nil {
 		return nil, err
 	}
 	var paths []string
 	for _, p := range crdPaths {
 		paths = append(paths, filepath.Join(testwasm.RepoRoot(), p))
 	}
-	return &envtest.Environment{BinaryAssetsDirectory: assets, CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}, nil
+	cp.Env = &envtest.Environment{BinaryAssetsDirectory: cp.Assets, CRDDirectoryPaths: paths, ErrorIfCRDPathMissing: true}
+	cp.Env.ControlPlane.GetAPIServer().CertDir = filepath.Join(dir, "apiserver")
+	cp.Env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
+	if cp.Config, err = cp.Env.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting envtest control plane from %s: %w", assets, err)
+	}
+	return cp, nil
 }
 
-func start(env *envtest.Environment) (*rest.Config, error) {
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("starting envtest control plane from %s: %w", env.BinaryAssetsDirectory, err)
-	}
-	return cfg, nil
-}
-
-// Restartable is a control plane whose kube-apiserver and etcd processes can
-// be stopped and started again while a test runs. Its certificate and data
-// directories are fixed (not randomly allocated by envtest), so a restart
-// keeps the serving certificate, the client CA and every stored object, and
-// the processes come back on the same ports: clients built from Config keep
-// working across restarts, exactly as they would against a real cluster.
-type Restartable struct {
-	Env    *envtest.Environment
-	Config *rest.Config
-}
-
-// StartRestartable starts a control plane like Start, keeping its state in
-// dir (which the caller owns and removes).
-func StartRestartable(dir string, crdPaths ...string) (*Restartable, error) {
-	env, err := environment(crdPaths)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range []string{"apiserver", "etcd"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			return nil, err
-		}
-	}
-	env.ControlPlane.GetAPIServer().CertDir = filepath.Join(dir, "apiserver")
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
-	cfg, err := start(env)
-	if err != nil {
-		return nil, err
-	}
-	return &Restartable{Env: env, Config: cfg}, nil
+// Stop stops the control plane and removes its directory.
+func (cp *ControlPlane) Stop() error {
+	err := cp.Env.Stop()
+	_ = os.RemoveAll(cp.dir)
+	return err
 }
 
 // KillAPIServer kills the kube-apiserver process with SIGKILL, as a crash
 // or an OOM kill would, and reaps it; etcd keeps running. (A graceful stop
 // drains in-flight requests for up to a minute.)
-func (r *Restartable) KillAPIServer() error {
-	if err := killProcessWithArg("--cert-dir=" + r.Env.ControlPlane.APIServer.CertDir); err != nil {
+func (cp *ControlPlane) KillAPIServer() error {
+	if err := killProcessWithArg("--cert-dir=" + cp.Env.ControlPlane.APIServer.CertDir); err != nil {
 		return err
 	}
-	return r.Env.ControlPlane.APIServer.Stop()
+	return cp.Env.ControlPlane.APIServer.Stop()
 }
 
 // StartAPIServer starts the kube-apiserver again on the same port and
 // certificates. It returns once the server reports healthy.
-func (r *Restartable) StartAPIServer() error { return r.Env.ControlPlane.APIServer.Start() }
+func (cp *ControlPlane) StartAPIServer() error { return cp.Env.ControlPlane.APIServer.Start() }
 
 // KillEtcd kills the etcd process with SIGKILL and reaps it; the
 // kube-apiserver keeps running and answers with errors until etcd is back.
-func (r *Restartable) KillEtcd() error {
-	if err := killProcessWithArg("--data-dir=" + r.Env.ControlPlane.Etcd.DataDir); err != nil {
+func (cp *ControlPlane) KillEtcd() error {
+	if err := killProcessWithArg("--data-dir=" + cp.Env.ControlPlane.Etcd.DataDir); err != nil {
 		return err
 	}
-	return r.Env.ControlPlane.Etcd.Stop()
+	return cp.Env.ControlPlane.Etcd.Stop()
 }
+
+// StartEtcd starts etcd again on the same URL and data directory.
+func (cp *ControlPlane) StartEtcd() error { return cp.Env.ControlPlane.Etcd.Start() }
 
 // killProcessWithArg sends SIGKILL to the one process of ours whose command
 // line holds arg (a directory unique to this control plane).
@@ -153,12 +174,6 @@ func killProcessWithArg(arg string) error {
 	return fmt.Errorf("no process with argument %s", arg)
 }
 
-// StartEtcd starts etcd again on the same URL and data directory.
-func (r *Restartable) StartEtcd() error { return r.Env.ControlPlane.Etcd.Start() }
-
-// Stop stops the whole control plane.
-func (r *Restartable) Stop() error { return r.Env.Stop() }
-
 // WriteKubeconfig writes a kubeconfig for cfg (envtest's admin client
 // certificate) to path, for tests that run the operator binary.
 func WriteKubeconfig(cfg *rest.Config, path string) error {
@@ -168,4 +183,43 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
 	kc.CurrentContext = "envtest"
 	return clientcmd.WriteToFile(*kc, path)
+}
+
+// shared is the package's control plane, set by Main; nil under -short.
+var shared *ControlPlane
+
+// Main runs a test package's tests against one shared control plane with
+// the CRDs in CRDs installed, and stops it afterwards: call it from
+// TestMain as os.Exit(testenv.Main(m)). Under `go test -short` it starts
+// none, and the tests that need one (Shared) are skipped: -short is the
+// inner loop of unit tests.
+func Main(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		return m.Run()
+	}
+	cp, err := Start(CRDs...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	shared = cp
+	code := m.Run()
+	if err := cp.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+	}
+	return code
+}
+
+// Shared returns the package's control plane, started by Main. Under -short
+// it skips the test: it is an integration test.
+func Shared(t testing.TB) *ControlPlane {
+	t.Helper()
+	if shared == nil {
+		if testing.Short() {
+			t.Skip("integration test: it needs a control plane, which -short does not start")
+		}
+		t.Fatal("testenv.Shared: no control plane; call testenv.Main from the package's TestMain")
+	}
+	return shared
 }

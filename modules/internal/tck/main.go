@@ -17,9 +17,13 @@
 //	terminal    a terminal error
 //	finalize    finalized = true when finalizing, else an error
 //	big         a response of spec.bytes bytes
+//	emit        the response is spec.response, as is: the protocol's rules
+//	            (docs/abi.md, "Response rules") are checked on what the
+//	            host receives, whatever the guest's language
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -52,6 +56,17 @@ func reconcile(req *guest.Request) *guest.Response {
 	obj := guest.Object(req.Object)
 	ns := obj.Namespace()
 	switch op := obj.NestedString("spec", "op"); op {
+	case "emit":
+		spec, _ := obj.NestedField("spec", "response")
+		b, err := json.Marshal(spec)
+		if err != nil {
+			return guest.TerminalErrorf("tck: encoding spec.response: %v", err)
+		}
+		var resp guest.Response
+		if err := json.Unmarshal(b, &resp); err != nil {
+			return guest.TerminalErrorf("tck: spec.response is not a response: %v", err)
+		}
+		return &resp
 	case "echo":
 		cfg := req.Config
 		if cfg == nil {

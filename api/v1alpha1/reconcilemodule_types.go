@@ -1,0 +1,239 @@
+package v1alpha1
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReconcileModule is one wasm reconcile module run by the wasmreconcile
+// operator. The operator fetches the module's bytes from spec.source,
+// checks them against spec.source.sha256, and runs the module's reconcile
+// function for its kind under spec.limits. metadata.name must equal the name
+// in the module's manifest.
+//
+// It is cluster-scoped: a module's controller watches its kind in every
+// namespace, its RBAC is cluster-wide, and its name is a cluster-wide
+// identity (the controller name, metrics label and field manager). A
+// namespaced resource would suggest an isolation that a cluster-wide
+// controller does not have.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=rm,categories=wasmreconcile
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type=='Ready')].status"
+// +kubebuilder:printcolumn:name="Digest",type=string,JSONPath=".status.digest",priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=".status.conditions[?(@.type=='LoadFailed')].reason"
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=".spec.paused"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (a module name: lower-case letters, digits and '-', at most 63 characters)"
+type ReconcileModule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   ReconcileModuleSpec   `json:"spec"`
+	Status ReconcileModuleStatus `json:"status,omitempty"`
+}
+
+// ReconcileModuleSpec declares a module: where its bytes come from, what it
+// reconciles, and its limits.
+type ReconcileModuleSpec struct {
+	// Source says where the module's bytes come from.
+	// +required
+	Source Source `json:"source"`
+
+	// For is the kind the module reconciles. Defaults to the module's
+	// manifest; when set, it must match the manifest, so reviewers see the
+	// kind here.
+	// +optional
+	For *GroupVersionKind `json:"for,omitempty"`
+
+	// Owns are the kinds the module creates as children. When set, it must
+	// match the manifest.
+	// +optional
+	Owns []GroupVersionKind `json:"owns,omitempty"`
+
+	// Reads are the kinds the module reads from the cache. When set, it
+	// must match the manifest.
+	// +optional
+	Reads []GroupVersionKind `json:"reads,omitempty"`
+
+	// Limits are per-module limits. Unset fields take the operator's flags,
+	// then the module's manifest, then the engine's defaults.
+	// +optional
+	Limits Limits `json:"limits,omitempty"`
+
+	// Config is passed to the guest as Request.Config.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Config *apiextensionsv1.JSON `json:"config,omitempty"`
+
+	// Paused stops calling the module; objects keep their status and
+	// children. Resuming reconciles every object.
+	// +optional
+	// +kubebuilder:default=false
+	Paused bool `json:"paused,omitempty"`
+}
+
+// Source is where a module's bytes come from: exactly one of file,
+// configMap, secret and url.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.file), has(self.configMap), has(self.secret), has(self.url)].filter(x, x).size() == 1",message="set exactly one of source.file, source.configMap, source.secret and source.url"
+type Source struct {
+	// SHA256 is the sha256 of the module's (uncompressed) bytes, hex,
+	// optionally prefixed "sha256:". Bytes that do not match are refused.
+	// +required
+	// +kubebuilder:validation:Pattern=`^(sha256:)?[a-f0-9]{64}$`
+	SHA256 string `json:"sha256"`
+
+	// File is an absolute path on a volume mounted into the operator.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^/.*\.wasm$`
+	File string `json:"file,omitempty"`
+
+	// ConfigMap is a ConfigMap key (binaryData or data) holding the gzip'd
+	// module. A ConfigMap holds at most 1 MiB; larger modules need file or
+	// url.
+	// +optional
+	ConfigMap *KeyRef `json:"configMap,omitempty"`
+
+	// Secret is a Secret key holding the gzip'd module; at most 1 MiB.
+	// +optional
+	Secret *KeyRef `json:"secret,omitempty"`
+
+	// URL is an http or https URL serving the module (raw or gzip'd).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^https?://.+`
+	URL string `json:"url,omitempty"`
+}
+
+// KeyRef names a key of a ConfigMap or Secret.
+type KeyRef struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// Key holds the module. Defaults to module.wasm.gz.
+	// +optional
+	// +kubebuilder:default=module.wasm.gz
+	Key string `json:"key,omitempty"`
+}
+
+// GroupVersionKind names a Kubernetes kind.
+type GroupVersionKind struct {
+	// Group is "" for the core group.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Version string `json:"version"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Kind string `json:"kind"`
+}
+
+// Limits are per-module limits.
+type Limits struct {
+	// Fuel is the fuel budget of one reconcile call (deterministic; about
+	// one unit per wasm instruction).
+	// +optional
+	// +kubebuilder:validation:Minimum=1000
+	Fuel uint64 `json:"fuel,omitempty"`
+
+	// Timeout is the wall-clock deadline of one reconcile call, a Go
+	// duration such as "500ms" or "2s".
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m))+$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// MemoryPages caps the module's linear memory, in 64 KiB pages.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MemoryPages uint32 `json:"memoryPages,omitempty"`
+
+	// MaxConcurrentReconciles is how many objects of the module are
+	// reconciled at once.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	MaxConcurrentReconciles int `json:"maxConcurrentReconciles,omitempty"`
+
+	// Rate is the module's workqueue rate limit (a token bucket).
+	// +optional
+	Rate Rate `json:"rate,omitempty"`
+}
+
+// Rate is a token bucket.
+type Rate struct {
+	// QPS is the bucket's rate.
+	// +optional
+	// +kubebuilder:validation:Minimum=0.1
+	QPS float64 `json:"qps,omitempty"`
+	// Burst is the bucket's size.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Burst int `json:"burst,omitempty"`
+}
+
+// ReconcileModuleStatus is what the operator reports of a module.
+type ReconcileModuleStatus struct {
+	// ObservedGeneration is the generation of the spec last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Digest is the digest of the version serving.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+
+	// LoadedAt is when the version serving was loaded.
+	// +optional
+	LoadedAt *metav1.Time `json:"loadedAt,omitempty"`
+
+	// CompileSeconds is how long the last new bytes took to instrument,
+	// compile and validate.
+	// +optional
+	CompileSeconds float64 `json:"compileSeconds,omitempty"`
+
+	// LastError is the last load failure or reconcile error, with what to
+	// do.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+
+	// Stats are counters since the operator started serving this module.
+	// +optional
+	Stats *Stats `json:"stats,omitempty"`
+
+	// Conditions are Ready (a version serves and is not paused), Loading
+	// (new bytes are being fetched and compiled) and LoadFailed (the last
+	// spec could not be loaded).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Stats are a module's counters since the operator started serving it.
+type Stats struct {
+	Reconciles          int64   `json:"reconciles"`
+	Errors              int64   `json:"errors"`
+	MeanFuel            int64   `json:"meanFuel"`
+	MeanDurationSeconds float64 `json:"meanDurationSeconds"`
+}
+
+// ReconcileModuleList is a list of ReconcileModules.
+//
+// +kubebuilder:object:root=true
+type ReconcileModuleList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ReconcileModule `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ReconcileModule{}, &ReconcileModuleList{})
+}

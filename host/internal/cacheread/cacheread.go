@@ -1,0 +1,126 @@
+// Package cacheread serves the cache_read host function (docs/abi.md): it
+// lets a guest read only the kinds its manifest declares (For, Owns and
+// Reads), strips managedFields from what it returns, and delegates the read
+// to a Backend: the informer cache in a cluster, or objects in memory
+// offline.
+package cacheread
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+)
+
+// Backend reads objects. Get returns an error satisfying
+// apierrors.IsNotFound for a missing object.
+type Backend interface {
+	Get(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (map[string]any, error)
+	List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]map[string]any, error)
+}
+
+// Reader serves one module's reads.
+type Reader struct {
+	module  string
+	allowed map[schema.GroupVersionKind]bool
+	backend Backend
+}
+
+// New returns a Reader for the kinds declared by man.
+func New(man abi.Manifest, backend Backend) *Reader {
+	r := &Reader{module: man.Name, allowed: map[schema.GroupVersionKind]bool{}, backend: backend}
+	add := func(g abi.GroupVersionKind) {
+		r.allowed[schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}] = true
+	}
+	add(man.For)
+	for _, g := range man.Owns {
+		add(g)
+	}
+	for _, g := range man.Reads {
+		add(g)
+	}
+	return r
+}
+
+// Read serves one encoded abi.CacheRequest and returns the status and the
+// result bytes (the object or list as JSON for CacheOK, a message otherwise).
+func (r *Reader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
+	var req abi.CacheRequest
+	if err := json.Unmarshal(request, &req); err != nil {
+		return abi.CacheBadRequest, []byte("cache request is not valid JSON: " + err.Error())
+	}
+	gv, err := schema.ParseGroupVersion(req.APIVersion)
+	if err != nil || req.Kind == "" {
+		return abi.CacheBadRequest, []byte(fmt.Sprintf("cache request needs apiVersion and kind, got %q %q", req.APIVersion, req.Kind))
+	}
+	gvk := gv.WithKind(req.Kind)
+	if !r.allowed[gvk] {
+		return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not read %s: it is not in the manifest's for, owns or reads; declare it in manifest.reads", r.module, gvk))
+	}
+	switch req.Op {
+	case "get":
+		if req.Name == "" {
+			return abi.CacheBadRequest, []byte("get needs a name")
+		}
+		obj, err := r.backend.Get(ctx, gvk, req.Namespace, req.Name)
+		if apierrors.IsNotFound(err) {
+			return abi.CacheNotFound, []byte(fmt.Sprintf("%s %s/%s not found", gvk.Kind, req.Namespace, req.Name))
+		}
+		if err != nil {
+			return abi.CacheError, []byte(err.Error())
+		}
+		return encode(strip(obj))
+	case "list":
+		sel, err := labels.Parse(req.LabelSelector)
+		if err != nil {
+			return abi.CacheBadRequest, []byte(fmt.Sprintf("labelSelector %q: %v", req.LabelSelector, err))
+		}
+		objs, err := r.backend.List(ctx, gvk, req.Namespace, sel)
+		if err != nil {
+			return abi.CacheError, []byte(err.Error())
+		}
+		for i := range objs {
+			objs[i] = strip(objs[i])
+		}
+		if objs == nil {
+			objs = []map[string]any{}
+		}
+		return encode(objs)
+	}
+	return abi.CacheBadRequest, []byte(fmt.Sprintf("unknown op %q; want get or list", req.Op))
+}
+
+func encode(v any) (abi.CacheStatus, []byte) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return abi.CacheError, []byte("encoding the result: " + err.Error())
+	}
+	return abi.CacheOK, b
+}
+
+// strip removes metadata.managedFields, which guests never need and which
+// often makes up half of an object.
+func strip(obj map[string]any) map[string]any {
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		if _, has := md["managedFields"]; has {
+			cp := make(map[string]any, len(md))
+			for k, v := range md {
+				if k != "managedFields" {
+					cp[k] = v
+				}
+			}
+			out := make(map[string]any, len(obj))
+			for k, v := range obj {
+				out[k] = v
+			}
+			out["metadata"] = cp
+			return out
+		}
+	}
+	return obj
+}

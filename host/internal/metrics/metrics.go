@@ -1,0 +1,194 @@
+// Package metrics defines the host's Prometheus metrics per module. Its
+// collectors are built by New on a registerer the caller passes in: the
+// operator passes controller-runtime's registry by default, so that one
+// /metrics endpoint serves them beside controller_runtime_* and workqueue_*.
+// Nothing here is global and nothing is registered in init. Every metric is
+// listed in docs/metrics.md.
+//
+// The metrics are written to, never read back: status, health and
+// decisions come from the components' own state (see reconciler.Stats and
+// informer.Informers).
+package metrics
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+)
+
+// Metrics are the per-module collectors of one host.
+type Metrics struct {
+	// ReconcileTotal counts reconciles by module and result: a
+	// protocol.Kind, such as Success or FuelExhausted.
+	ReconcileTotal *prometheus.CounterVec
+	// GuestDuration observes the time spent in the guest per call.
+	GuestDuration *prometheus.HistogramVec
+	// FuelUsed observes the fuel used per call.
+	FuelUsed *prometheus.HistogramVec
+	// Preemptions counts calls stopped by the host, by reason (fuel,
+	// deadline).
+	Preemptions *prometheus.CounterVec
+	// StatusWrites counts status writes; an unchanged status is not written.
+	StatusWrites *prometheus.CounterVec
+	// ChildOperations counts children applied and pruned.
+	ChildOperations *prometheus.CounterVec
+	// StormsDetected counts objects found in a reconcile storm.
+	StormsDetected *prometheus.CounterVec
+	// Damped counts reconciles of quiescent objects answered without a call.
+	Damped *prometheus.CounterVec
+	// Reloads counts module loads by result.
+	Reloads *prometheus.CounterVec
+	// CompileSeconds observes how long loading new bytes took.
+	CompileSeconds *prometheus.HistogramVec
+
+	modules *moduleCollector
+}
+
+// Module is what the scrape-time metrics report of one running module:
+// wasmreconcile_module_info, wasmreconcile_module_state and
+// wasmreconcile_instances.
+type Module struct {
+	Name   string
+	Digest string
+	// Pool is the serving version's instance pool.
+	Pool engine.PoolStats
+	// Initialized, Converged and Quiescent are the module's lifecycle
+	// states (docs/metrics.md).
+	Initialized, Converged, Quiescent bool
+}
+
+// New builds the collectors and registers them on reg. A collector that reg
+// holds already (a second host in one process) is reused, so both hosts
+// count into it.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		ReconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_reconcile_total",
+			Help: "Reconciles by module and result: Success, or how it failed (ReconcileFailed, InvalidResponse, ApplyFailed, FuelExhausted, DeadlineExceeded, MemoryLimit, StackOverflow, GuestTrapped, ABIViolation, Canceled).",
+		}, []string{"module", "result"}),
+		GuestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wasmreconcile_guest_duration_seconds",
+			Help:    "Wall-clock time spent in the guest per reconcile call, including failed calls.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17), // 0.1 ms .. 6.5 s
+		}, []string{"module"}),
+		FuelUsed: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wasmreconcile_fuel_used",
+			Help:    "Fuel used per reconcile call (about one unit per executed wasm instruction), including failed calls.",
+			Buckets: prometheus.ExponentialBuckets(10_000, 4, 12), // 1e4 .. 4e10
+		}, []string{"module"}),
+		Preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_preemptions_total",
+			Help: "Guest calls stopped by the host, by module and reason (fuel: budget spent; deadline: timeout passed).",
+		}, []string{"module", "reason"}),
+		StatusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_status_writes_total",
+			Help: "Status writes by module; an unchanged status is not written and not counted.",
+		}, []string{"module"}),
+		ChildOperations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_child_operations_total",
+			Help: "Children written by module and operation (apply, prune); an unchanged child is not applied and not counted.",
+		}, []string{"module", "operation"}),
+		StormsDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_storms_detected_total",
+			Help: "Objects that entered a reconcile storm (many reconciles that changed nothing) and were made quiescent, by module.",
+		}, []string{"module"}),
+		Damped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_reconciles_damped_total",
+			Help: "Reconciles of quiescent objects that were postponed without calling the guest, by module.",
+		}, []string{"module"}),
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_module_reloads_total",
+			Help: "Module loads, by module and result: restarted (a new controller), swapped (new bytes in the running controller), cached (a version still compiled, swapped in), unchanged, upgraded (compiled code replaced the interpreter), failed.",
+		}, []string{"module", "result"}),
+		CompileSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wasmreconcile_module_compile_seconds",
+			Help:    "Time to instrument, compile and validate a module's new bytes.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
+		}, []string{"module"}),
+		modules: newModuleCollector(),
+	}
+	var err error
+	m.ReconcileTotal = register(reg, m.ReconcileTotal, &err)
+	m.GuestDuration = register(reg, m.GuestDuration, &err)
+	m.FuelUsed = register(reg, m.FuelUsed, &err)
+	m.Preemptions = register(reg, m.Preemptions, &err)
+	m.StatusWrites = register(reg, m.StatusWrites, &err)
+	m.ChildOperations = register(reg, m.ChildOperations, &err)
+	m.StormsDetected = register(reg, m.StormsDetected, &err)
+	m.Damped = register(reg, m.Damped, &err)
+	m.Reloads = register(reg, m.Reloads, &err)
+	m.CompileSeconds = register(reg, m.CompileSeconds, &err)
+	m.modules = register(reg, m.modules, &err)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers c on reg and returns it, or the collector reg already
+// holds under c's name (a second host in one process); other errors are
+// joined into *err.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, err *error) C {
+	e := reg.Register(c)
+	if e == nil {
+		return c
+	}
+	var already prometheus.AlreadyRegisteredError
+	if errors.As(e, &already) {
+		if existing, ok := already.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	*err = errors.Join(*err, e)
+	return c
+}
+
+// Collectors returns the collectors of m, for checks of what dashboards and
+// alert rules may reference.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
+		m.ChildOperations, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.modules}
+}
+
+// Init pre-initialises module's label sets at zero, so that rate() and
+// alerts see every series from the start.
+func (m *Metrics) Init(module string) {
+	for _, k := range protocol.Kinds {
+		if k != protocol.InvalidModule {
+			m.ReconcileTotal.WithLabelValues(module, string(k))
+		}
+	}
+	m.Preemptions.WithLabelValues(module, "fuel")
+	m.Preemptions.WithLabelValues(module, "deadline")
+	m.StatusWrites.WithLabelValues(module)
+	m.ChildOperations.WithLabelValues(module, "apply")
+	m.ChildOperations.WithLabelValues(module, "prune")
+	m.GuestDuration.WithLabelValues(module)
+	m.FuelUsed.WithLabelValues(module)
+	m.StormsDetected.WithLabelValues(module)
+	m.Damped.WithLabelValues(module)
+}
+
+// ObserveCall records one guest call's fuel, duration and preemption.
+func (m *Metrics) ObserveCall(module string, res engine.Result, kind protocol.Kind) {
+	m.FuelUsed.WithLabelValues(module).Observe(float64(res.Fuel))
+	m.GuestDuration.WithLabelValues(module).Observe(res.Duration.Seconds())
+	switch kind {
+	case protocol.FuelExhausted:
+		m.Preemptions.WithLabelValues(module, "fuel").Inc()
+	case protocol.DeadlineExceeded:
+		m.Preemptions.WithLabelValues(module, "deadline").Inc()
+	}
+}
+
+// ReportModules makes every scrape report the modules that list returns
+// (module info, lifecycle states and instance pools). A host that reports
+// its modules replaces the previous reporter under the same name; remove
+// it with StopReporting.
+func (m *Metrics) ReportModules(host string, list func() []Module) { m.modules.set(host, list) }
+
+// StopReporting stops reporting host's modules.
+func (m *Metrics) StopReporting(host string) { m.modules.set(host, nil) }

@@ -1,0 +1,434 @@
+// Package modulecontroller reconciles ReconcileModule objects (package
+// api/v1alpha1): it turns each object's spec into a module source and a
+// supervisor.Spec, has the supervisor fetch, verify, load and swap the
+// module in, and reports the outcome and the module's statistics in the
+// object's status, conditions and Events. Module load-health warnings
+// (SyncFailed, CacheStale) are recorded as Events on the object.
+package modulecontroller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
+)
+
+// Condition types and reasons of a ReconcileModule's status.
+const (
+	ConditionReady      = "Ready"      // a version serves (and is not paused)
+	ConditionLoading    = "Loading"    // new bytes are being fetched and compiled
+	ConditionLoadFailed = "LoadFailed" // the last spec could not be loaded
+
+	ReasonLoaded         = "Loaded"
+	ReasonPaused         = "Paused"
+	ReasonFetching       = "Fetching"
+	ReasonFetchFailed    = "FetchFailed"
+	ReasonDigestMismatch = "DigestMismatch"
+	ReasonInvalidModule  = "InvalidModule"
+	ReasonNameMismatch   = "NameMismatch"  // the manifest names the module differently
+	ReasonKindsMismatch  = "KindsMismatch" // spec.for, owns or reads disagree with the manifest
+	ReasonNameConflict   = "NameConflict"  // a file module of the same name runs
+	ReasonSyncFailed     = supervisor.ReasonSyncFailed
+	ReasonCacheStale     = supervisor.ReasonCacheStale
+)
+
+// Options configure the controller. Zero fields take the stated defaults.
+type Options struct {
+	// MaxModuleBytes caps a module's size, compressed and uncompressed.
+	// Defaults to source.DefaultMaxBytes (64 MiB).
+	MaxModuleBytes int64
+	// FetchTimeout bounds fetching a module from a URL. Defaults to 30 s.
+	FetchTimeout time.Duration
+	// StatusInterval is how often a serving module's statistics are
+	// refreshed in its status. Defaults to 30 s.
+	StatusInterval time.Duration
+	// HTTPClient fetches url sources. Defaults to http.DefaultClient.
+	HTTPClient *http.Client
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxModuleBytes <= 0 {
+		o.MaxModuleBytes = source.DefaultMaxBytes
+	}
+	if o.FetchTimeout <= 0 {
+		o.FetchTimeout = source.DefaultURLTimeout
+	}
+	if o.StatusInterval <= 0 {
+		o.StatusInterval = 30 * time.Second
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	return o
+}
+
+// Controller reconciles ReconcileModules.
+type Controller struct {
+	client     client.Client
+	reader     client.Reader // live reads of ConfigMaps and Secrets: no cluster-wide Secret cache
+	supervisor *supervisor.Supervisor
+	recorder   recorder.EventRecorder
+	opts       Options
+	leader     func() bool // whether this replica leads: only the leader writes
+
+	// Touched only by Reconcile (one worker), but for objects, which the
+	// supervisor's health loop reads.
+	applied   map[string]applied                   // the generation serving, by module name
+	failedGen map[string]applied                   // the generation that last failed to load
+	written   map[string]writtenStatus             // the status last written
+	mu        sync.Mutex                           // guards objects
+	objects   map[string]*v1alpha1.ReconcileModule // the object last seen, for health Events
+}
+
+type writtenStatus struct {
+	uid    types.UID
+	status v1alpha1.ReconcileModuleStatus
+}
+
+type applied struct {
+	uid        types.UID // a ReconcileModule deleted and created again is new
+	generation int64
+}
+
+// Setup registers the controller with mgr. It needs the ReconcileModule CRD
+// installed and v1alpha1 in mgr's scheme.
+func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
+	gvk := v1alpha1.GroupVersion.WithKind("ReconcileModule")
+	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return fmt.Errorf("the ReconcileModule CRD is not installed (%w); apply config/crd, or run without ReconcileModules (--reconcile-modules=false)", err)
+	}
+	c := &Controller{
+		client: mgr.GetClient(), reader: mgr.GetAPIReader(), supervisor: sup,
+		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(),
+		applied: map[string]applied{}, failedGen: map[string]applied{}, written: map[string]writtenStatus{},
+		objects: map[string]*v1alpha1.ReconcileModule{},
+	}
+	c.leader = func() bool {
+		select {
+		case <-mgr.Elected():
+			return true
+		default:
+			return false
+		}
+	}
+	// Every replica fetches and loads its modules, so that a new leader
+	// reconciles at once; only the leader writes status and Events (the
+	// supervisor starts module controllers only in the leader).
+	everyReplica := false
+	return ctrl.NewControllerManagedBy(mgr).Named("reconcilemodule").For(&v1alpha1.ReconcileModule{}).
+		WithOptions(crcontroller.Options{NeedLeaderElection: &everyReplica}).Complete(c)
+}
+
+// event records an Event, in the leader only.
+func (c *Controller) event(obj *v1alpha1.ReconcileModule, typ, reason, action, format string, args ...any) {
+	if c.leader() {
+		c.recorder.Eventf(obj, nil, typ, reason, action, format, args...)
+	}
+}
+
+// Reconcile loads a ReconcileModule's module when its generation changes,
+// removes it when the object is gone, and otherwise refreshes its status
+// every StatusInterval.
+func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	obj := &v1alpha1.ReconcileModule{}
+	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			if c.supervisor.Remove(req.Name) {
+				logger.Info("ReconcileModule deleted; module stopped", "module", req.Name)
+			}
+			delete(c.applied, req.Name)
+			delete(c.failedGen, req.Name)
+			delete(c.written, req.Name)
+			c.mu.Lock()
+			delete(c.objects, req.Name)
+			c.mu.Unlock()
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	c.mu.Lock()
+	c.objects[obj.Name] = obj.DeepCopy()
+	c.mu.Unlock()
+	status := c.statusOf(obj)
+	gen := applied{uid: obj.UID, generation: obj.Generation}
+
+	a, known := c.applied[obj.Name]
+	if known && a.uid != obj.UID {
+		known = false // deleted and created again: a new module
+	}
+	switch {
+	case c.failedGen[obj.Name] == gen:
+		// This generation failed for a reason only a spec change fixes; do
+		// not fetch and compile it again on every event.
+		if !known {
+			return ctrl.Result{}, nil
+		}
+	case !known || a != gen:
+		setCondition(&status, obj, ConditionLoading, metav1.ConditionTrue, ReasonFetching, "fetching and compiling the module")
+		if err := c.writeStatus(ctx, obj, status); err != nil {
+			return ctrl.Result{}, err
+		}
+		loaded, reason, err := c.load(ctx, obj)
+		if err != nil {
+			if reason != ReasonFetchFailed {
+				c.failedGen[obj.Name] = gen
+			}
+			return ctrl.Result{}, c.failed(ctx, obj, reason, err)
+		}
+		delete(c.failedGen, obj.Name)
+		c.applied[obj.Name] = gen
+		known = true
+		status.Digest = loaded.Digest
+		at := metav1.NewTime(loaded.At)
+		status.LoadedAt = &at
+		if loaded.Compile > 0 {
+			status.CompileSeconds = loaded.Compile.Seconds()
+		}
+		setCondition(&status, obj, ConditionLoadFailed, metav1.ConditionFalse, ReasonLoaded, "")
+		c.event(obj, corev1.EventTypeNormal, ReasonLoaded, "Load", "module %s serving (%s, compile %s)", loaded.Digest, loaded.Result, loaded.Compile.Round(time.Millisecond))
+	}
+	setCondition(&status, obj, ConditionLoading, metav1.ConditionFalse, ReasonLoaded, "")
+	if obj.Spec.Paused {
+		setCondition(&status, obj, ConditionReady, metav1.ConditionFalse, ReasonPaused, "spec.paused is true: the module is not called")
+	} else {
+		msg := "module " + status.Digest + " serving"
+		if c.failedGen[obj.Name] == gen {
+			msg = "module " + status.Digest + " still serving; the new spec failed to load (see LoadFailed)"
+		}
+		setCondition(&status, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, msg)
+	}
+	if st, ok := c.supervisor.Status(obj.Name); ok {
+		s := st.Stats
+		status.Stats = &v1alpha1.Stats{Reconciles: s.Reconciles, Errors: s.Errors, MeanFuel: s.MeanFuel, MeanDurationSeconds: s.MeanDurationSeconds}
+		if s.LastError != "" && c.failedGen[obj.Name] != gen {
+			status.LastError = s.LastError
+		}
+	}
+	status.ObservedGeneration = obj.Generation
+	if err := c.writeStatus(ctx, obj, status); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: c.opts.StatusInterval}, nil
+}
+
+// load builds the module's source and spec from obj and applies them. It
+// returns the condition reason of a failure.
+func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (supervisor.Loaded, string, error) {
+	spec := obj.Spec
+	fetcher, err := c.fetcher(spec.Source)
+	if err != nil {
+		return supervisor.Loaded{}, ReasonFetchFailed, fmt.Errorf("module[%s]: %w", obj.Name, err)
+	}
+	var cfg map[string]any
+	if spec.Config != nil && len(spec.Config.Raw) > 0 {
+		if err := json.Unmarshal(spec.Config.Raw, &cfg); err != nil {
+			return supervisor.Loaded{}, ReasonInvalidModule, fmt.Errorf("module[%s]: spec.config: %w", obj.Name, err)
+		}
+	}
+	var timeout time.Duration
+	if spec.Limits.Timeout != nil {
+		timeout = spec.Limits.Timeout.Duration
+	}
+	name := obj.Name
+	loaded, err := c.supervisor.Apply(ctx, supervisor.Spec{
+		Name: name, Source: fetcher, SHA256: spec.Source.SHA256, Owner: "the ReconcileModule " + name,
+		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
+		Config:                  cfg,
+		Paused:                  spec.Paused,
+		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
+		RateLimit:               ratelimit.Options{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
+		Check:                   func(m *engine.Module) error { return checkKinds(spec, m) },
+		OnHealth:                c.onHealth,
+	})
+	if err == nil {
+		return loaded, "", nil
+	}
+	var (
+		fetch    *supervisor.FetchError
+		mismatch *supervisor.DigestMismatchError
+		named    *supervisor.NameMismatchError
+		conflict *supervisor.NameConflictError
+		kinds    *KindsMismatchError
+	)
+	switch {
+	case errors.As(err, &fetch):
+		return loaded, ReasonFetchFailed, err
+	case errors.As(err, &conflict):
+		return loaded, ReasonNameConflict, err
+	case errors.As(err, &mismatch):
+		return loaded, ReasonDigestMismatch, err
+	case errors.As(err, &named):
+		return loaded, ReasonNameMismatch, err
+	case errors.As(err, &kinds):
+		return loaded, ReasonKindsMismatch, err
+	}
+	return loaded, ReasonInvalidModule, err
+}
+
+// fetcher is the Fetcher of a source; the schema admits exactly one.
+func (c *Controller) fetcher(src v1alpha1.Source) (source.Fetcher, error) {
+	opts := source.Options{MaxBytes: c.opts.MaxModuleBytes}
+	switch {
+	case src.File != "":
+		return source.File(src.File, opts), nil
+	case src.ConfigMap != nil:
+		return source.ConfigMap(c.reader, src.ConfigMap.Namespace, src.ConfigMap.Name, src.ConfigMap.Key, opts), nil
+	case src.Secret != nil:
+		return source.Secret(c.reader, src.Secret.Namespace, src.Secret.Name, src.Secret.Key, opts), nil
+	case src.URL != "":
+		return source.URL(c.opts.HTTPClient, src.URL, c.opts.FetchTimeout, opts), nil
+	}
+	return nil, errors.New("no source set; set one of spec.source.file, configMap, secret and url")
+}
+
+// onHealth records a module's load-health change as an Event on its
+// ReconcileModule. The supervisor calls it in the leader only.
+func (c *Controller) onHealth(e supervisor.HealthEvent) {
+	c.mu.Lock()
+	obj := c.objects[e.Module]
+	c.mu.Unlock()
+	if obj == nil {
+		return
+	}
+	typ := corev1.EventTypeNormal
+	if e.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	c.recorder.Eventf(obj, nil, typ, e.Reason, "Sync", "%s", e.Message)
+}
+
+// KindsMismatchError reports a spec whose for, owns or reads disagree with
+// the module's manifest.
+type KindsMismatchError struct {
+	Module, Field  string
+	Spec, Declared any
+}
+
+func (e *KindsMismatchError) Error() string {
+	return fmt.Sprintf("module[%s]: spec.%s is %v but the module's manifest declares %v; make spec.%s match the module, or remove it to take the manifest's",
+		e.Module, e.Field, e.Spec, e.Declared, e.Field)
+}
+
+func toABI(gs []v1alpha1.GroupVersionKind) []abi.GroupVersionKind {
+	out := make([]abi.GroupVersionKind, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, abi.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind})
+	}
+	return out
+}
+
+func checkKinds(spec v1alpha1.ReconcileModuleSpec, m *engine.Module) error {
+	man := m.Manifest()
+	if spec.For != nil {
+		if f := (abi.GroupVersionKind{Group: spec.For.Group, Version: spec.For.Version, Kind: spec.For.Kind}); f != man.For {
+			return &KindsMismatchError{Module: m.Name(), Field: "for", Spec: f, Declared: man.For}
+		}
+	}
+	same := func(a, b []abi.GroupVersionKind) bool { return (len(a) == 0 && len(b) == 0) || reflect.DeepEqual(a, b) }
+	if spec.Owns != nil && !same(toABI(spec.Owns), man.Owns) {
+		return &KindsMismatchError{Module: m.Name(), Field: "owns", Spec: toABI(spec.Owns), Declared: man.Owns}
+	}
+	if spec.Reads != nil && !same(toABI(spec.Reads), man.Reads) {
+		return &KindsMismatchError{Module: m.Name(), Field: "reads", Spec: toABI(spec.Reads), Declared: man.Reads}
+	}
+	return nil
+}
+
+// failed records a load failure: LoadFailed with the reason, Ready as it is
+// (a previous version may still serve), a Warning Event, and lastError. It
+// returns nil for errors that only a spec change fixes, and the error (to
+// retry with backoff) for fetch failures.
+func (c *Controller) failed(ctx context.Context, obj *v1alpha1.ReconcileModule, reason string, err error) error {
+	status := c.statusOf(obj)
+	setCondition(&status, obj, ConditionLoadFailed, metav1.ConditionTrue, reason, err.Error())
+	setCondition(&status, obj, ConditionLoading, metav1.ConditionFalse, reason, "")
+	if a, ok := c.applied[obj.Name]; ok && a.uid == obj.UID {
+		setCondition(&status, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, "module "+status.Digest+" still serving; the new spec failed to load")
+	} else {
+		setCondition(&status, obj, ConditionReady, metav1.ConditionFalse, reason, "no version of the module has loaded")
+	}
+	status.LastError = err.Error()
+	status.ObservedGeneration = obj.Generation
+	c.event(obj, corev1.EventTypeWarning, reason, "Load", "%s", truncate(err.Error(), 1024))
+	log.FromContext(ctx).Info("module not loaded", "reason", reason, "error", err.Error())
+	if werr := c.writeStatus(ctx, obj, status); werr != nil {
+		return werr
+	}
+	if reason == ReasonFetchFailed {
+		return err // the source may appear: retry with backoff
+	}
+	return nil
+}
+
+// statusOf returns the status last written for obj, or obj's own. The
+// cache may lag behind our own writes; starting from it could write an old
+// condition back.
+func (c *Controller) statusOf(obj *v1alpha1.ReconcileModule) v1alpha1.ReconcileModuleStatus {
+	if w, ok := c.written[obj.Name]; ok && w.uid == obj.UID {
+		return *w.status.DeepCopy()
+	}
+	return *obj.Status.DeepCopy()
+}
+
+// writeStatus applies status in the leader; a standby only keeps it, and
+// writes it (through the periodic refresh) once elected.
+func (c *Controller) writeStatus(ctx context.Context, obj *v1alpha1.ReconcileModule, status v1alpha1.ReconcileModuleStatus) error {
+	c.written[obj.Name] = writtenStatus{uid: obj.UID, status: *status.DeepCopy()}
+	if !c.leader() {
+		return nil
+	}
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	if err != nil {
+		return err
+	}
+	patch := &unstructured.Unstructured{Object: map[string]any{"status": st}}
+	patch.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("ReconcileModule"))
+	patch.SetName(obj.Name)
+	if err := c.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch), client.FieldOwner("wasmreconcile"), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing ReconcileModule %s status: %w", obj.Name, err)
+	}
+	return nil
+}
+
+// setCondition sets a condition, keeping lastTransitionTime when its status
+// does not change.
+func setCondition(status *v1alpha1.ReconcileModuleStatus, obj *v1alpha1.ReconcileModule, typ string, st metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: obj.Generation})
+}
+
+// truncate cuts s to at most n bytes on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len(" …")
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + " …"
+}

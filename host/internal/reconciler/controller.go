@@ -1,0 +1,108 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+)
+
+// ControllerOptions configure the controller that runs a Reconciler.
+type ControllerOptions struct {
+	// MaxConcurrentReconciles is the number of objects reconciled at once.
+	// Defaults to the module's Limits.MaxInstances, so no worker waits for
+	// an instance.
+	MaxConcurrentReconciles int
+	// RateLimiter paces retries of failed objects. Defaults to
+	// controller-runtime's default: per-item exponential backoff from 5 ms
+	// to 1000 s combined with a 10 qps / 100 burst token bucket.
+	RateLimiter workqueue.TypedRateLimiter[reconcile.Request]
+	// Requeue, when set, is a channel whose objects are reconciled again
+	// (RequeueAll sends to it). Defaults to nil: none.
+	Requeue <-chan event.GenericEvent
+}
+
+// NewController returns an unmanaged controller named after the module that
+// watches the module's kind, its owned kinds (a change to a child
+// reconciles its controller) and opts.Requeue, and calls r. Informers of the
+// kinds the module reads are started too, with no handler, so that a
+// guest's read never waits for a cold cache. The caller runs it with Start
+// and stops it by cancelling the context; several controllers of one name
+// may exist one after another.
+func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (crcontroller.Controller, error) {
+	workers := opts.MaxConcurrentReconciles
+	if workers == 0 {
+		if v := r.opts.Slot.Current(); v != nil {
+			workers = v.Module.Limits().MaxInstances
+		}
+		workers = max(workers, 1)
+	}
+	skip := true // a module's controller is replaced under the same name on reload
+	c, err := crcontroller.NewUnmanaged(r.name, crcontroller.Options{
+		Reconciler: r, MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter, SkipNameValidation: &skip,
+		// controller-runtime's own queue, kept so that Activity can read its
+		// length: the workqueue_depth metric is keyed by name, and a
+		// replaced controller of the same name would blur it.
+		NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+			if rl == nil {
+				rl = workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]()
+			}
+			q := workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Name: name})
+			r.queue.Store(&q)
+			return q
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("module[%s]: creating controller for %s: %w", r.name, r.gvk, err)
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	watches := []source.Source{source.Kind(mgr.GetCache(), client.Object(obj), &handler.EnqueueRequestForObject{})}
+	if opts.Requeue != nil {
+		watches = append(watches, source.Channel(opts.Requeue, &handler.EnqueueRequestForObject{}))
+	}
+	for _, gvk := range r.owns {
+		child := &unstructured.Unstructured{}
+		child.SetGroupVersionKind(gvk)
+		watches = append(watches, source.Kind(mgr.GetCache(), client.Object(child),
+			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), obj, handler.OnlyControllerOwner())))
+	}
+	for _, g := range r.manifest.Reads {
+		read := &unstructured.Unstructured{}
+		read.SetGroupVersionKind(gvkOf(g))
+		watches = append(watches, source.Kind(mgr.GetCache(), client.Object(read), handler.Funcs{}))
+	}
+	for _, w := range watches {
+		if err := c.Watch(w); err != nil {
+			return nil, fmt.Errorf("module[%s]: watching for %s: %w", r.name, r.gvk, err)
+		}
+	}
+	return c, nil
+}
+
+// RequeueAll sends every object of the module's kind in the cache to
+// requeue, for example after a new version of the module is swapped in. It
+// returns once they are handed over, or when ctx is done.
+func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.GenericEvent) error {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
+	if err := r.opts.Client.List(ctx, list); err != nil {
+		return fmt.Errorf("module[%s]: listing %s to requeue: %w", r.name, r.gvk.Kind, err)
+	}
+	for i := range list.Items {
+		select {
+		case requeue <- event.GenericEvent{Object: &list.Items[i]}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,428 @@
+// Package reconciler connects a guest module to controller-runtime: it is
+// the Reconciler of one module's controller.
+//
+// One reconcile is one straight line, and every line returns an outcome:
+//
+//	object (informer cache) → request (protocol.EncodeRequest)
+//	  → call (engine: fuel + deadline) → response (protocol.Rules.Decode)
+//	  → apply (children, status, Events, finalizer) → outcome
+//
+// and one place, settle, turns the outcome into everything else: metrics,
+// the attempt count passed to the guest, the Warning Event on the object,
+// the module's statistics, storm damping and the controller's result. The
+// vocabulary of outcomes is protocol.Kind.
+//
+// The module's code is read from a versionslot.Slot on every reconcile, so
+// a supervisor can swap versions between reconciles without this package
+// knowing.
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+)
+
+// ReasonReconcileStorm is the reason of the Warning Event on an object found
+// in a reconcile storm; the other Warning reasons are protocol.Kinds.
+const ReasonReconcileStorm = "ReconcileStorm"
+
+// FinalizerPrefix prefixes the module name to form the finalizer the host
+// adds for modules that declare one.
+const FinalizerPrefix = "wasmreconcile.io/"
+
+// Options configure a Reconciler. Fields marked required have no default.
+type Options struct {
+	// Slot serves the module's code. Required. Every version it serves must
+	// declare the same kinds and finalizer as the one it held at New.
+	Slot *versionslot.Slot
+	// Client reads objects and children from the informer cache and writes
+	// to the API server. Required. A manager's client reads unstructured
+	// objects from the cache only with client.CacheOptions{Unstructured:
+	// true}, as package operator configures it.
+	Client client.Client
+	// Recorder records Events on reconciled objects. Required.
+	Recorder recorder.EventRecorder
+	// Metrics receive the reconcile metrics. Required.
+	Metrics *metrics.Metrics
+	// Stats accumulate the module's statistics. Defaults to a new Stats;
+	// pass one to keep counting across controller restarts.
+	Stats *Stats
+	// Scopes tells which kinds are namespaced, for the children rules.
+	// Defaults to protocol.Builtin; the operator passes its RESTMapper's.
+	Scopes protocol.Scopes
+	// Config is passed to the guest as Request.Config on every call.
+	// Defaults to nil: no configuration.
+	Config map[string]any
+	// Paused, when set and true, makes reconciles return at once without
+	// calling the guest. Defaults to nil: never paused.
+	Paused func() bool
+	// Storm configures storm damping; see StormOptions for the defaults.
+	Storm StormOptions
+	// Now returns the wall clock passed to guests as Request.Now.
+	// Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Reconciler reconciles the objects of one module's kind by calling the
+// module. It is safe for concurrent use.
+type Reconciler struct {
+	name      string
+	manifest  abi.Manifest
+	gvk       schema.GroupVersionKind
+	owns      []schema.GroupVersionKind
+	finalizer string // empty when the module declares none
+	rules     protocol.Rules
+	opts      Options
+
+	storms *stormTracker
+	stats  *Stats
+
+	mu       sync.Mutex
+	attempts map[types.NamespacedName]int // consecutive failed reconciles
+
+	suspect atomic.Bool   // the last finished call was preempted
+	penalty chan struct{} // capacity 1: serialises a suspect module's calls
+
+	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
+	active     atomic.Int64                                                            // reconciles running now
+	lastChange atomic.Int64                                                            // unix nanoseconds of the last write
+}
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// New returns a Reconciler for the module in opts.Slot.
+func New(opts Options) (*Reconciler, error) {
+	if opts.Slot == nil || opts.Client == nil || opts.Recorder == nil || opts.Metrics == nil {
+		return nil, fmt.Errorf("reconciler: Slot, Client, Recorder and Metrics are required")
+	}
+	v := opts.Slot.Current()
+	if v == nil {
+		return nil, fmt.Errorf("reconciler: the slot is closed")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Stats == nil {
+		opts.Stats = &Stats{}
+	}
+	m := v.Module.Manifest()
+	r := &Reconciler{
+		name:     v.Module.Name(),
+		manifest: m,
+		gvk:      gvkOf(m.For),
+		rules:    protocol.RulesFor(m, opts.Scopes),
+		opts:     opts,
+		storms:   newStormTracker(opts.Storm),
+		stats:    opts.Stats,
+		attempts: map[types.NamespacedName]int{},
+		penalty:  make(chan struct{}, 1),
+	}
+	for _, g := range m.Owns {
+		r.owns = append(r.owns, gvkOf(g))
+	}
+	if m.Finalizer {
+		r.finalizer = FinalizerPrefix + r.name
+	}
+	opts.Metrics.Init(r.name)
+	return r, nil
+}
+
+func gvkOf(g abi.GroupVersionKind) schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}
+}
+
+// Name is the module's name, which names its controller.
+func (r *Reconciler) Name() string { return r.name }
+
+// Manifest is the manifest of the module's kinds.
+func (r *Reconciler) Manifest() abi.Manifest { return r.manifest }
+
+// outcome is how one reconcile ended, before settle turns it into metrics,
+// Events, attempts and a result.
+type outcome struct {
+	key  types.NamespacedName
+	obj  *unstructured.Unstructured // nil when the object is gone
+	skip skip
+
+	called bool          // the guest was called; res holds its fuel and time
+	res    engine.Result //
+	err    error         // why it failed; nil on success
+	wrote  bool          // something was written (status, child, finalizer)
+
+	requeueAfter time.Duration // success: the guest's requeueAfterSeconds
+	damped       time.Duration // skipStorm: how long to wait
+	fingerprint  string        // generation, children and version, for storm damping
+}
+
+// skip says why a reconcile ended without a call: nothing to settle.
+type skip int
+
+const (
+	skipNone    skip = iota
+	skipGone         // the object is deleted
+	skipNotOurs      // being deleted, and no finalizer of ours holds it
+	skipStorm        // quiescent: damped
+)
+
+// Reconcile implements reconcile.Reconciler; see the package documentation
+// for the steps. While paused, or once the module is removed, it returns at
+// once and writes nothing. It returns a reconcile.TerminalError for
+// outcomes that the same input would repeat (protocol.Terminal), an error
+// (so the object is retried with backoff) for other failures, and the
+// guest's requeueAfterSeconds on success. A deleted object is forgotten,
+// not an error.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
+	if r.opts.Paused != nil && r.opts.Paused() {
+		return ctrl.Result{}, nil // resuming requeues every object
+	}
+	v, ok := r.opts.Slot.Acquire()
+	if !ok {
+		return ctrl.Result{}, nil // the module was removed
+	}
+	defer v.Release()
+	r.active.Add(1)
+	defer r.active.Add(-1)
+	logger := log.FromContext(ctx).WithValues("module", r.name, "digest", v.Module.Digest())
+	ctx = log.IntoContext(ctx, logger)
+	logger.V(1).Info("START reconcile")
+	start := time.Now()
+	o := r.run(ctx, req.NamespacedName, v.Module)
+	res, err := r.settle(ctx, o)
+	logger.V(1).Info("FINISH reconcile", "duration", time.Since(start).String(), "result", r.kindOf(o), "fuel", o.res.Fuel)
+	return res, err
+}
+
+// run is the data path: object → request → call → response → apply.
+func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *engine.Module) outcome {
+	o := outcome{key: key}
+	call := "reconcile " + key.String()
+	if key.Namespace == "" {
+		call = "reconcile " + key.Name
+	}
+	fail := func(what string, err error) outcome {
+		o.err = &protocol.ApplyError{Module: r.name, Call: call, What: what, Err: err}
+		return o
+	}
+
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	if err := r.opts.Client.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			o.skip = skipGone
+			return o
+		}
+		return fail("reading the object", err)
+	}
+	o.obj = obj
+	deleting := obj.GetDeletionTimestamp() != nil
+	if deleting && (r.finalizer == "" || !controllerutil.ContainsFinalizer(obj, r.finalizer)) {
+		o.skip = skipNotOurs
+		return o
+	}
+	if r.finalizer != "" && !deleting && !controllerutil.ContainsFinalizer(obj, r.finalizer) {
+		if err := r.patchFinalizer(ctx, obj, true); err != nil {
+			return fail("finalizer "+r.finalizer, err)
+		}
+		o.wrote = true
+	}
+	observed, err := r.observedChildren(ctx, obj)
+	if err != nil {
+		return fail("listing children", err)
+	}
+	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childrenFingerprint(observed), module.Digest())
+	if ok, wait := r.storms.admit(key, o.fingerprint, r.opts.Now()); !ok {
+		o.skip, o.damped = skipStorm, wait
+		return o
+	}
+
+	children := make([]map[string]any, len(observed))
+	for i, c := range observed {
+		children[i] = c.Object
+	}
+	request, err := protocol.EncodeRequest(abi.Request{
+		Object:     obj.Object,
+		Children:   children,
+		Finalizing: deleting,
+		Config:     r.opts.Config,
+		Attempt:    r.attempt(key),
+		Now:        protocol.FormatNow(r.opts.Now()),
+	})
+	if err != nil {
+		o.err = &engine.ABIError{Module: r.name, Call: call, Reason: "encoding the request: " + err.Error()}
+		return o
+	}
+	o.called = true
+	o.res, o.err = r.call(ctx, module, call, request)
+	if o.err != nil {
+		return o
+	}
+	resp, err := r.rules.Decode(call, obj.Object, o.res.Output)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	wrote, err := r.apply(ctx, call, obj, observed, resp, deleting)
+	o.wrote = o.wrote || wrote
+	switch {
+	case err != nil:
+		o.err = err
+	case resp.Error != nil:
+		o.err = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
+	default:
+		o.requeueAfter = time.Duration(resp.RequeueAfterSeconds) * time.Second
+	}
+	return o
+}
+
+// call calls the guest. While the module is suspect (its last finished call
+// was preempted: it spins or runs away), its calls run one at a time, so a
+// spinning module occupies at most one CPU however many workers it has, and
+// the other modules keep the rest. The first call that finishes without
+// preemption lifts it.
+func (r *Reconciler) call(ctx context.Context, module *engine.Module, call string, request []byte) (engine.Result, error) {
+	if r.suspect.Load() {
+		select {
+		case r.penalty <- struct{}{}:
+			defer func() { <-r.penalty }()
+		case <-ctx.Done():
+			return engine.Result{}, &engine.CanceledError{Module: r.name, Call: call}
+		}
+	}
+	reads := cacheread.New(module.Manifest(), cacheread.ClientBackend{Reader: r.opts.Client})
+	res, err := module.Reconcile(engine.WithCacheReader(ctx, reads), call, request)
+	switch kind := protocol.KindOf(err); {
+	case kind.Preempted():
+		if !r.suspect.Swap(true) {
+			log.FromContext(ctx).Info("guest preempted: the module's calls now run one at a time until one finishes in budget", "error", err.Error())
+		}
+	case kind != protocol.Canceled:
+		r.suspect.Store(false)
+	}
+	return res, err
+}
+
+func (r *Reconciler) kindOf(o outcome) string {
+	switch o.skip {
+	case skipGone:
+		return "Gone"
+	case skipNotOurs:
+		return "NotOurs"
+	case skipStorm:
+		return "Damped"
+	}
+	return string(protocol.KindOf(o.err))
+}
+
+// settle is the one place an outcome becomes metrics, statistics, the
+// attempt count, a Warning Event, storm state and the controller's result.
+//
+// The attempt count (Request.attempt) counts consecutive reconciles of an
+// object that ended in any failure; a success or the object's deletion
+// resets it, and a host shutdown (Canceled) does not count.
+func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error) {
+	switch o.skip {
+	case skipGone:
+		r.forget(o.key)
+		r.storms.forget(o.key)
+		return ctrl.Result{}, nil
+	case skipNotOurs:
+		r.forget(o.key)
+		return ctrl.Result{}, nil
+	case skipStorm:
+		r.opts.Metrics.Damped.WithLabelValues(r.name).Inc()
+		log.FromContext(ctx).V(1).Info("quiescent: reconcile postponed", "after", o.damped.String())
+		return ctrl.Result{RequeueAfter: o.damped}, nil
+	}
+	kind := protocol.KindOf(o.err)
+	if o.called {
+		r.opts.Metrics.ObserveCall(r.name, o.res, kind)
+	}
+	r.opts.Metrics.ReconcileTotal.WithLabelValues(r.name, string(kind)).Inc()
+	if o.wrote {
+		r.lastChange.Store(r.opts.Now().UnixNano())
+	}
+	if kind == protocol.Canceled {
+		return ctrl.Result{}, o.err // shutting down: retried by the next leader or start
+	}
+	r.stats.record(kind, o.called, o.res)
+	if kind == protocol.Success {
+		r.forget(o.key)
+		if storm, n := r.storms.record(o.key, o.fingerprint, o.wrote, r.opts.Now()); storm {
+			r.opts.Metrics.StormsDetected.WithLabelValues(r.name).Inc()
+			r.warn(o.obj, ReasonReconcileStorm, fmt.Sprintf("reconciled %d times within %s without any change; the guest is now called at most once every %s until the object's generation or children change",
+				n, r.storms.opts.Window, r.storms.opts.Backoff))
+			log.FromContext(ctx).Info("reconcile storm: object is quiescent", "reconciles", n)
+		}
+		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
+	}
+	r.failed(o.key)
+	r.stats.setLastError(fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error()))
+	if o.obj != nil {
+		r.warn(o.obj, string(kind), o.err.Error())
+	}
+	log.FromContext(ctx).Info("reconcile failed", "result", kind, "error", o.err.Error())
+	if protocol.Terminal(o.err) {
+		return ctrl.Result{}, reconcile.TerminalError(o.err)
+	}
+	return ctrl.Result{}, o.err
+}
+
+// warn records a Warning Event on obj, its message cut to what the API
+// server accepts.
+func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
+	r.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", truncate(msg, protocol.MaxEventMessageBytes))
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " …"
+	cut := n - len(mark)
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + mark
+}
+
+func (r *Reconciler) attempt(key types.NamespacedName) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.attempts[key]
+}
+
+func (r *Reconciler) failed(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts[key]++
+}
+
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.attempts, key)
+}

@@ -1,0 +1,764 @@
+// Package supervisor runs module controllers and replaces them at run time.
+// It owns the reload policy and every goroutine it starts.
+//
+// A Supervisor owns one controller per module name. Apply fetches a
+// module's bytes from its source, verifies the pinned sha256, loads them
+// (instrument, compile, read the manifest: all off the hot path) and then,
+// between reconciles, either swaps the new version into the running
+// controller's slot or, when the module now reconciles different kinds or
+// its controller settings changed, stops the old controller and starts a new
+// one. Calls already running finish on the old version. Every object of the
+// module is then requeued. If anything fails before the swap, the old
+// version keeps serving and Apply returns a typed error.
+//
+// Recently used versions stay compiled (Options.KeepVersions), so rolling
+// back to a known digest is a pointer swap.
+//
+// The Supervisor is a manager Runnable that needs leader election: module
+// controllers, requeues and load-health checks run only in the elected
+// replica; Apply loads modules in every replica, so that a new leader
+// reconciles at once.
+package supervisor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
+)
+
+// Options configure a Supervisor. Fields marked required have no default.
+type Options struct {
+	// Manager runs the controllers and provides the cache, the RESTMapper,
+	// the scheme and the Event recorders. Required.
+	Manager ctrl.Manager
+	// Client reads from the informer cache (unstructured objects included)
+	// and writes to the API server. Required.
+	Client client.Client
+	// Engine loads modules. Required.
+	Engine *engine.Engine
+	// Metrics receive the per-module metrics. Required.
+	Metrics *metrics.Metrics
+
+	// Limits are the operator-wide limits; a Spec's non-zero limits override
+	// them, and the module's manifest fills what both leave unset.
+	Limits engine.Limits
+	// Storm configures storm damping for every module; see
+	// reconciler.StormOptions for the defaults.
+	Storm reconciler.StormOptions
+	// RateLimit is the default workqueue rate limiter of every module; see
+	// package ratelimit for the defaults.
+	RateLimit ratelimit.Options
+	// MaxConcurrentReconciles is the default per module. Defaults to the
+	// module's MaxInstances.
+	MaxConcurrentReconciles int
+	// KeepVersions is how many versions of each module stay compiled,
+	// counting the one serving, so that a rollback is instant. Defaults to 3.
+	KeepVersions int
+	// ModuleConfig is the config of modules whose Spec carries none, by
+	// module name. Defaults to none.
+	ModuleConfig map[string]map[string]any
+	// Interpreter, when set, makes new bytes serve first from this engine
+	// (one built with engine.Options{Interpreter: true}), which loads about
+	// 5x faster than the compiler but runs guests tens of times slower;
+	// the compiled version replaces it as soon as it is ready. Fuel is the
+	// same on both, so results do not change; deadlines may be hit more
+	// often meanwhile. Defaults to nil: new bytes serve once compiled.
+	Interpreter *engine.Engine
+
+	// LastEvent tells when the informer of a kind last saw an event or a
+	// list, for CacheStale warnings. Defaults to nil: no staleness checks.
+	LastEvent func(schema.GroupKind) time.Time
+	// HealthInterval is how often each module's caches are checked.
+	// Defaults to 10 seconds.
+	HealthInterval time.Duration
+	// SyncTimeout is how long a module's caches may take to sync before a
+	// SyncFailed warning. Defaults to 2 minutes.
+	SyncTimeout time.Duration
+	// StaleAfter is how long a module's kind may go without a watch event
+	// (bookmarks count) or list before a CacheStale warning. Defaults to 10
+	// minutes.
+	StaleAfter time.Duration
+	// QuiescentAfter is how long a converged module must write nothing to
+	// be reported quiescent. Defaults to 1 minute.
+	QuiescentAfter time.Duration
+
+	// Log receives the supervisor's log lines. Defaults to
+	// ctrl.Log.WithName("supervisor").
+	Log logr.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.KeepVersions <= 0 {
+		o.KeepVersions = 3
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = 10 * time.Second
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = 2 * time.Minute
+	}
+	if o.StaleAfter <= 0 {
+		o.StaleAfter = 10 * time.Minute
+	}
+	if o.QuiescentAfter <= 0 {
+		o.QuiescentAfter = time.Minute
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = ctrl.Log.WithName("supervisor")
+	}
+	return o
+}
+
+// Spec is what to run as one module.
+type Spec struct {
+	// Name names the module: its controller, metrics label, field manager
+	// and finalizer suffix. It must match the name in the module's
+	// manifest. Defaults to the manifest's name.
+	Name string
+	// Source fetches the module's bytes. Required.
+	Source source.Fetcher
+	// SHA256, when set, pins the bytes: hex, optionally prefixed "sha256:".
+	SHA256 string
+	// Owner describes what declares the module, e.g. "the file
+	// /m/widget.wasm" or "the ReconcileModule widget". A module of one name
+	// is refused from a second owner, so that two files, or a file and a
+	// ReconcileModule, cannot replace each other. Defaults to "".
+	Owner string
+	// Limits override Options.Limits where non-zero.
+	Limits engine.Limits
+	// Config is passed to the guest as Request.Config. Defaults to
+	// Options.ModuleConfig[Name].
+	Config map[string]any
+	// Paused stops calling the guest; resuming requeues every object.
+	Paused bool
+	// MaxConcurrentReconciles overrides Options.MaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+	// RateLimit overrides Options.RateLimit where non-zero.
+	RateLimit ratelimit.Options
+	// Check, when set, vets a loaded module before it serves; an error
+	// refuses it and the previous version keeps serving.
+	Check func(*engine.Module) error
+	// OnHealth receives the module's load-health changes (SyncFailed and
+	// Synced, CacheStale and Fresh), in the leader. Defaults to logging
+	// them.
+	OnHealth func(HealthEvent)
+}
+
+// HealthEvent is a change in a module's load health: a Warning when a
+// problem starts, and a Normal event when it ends.
+type HealthEvent struct {
+	Module  string
+	Warning bool
+	// Reason is SyncFailed, Synced, CacheStale or Fresh.
+	Reason  string
+	Message string
+}
+
+// Health reasons.
+const (
+	ReasonSyncFailed = "SyncFailed" // the module's kind's cache has not synced in Options.SyncTimeout
+	ReasonSynced     = "Synced"
+	ReasonCacheStale = "CacheStale" // no event or list for the module's kind in Options.StaleAfter
+	ReasonFresh      = "Fresh"
+)
+
+// Loaded describes the version serving after a successful Apply.
+type Loaded struct {
+	Name   string
+	Digest string // "sha256:<hex>" of the module's bytes
+	Bytes  int
+	At     time.Time
+	// Compile is how long loading took (instrument, compile, manifest);
+	// zero when the version was still compiled from before.
+	Compile time.Duration
+	// Result is how the version was put to serve: restarted, swapped,
+	// cached or unchanged.
+	Result   string
+	Manifest abi.Manifest
+}
+
+// FetchError reports that a module's bytes could not be fetched.
+type FetchError struct {
+	Module, Source string
+	Err            error
+}
+
+func (e *FetchError) Error() string {
+	return fmt.Sprintf("module[%s] fetching %s: %v", e.Module, e.Source, e.Err)
+}
+
+func (e *FetchError) Unwrap() error { return e.Err }
+
+// DigestMismatchError reports bytes that do not match their pinned digest.
+type DigestMismatchError struct {
+	Module, Source, Want, Got string
+}
+
+func (e *DigestMismatchError) Error() string {
+	return fmt.Sprintf("module[%s] from %s: bytes have %s but the source pins %s; update the pinned sha256 if the new bytes are intended, or fix the source",
+		e.Module, e.Source, e.Got, e.Want)
+}
+
+// NameConflictError reports a module declared by two owners (two files, or
+// a file and a ReconcileModule).
+type NameConflictError struct {
+	Module, Source, Owner string
+}
+
+func (e *NameConflictError) Error() string {
+	return fmt.Sprintf("module[%s] from %s: a module of that name already runs from %s; rename one of them",
+		e.Module, e.Source, e.Owner)
+}
+
+// NameMismatchError reports a module whose manifest names it differently
+// from its Spec.
+type NameMismatchError struct {
+	Module, Source, Manifest string
+}
+
+func (e *NameMismatchError) Error() string {
+	return fmt.Sprintf("module[%s] from %s: the module's manifest names it %q; the names must match (a ReconcileModule is named after its module; a file keeps the module it first loaded, so remove it and add the new one)",
+		e.Module, e.Source, e.Manifest)
+}
+
+// Supervisor runs module controllers. Create it with New and add it to the
+// manager (mgr.Add); Apply and Remove may be called before or after the
+// manager starts it.
+type Supervisor struct {
+	opts Options
+
+	mu      sync.Mutex
+	ctx     context.Context // the leader's, set while Start runs; nil otherwise
+	modules map[string]*running
+	closed  bool
+
+	// Every goroutine the supervisor starts is counted here and ends by
+	// Close: controllers, requeues, retirements, background compiles and
+	// the health loop.
+	goroutines sync.WaitGroup
+}
+
+// running is one module.
+type running struct {
+	spec     Spec
+	rec      *reconciler.Reconciler
+	slot     *versionslot.Slot
+	stats    *reconciler.Stats // kept across controller restarts
+	paused   atomic.Bool
+	requeue  chan event.GenericEvent
+	versions []*cached // most recent first; versions[0] serves
+	loaded   Loaded
+
+	cancel  context.CancelFunc // stops the controller; nil while it does not run
+	stopped chan struct{}      // closed when the controller's goroutine returns
+
+	health health
+}
+
+type cached struct {
+	key     string // digest + limits
+	version *versionslot.Version
+}
+
+// New returns a Supervisor.
+func New(opts Options) (*Supervisor, error) {
+	if opts.Manager == nil || opts.Client == nil || opts.Engine == nil || opts.Metrics == nil {
+		return nil, errors.New("supervisor: Manager, Client, Engine and Metrics are required")
+	}
+	return &Supervisor{opts: opts.withDefaults(), modules: map[string]*running{}}, nil
+}
+
+// NeedLeaderElection makes module controllers run only in the leader.
+func (s *Supervisor) NeedLeaderElection() bool { return true }
+
+// Start runs the controllers of every module applied so far, and of every
+// module applied later, and checks their load health, until ctx is done;
+// then it stops them.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.ctx = ctx
+	for _, r := range s.modules {
+		s.startController(r)
+	}
+	s.goroutines.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.goroutines.Done()
+		s.healthLoop(ctx)
+	}()
+	<-ctx.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.modules {
+		s.stopController(r)
+	}
+	s.ctx = nil
+	return nil
+}
+
+// Digest returns the "sha256:<hex>" digest of wasm.
+func Digest(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Apply makes spec the running version of module spec.Name. It returns once
+// the new version serves (and its objects are being requeued), or with an
+// error and the previous version still serving: a *FetchError,
+// *DigestMismatchError, *engine.InvalidModuleError, *NameMismatchError,
+// *NameConflictError, or the error of spec.Check.
+func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
+	label := spec.Name // for messages and metrics until the manifest names the module
+	if label == "" {
+		label = spec.Source.String()
+	}
+	fail := func(err error) (Loaded, error) {
+		s.opts.Metrics.Reloads.WithLabelValues(label, "failed").Inc()
+		return Loaded{}, err
+	}
+	wasm, err := spec.Source.Fetch(ctx)
+	if err != nil {
+		return fail(&FetchError{Module: label, Source: spec.Source.String(), Err: err})
+	}
+	if len(wasm) == 0 {
+		return fail(&FetchError{Module: label, Source: spec.Source.String(), Err: errors.New("no bytes; the source is empty")})
+	}
+	digest := Digest(wasm)
+	if spec.SHA256 != "" {
+		if want := "sha256:" + strings.TrimPrefix(strings.ToLower(spec.SHA256), "sha256:"); want != digest {
+			return fail(&DigestMismatchError{Module: label, Source: spec.Source.String(), Want: want, Got: digest})
+		}
+	}
+	limits := mergeLimits(s.opts.Limits, spec.Limits)
+	key := fmt.Sprintf("%s/%+v", digest, limits)
+
+	// A version still kept for these bytes and limits is reused as is.
+	var version *versionslot.Version
+	s.mu.Lock()
+	for name, r := range s.modules {
+		if spec.Name != "" && name != spec.Name {
+			continue
+		}
+		for _, c := range r.versions {
+			if c.key == key {
+				version, spec.Name = c.version, name
+			}
+		}
+	}
+	s.mu.Unlock()
+
+	// Otherwise load, off the hot path: the running version serves meanwhile.
+	loaded := Loaded{Digest: digest, Bytes: len(wasm)}
+	reused, interpreted := version != nil, false
+	if !reused {
+		start := time.Now()
+		loader := s.opts.Engine
+		if s.opts.Interpreter != nil {
+			loader, interpreted = s.opts.Interpreter, true
+		}
+		m, err := loader.Load(ctx, label, wasm, limits)
+		if err != nil {
+			if spec.Name == "" {
+				return fail(err) // the engine's error names the source
+			}
+			return fail(fmt.Errorf("module[%s] from %s: %w", label, spec.Source, err))
+		}
+		loaded.Compile = time.Since(start)
+		s.opts.Metrics.CompileSeconds.WithLabelValues(m.Name()).Observe(loaded.Compile.Seconds())
+		version = versionslot.New(m)
+	}
+	// discard refuses the version: a new one is closed, a kept one stays.
+	discard := func(err error) (Loaded, error) {
+		if !reused {
+			_ = version.Module.Close(ctx)
+		}
+		return fail(err)
+	}
+	m := version.Module
+	if spec.Name == "" {
+		spec.Name, label = m.Name(), m.Name()
+	}
+	if m.Name() != spec.Name {
+		return discard(&NameMismatchError{Module: spec.Name, Source: spec.Source.String(), Manifest: m.Name()})
+	}
+	if spec.Check != nil {
+		if err := spec.Check(m); err != nil {
+			return discard(err)
+		}
+	}
+	if spec.Config == nil {
+		spec.Config = s.opts.ModuleConfig[spec.Name]
+	}
+	loaded.Name, loaded.At, loaded.Manifest = spec.Name, time.Now(), m.Manifest()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return discard(errors.New("supervisor: closed"))
+	}
+	r := s.modules[spec.Name] // it may have changed while loading
+	if r != nil && r.spec.Owner != spec.Owner {
+		return discard(&NameConflictError{Module: spec.Name, Source: spec.Source.String(), Owner: r.spec.Owner})
+	}
+	loaded.Result, err = s.serve(r, spec, version, reused)
+	if err != nil {
+		return discard(err)
+	}
+	r = s.modules[spec.Name]
+	r.loaded = loaded
+	if interpreted {
+		s.remember(r, key+"#interpreter", version)
+		s.goroutines.Add(1)
+		go func() {
+			defer s.goroutines.Done()
+			s.upgrade(spec, wasm, limits, key, version)
+		}()
+	} else {
+		s.remember(r, key, version)
+	}
+	s.opts.Metrics.Reloads.WithLabelValues(spec.Name, loaded.Result).Inc()
+	s.opts.Log.Info("module applied", "module", spec.Name, "source", spec.Source.String(), "digest", digest, "result", loaded.Result,
+		"compile", loaded.Compile.String(), "paused", spec.Paused)
+	return loaded, nil
+}
+
+// serve is the reload policy: it makes version serve module spec.Name and
+// says how. A new module, one whose kinds changed, or one whose controller
+// settings (config, concurrency, rate) changed gets a new controller:
+// "restarted". Otherwise the version is swapped into the running slot:
+// "swapped" for new bytes, "cached" for a version kept compiled, or
+// "unchanged". A swap or a resume requeues every object. s.mu is held.
+func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, reused bool) (string, error) {
+	restart := r == nil || sameKinds(r.slot.Current().Module, version.Module) != nil || !controllerSettingsEqual(r.spec, spec)
+	if restart {
+		next := &running{stats: &reconciler.Stats{}, requeue: make(chan event.GenericEvent), health: health{since: time.Now()}}
+		if r != nil {
+			next.stats, next.versions = r.stats, r.versions
+			next.health.syncWarned, next.health.staleWarned = r.health.syncWarned, r.health.staleWarned
+		}
+		next.slot = versionslot.NewSlot(version)
+		next.paused.Store(spec.Paused)
+		rec, err := reconciler.New(reconciler.Options{
+			Slot: next.slot, Client: s.opts.Client,
+			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
+			Metrics:  s.opts.Metrics, Stats: next.stats,
+			Scopes:   protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
+			Config:   spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm,
+		})
+		if err != nil {
+			return "", err
+		}
+		next.rec, next.spec = rec, spec
+		if r != nil {
+			// The old controller stops; its running calls finish on the
+			// versions they hold. Its slot is closed so that its workers
+			// return at once.
+			s.stopController(r)
+			r.slot.Close()
+		}
+		s.modules[spec.Name] = next
+		if s.ctx != nil {
+			s.startController(next) // its initial list reconciles every object
+		}
+		return "restarted", nil
+	}
+	result := "swapped"
+	if r.slot.Current() == version {
+		result = "unchanged"
+	} else {
+		if _, err := r.slot.Swap(version); err != nil {
+			return "", err
+		}
+		if reused {
+			result = "cached"
+		}
+	}
+	resumed := r.paused.Swap(spec.Paused) && !spec.Paused
+	r.spec = spec
+	if (resumed || result != "unchanged") && !spec.Paused {
+		s.requeueAll(r)
+	}
+	return result, nil
+}
+
+// requeueAll requeues every object of r into its running controller, in
+// the background; nothing when the controller does not run (a standby: a
+// new leader's controllers list every object anyway). s.mu is held.
+func (s *Supervisor) requeueAll(r *running) {
+	if r.cancel == nil {
+		return
+	}
+	ctx, rec, ch, stopped := s.ctx, r.rec, r.requeue, r.stopped
+	ctx, cancel := context.WithCancel(ctx)
+	s.goroutines.Add(1)
+	go func() {
+		defer s.goroutines.Done()
+		defer cancel()
+		go func() { // the controller stopping ends the requeue
+			select {
+			case <-stopped:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := rec.RequeueAll(ctx, ch); err != nil && ctx.Err() == nil {
+			s.opts.Log.Info("requeue after reload failed; objects are reconciled on their next event", "module", rec.Name(), "error", err.Error())
+		}
+	}()
+}
+
+// upgrade compiles the bytes and, if the interpreted version still serves,
+// swaps the compiled one in and retires the interpreted one.
+func (s *Supervisor) upgrade(spec Spec, wasm []byte, limits engine.Limits, key string, interpreted *versionslot.Version) {
+	ctx, cancel := s.closeContext()
+	defer cancel()
+	start := time.Now()
+	m, err := s.opts.Engine.Load(ctx, spec.Source.String(), wasm, limits)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.opts.Log.Info("compiling after serving from the interpreter failed; the interpreter keeps serving", "module", spec.Name, "error", err.Error())
+		}
+		return
+	}
+	s.opts.Metrics.CompileSeconds.WithLabelValues(spec.Name).Observe(time.Since(start).Seconds())
+	compiled := versionslot.New(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.modules[spec.Name]
+	if s.closed || r == nil || r.slot.Current() != interpreted {
+		_ = m.Close(ctx) // superseded or removed meanwhile
+		return
+	}
+	if _, err := r.slot.Swap(compiled); err != nil {
+		_ = m.Close(ctx)
+		return
+	}
+	kept := []*cached{{key: key, version: compiled}}
+	for _, c := range r.versions {
+		if c.version != interpreted {
+			kept = append(kept, c)
+		}
+	}
+	r.versions = kept
+	s.retire(interpreted)
+	s.opts.Metrics.Reloads.WithLabelValues(spec.Name, "upgraded").Inc()
+	s.opts.Log.Info("compiled version replaced the interpreted one", "module", spec.Name, "compile", time.Since(start).String())
+}
+
+// closeContext returns a context that ends when Close is called.
+func (s *Supervisor) closeContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		cancel()
+	}
+	return ctx, cancel
+}
+
+// remember puts version first in r's versions and retires the ones beyond
+// KeepVersions once their running calls finish. s.mu is held.
+func (s *Supervisor) remember(r *running, key string, v *versionslot.Version) {
+	kept := []*cached{{key: key, version: v}}
+	for _, c := range r.versions {
+		if c.version == v {
+			continue
+		}
+		if len(kept) < s.opts.KeepVersions {
+			kept = append(kept, c)
+			continue
+		}
+		s.retire(c.version)
+	}
+	r.versions = kept
+}
+
+// retire closes v once its running calls finish, in the background.
+// s.mu is held.
+func (s *Supervisor) retire(v *versionslot.Version) {
+	s.goroutines.Add(1)
+	go func() {
+		defer s.goroutines.Done()
+		_ = v.Retire(context.Background())
+	}()
+}
+
+// Remove stops module name's controller and closes its versions. Objects
+// keep their status and children; nothing is deleted. It reports whether
+// the module ran.
+func (s *Supervisor) Remove(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.modules[name]
+	if !ok {
+		return false
+	}
+	s.stopController(r)
+	r.slot.Close()
+	for _, c := range r.versions {
+		s.retire(c.version)
+	}
+	delete(s.modules, name)
+	s.opts.Log.Info("module removed", "module", name)
+	return true
+}
+
+// Close stops every module's controller and closes every version, waiting
+// for calls still running (each bounded by its module's deadline) and for
+// every goroutine the supervisor started. Call it once the manager has
+// stopped, before closing the engine.
+func (s *Supervisor) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	var versions []*versionslot.Version
+	for name, r := range s.modules {
+		s.stopController(r)
+		r.slot.Close()
+		for _, c := range r.versions {
+			versions = append(versions, c.version)
+		}
+		delete(s.modules, name)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, v := range versions {
+		errs = append(errs, v.Retire(ctx))
+	}
+	done := make(chan struct{})
+	go func() { s.goroutines.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("supervisor: goroutines still running at close: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// startController starts r's controller under s.ctx. s.mu is held.
+func (s *Supervisor) startController(r *running) {
+	rl := s.opts.RateLimit
+	if r.spec.RateLimit.BaseDelay > 0 {
+		rl.BaseDelay = r.spec.RateLimit.BaseDelay
+	}
+	if r.spec.RateLimit.MaxDelay > 0 {
+		rl.MaxDelay = r.spec.RateLimit.MaxDelay
+	}
+	if r.spec.RateLimit.QPS > 0 {
+		rl.QPS = r.spec.RateLimit.QPS
+	}
+	if r.spec.RateLimit.Burst > 0 {
+		rl.Burst = r.spec.RateLimit.Burst
+	}
+	workers := s.opts.MaxConcurrentReconciles
+	if r.spec.MaxConcurrentReconciles > 0 {
+		workers = r.spec.MaxConcurrentReconciles
+	}
+	c, err := r.rec.NewController(s.opts.Manager, reconciler.ControllerOptions{
+		MaxConcurrentReconciles: workers, RateLimiter: ratelimit.New(rl), Requeue: r.requeue,
+	})
+	if err != nil {
+		s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	stopped := make(chan struct{})
+	r.cancel, r.stopped = cancel, stopped
+	s.goroutines.Add(1)
+	go func() {
+		defer s.goroutines.Done()
+		defer close(stopped)
+		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
+			s.opts.Log.Error(err, "controller stopped", "module", r.spec.Name)
+		}
+	}()
+}
+
+// stopController stops r's controller, if running. s.mu is held.
+func (s *Supervisor) stopController(r *running) {
+	if r.cancel != nil {
+		r.cancel()
+		r.cancel, r.stopped = nil, nil
+	}
+}
+
+// sameKinds reports whether b can replace a in a running controller: the
+// same name, kind, owned and read kinds, and finalizer.
+func sameKinds(a, b *engine.Module) error {
+	ma, mb := a.Manifest(), b.Manifest()
+	switch {
+	case a.Name() != b.Name():
+		return fmt.Errorf("module name changed from %s to %s", a.Name(), b.Name())
+	case ma.For != mb.For:
+		return fmt.Errorf("module[%s]: reconciled kind changed from %v to %v", a.Name(), ma.For, mb.For)
+	case !reflect.DeepEqual(ma.Owns, mb.Owns) || !reflect.DeepEqual(ma.Reads, mb.Reads):
+		return fmt.Errorf("module[%s]: owned or read kinds changed", a.Name())
+	case ma.Finalizer != mb.Finalizer:
+		return fmt.Errorf("module[%s]: finalizer declaration changed", a.Name())
+	}
+	return nil
+}
+
+// controllerSettingsEqual reports whether a and b need the same controller:
+// the same config, concurrency and rate limits (the bytes may differ).
+func controllerSettingsEqual(a, b Spec) bool {
+	return reflect.DeepEqual(a.Config, b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit
+}
+
+// mergeLimits returns base with the non-zero fields of override.
+func mergeLimits(base, override engine.Limits) engine.Limits {
+	if override.Fuel != 0 {
+		base.Fuel = override.Fuel
+	}
+	if override.InitFuel != 0 {
+		base.InitFuel = override.InitFuel
+	}
+	if override.Timeout != 0 {
+		base.Timeout = override.Timeout
+	}
+	if override.InitTimeout != 0 {
+		base.InitTimeout = override.InitTimeout
+	}
+	if override.MemoryLimitPages != 0 {
+		base.MemoryLimitPages = override.MemoryLimitPages
+	}
+	if override.MaxRequestBytes != 0 {
+		base.MaxRequestBytes = override.MaxRequestBytes
+	}
+	if override.MaxResponseBytes != 0 {
+		base.MaxResponseBytes = override.MaxResponseBytes
+	}
+	if override.MaxInstances != 0 {
+		base.MaxInstances = override.MaxInstances
+	}
+	if override.FreshInstancePerCall {
+		base.FreshInstancePerCall = true
+	}
+	return base
+}

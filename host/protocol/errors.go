@@ -1,0 +1,65 @@
+package protocol
+
+import "fmt"
+
+// GuestError is a reconcile failure the guest reported in its response
+// (Response.Error).
+type GuestError struct {
+	Module   string
+	Call     string // e.g. "reconcile default/foo"
+	Message  string
+	Terminal bool
+}
+
+func (e *GuestError) Error() string {
+	kind := "error"
+	if e.Terminal {
+		kind = "terminal error (not retried until the object changes)"
+	}
+	return fmt.Sprintf("module[%s] %s: guest reported %s: %s", e.Module, e.Call, kind, e.Message)
+}
+
+// InvalidResponseError reports a response that breaks a rule of the
+// protocol (see the package documentation), or that the API server refused
+// as invalid.
+type InvalidResponseError struct {
+	Module string
+	Call   string
+	// Reason says which rule was broken and how, e.g. "children[1] (Service
+	// web) is listed twice".
+	Reason string
+}
+
+func (e *InvalidResponseError) Error() string {
+	return fmt.Sprintf("module[%s] %s: invalid response: %s; fix the module (docs/abi.md, \"Response rules\")", e.Module, e.Call, e.Reason)
+}
+
+// ApplyError reports that the host could not write what a valid response
+// asked for, for a reason that may pass: a conflict, missing RBAC, an
+// unavailable API server.
+type ApplyError struct {
+	Module string
+	Call   string
+	// What names what was written, e.g. "status" or "child ConfigMap ns/x".
+	What string
+	Err  error
+}
+
+func (e *ApplyError) Error() string {
+	return fmt.Sprintf("module[%s] %s: applying %s: %v; retrying with backoff", e.Module, e.Call, e.What, e.Err)
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// CallName names the reconcile of obj in messages, the same way in the
+// cluster and offline: "reconcile NAMESPACE/NAME", or "reconcile NAME" for a
+// cluster-scoped object.
+func CallName(obj map[string]any) string {
+	md, _ := obj["metadata"].(map[string]any)
+	ns, _ := md["namespace"].(string)
+	name, _ := md["name"].(string)
+	if ns == "" {
+		return "reconcile " + name
+	}
+	return "reconcile " + ns + "/" + name
+}

@@ -1,0 +1,203 @@
+package protocol_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+)
+
+var rules = protocol.Rules{
+	Module: "m",
+	Owns: []abi.GroupVersionKind{
+		{Version: "v1", Kind: "ConfigMap"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
+		{Group: "example.io", Version: "v1", Kind: "Thing"},
+		{Group: "example.io", Version: "v1", Kind: "Owner"},
+	},
+}
+
+func owner(ns string) map[string]any {
+	md := map[string]any{"name": "o"}
+	if ns != "" {
+		md["namespace"] = ns
+	}
+	return map[string]any{"apiVersion": "example.io/v1", "kind": "Owner", "metadata": md}
+}
+
+func cm(name, ns string) string {
+	md := `{"name":"` + name + `"`
+	if ns != "" {
+		md += `,"namespace":"` + ns + `"`
+	}
+	return `{"apiVersion":"v1","kind":"ConfigMap","metadata":` + md + `}}`
+}
+
+// TestResponseRules gives one response per rule and checks the kind and the
+// reason of the refusal; the same responses are module and TCK cases.
+func TestResponseRules(t *testing.T) {
+	for _, c := range []struct {
+		name, output string
+		ownerNS      string
+		want         string // part of the reason; "" means valid
+		abi          bool
+	}{
+		{name: "empty object", output: `{}`},
+		{name: "status only", output: `{"status":{"a":1}}`},
+		{name: "not JSON", output: `{"status":`, abi: true, want: "not valid JSON"},
+		{name: "empty output", output: ``, abi: true, want: "not valid JSON"},
+		{name: "unknown field", output: `{"childern":[]}`, want: `unknown field "childern"`},
+		{name: "field in another case", output: `{"Status":{}}`, want: `unknown field "Status"`},
+		{name: "duplicate field", output: `{"status":{},"status":{}}`, want: `duplicate field "status"`},
+		{name: "status of the wrong type", output: `{"status":"ok"}`, want: "status"},
+		{name: "ten events", output: `{"events":[` + strings.Repeat(`{"type":"Normal","reason":"R","message":"m"},`, 9) + `{"type":"Normal","reason":"R","message":"m"}]}`},
+		{name: "eleven events", output: `{"events":[` + strings.Repeat(`{"type":"Normal","reason":"R","message":"m"},`, 10) + `{"type":"Normal","reason":"R","message":"m"}]}`, want: "11 events; a response may record at most 10"},
+		{name: "event type", output: `{"events":[{"type":"Info","reason":"R","message":"m"}]}`, want: `events[0] has type "Info"; want Normal or Warning`},
+		{name: "event without reason", output: `{"events":[{"type":"Normal","message":"m"}]}`, want: "events[0] has no reason"},
+		{name: "long reason", output: `{"events":[{"type":"Normal","reason":"` + strings.Repeat("R", 129) + `","message":"m"}]}`, want: "reason of 129 bytes"},
+		{name: "long message", output: `{"events":[{"type":"Normal","reason":"R","message":"` + strings.Repeat("m", 1025) + `"}]}`, want: "message of 1025 bytes"},
+		{name: "negative requeue", output: `{"requeueAfterSeconds":-1}`, want: "requeueAfterSeconds is -1"},
+		{name: "huge requeue", output: `{"requeueAfterSeconds":9223372036}`, want: "requeueAfterSeconds is 9223372036"},
+		{name: "error without message", output: `{"error":{"terminal":true}}`, want: "error has no message"},
+		{name: "child", output: `{"children":[` + cm("a", "") + `]}`},
+		{name: "child in the owner's namespace", output: `{"children":[` + cm("a", "ns") + `]}`},
+		{name: "undeclared kind", output: `{"children":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"}}]}`, want: "children[0] is a Secret (v1), which is not among the kinds the manifest owns"},
+		{name: "undeclared version", output: `{"children":[{"apiVersion":"example.io/v2","kind":"Thing","metadata":{"name":"s"}}]}`, want: "Thing.example.io (v2), which is not among"},
+		{name: "no kind", output: `{"children":[{"apiVersion":"v1","metadata":{"name":"s"}}]}`, want: "children[0] has no apiVersion or kind"},
+		{name: "no metadata", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap"}]}`, want: "children[0] (ConfigMap) has no metadata"},
+		{name: "no name", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}]}`, want: "has no metadata.name"},
+		{name: "invalid name", output: `{"children":[` + cm("Bad_Name", "") + `]}`, want: `invalid metadata.name "Bad_Name"`},
+		{name: "another namespace", output: `{"children":[` + cm("a", "other") + `]}`, want: `children[0] (ConfigMap a) is in namespace "other", but children must be in their owner's namespace "ns"`},
+		{name: "listed twice", output: `{"children":[` + cm("a", "") + `,` + cm("a", "ns") + `]}`, want: "children[1]: ConfigMap ns/a is listed twice"},
+		{name: "cluster-scoped child of a namespaced owner", output: `{"children":[{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"crb"}}]}`,
+			want: `children[0] (ClusterRoleBinding crb) is cluster-scoped, but its owner is in namespace "ns"`},
+		{name: "the owner itself", output: `{"children":[{"apiVersion":"example.io/v1","kind":"Owner","metadata":{"name":"o"}}]}`, want: "is the reconciled object itself"},
+		{name: "cluster-scoped owner, cluster-scoped child", ownerNS: "-", output: `{"children":[{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"crb"}}]}`},
+		{name: "cluster-scoped owner, child with a namespace", ownerNS: "-", output: `{"children":[` + cm("a", "anywhere") + `]}`},
+		{name: "cluster-scoped owner, child without one", ownerNS: "-", output: `{"children":[` + cm("a", "") + `]}`, want: "set metadata.namespace"},
+		{name: "cluster-scoped child with a namespace", ownerNS: "-", output: `{"children":[{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"crb","namespace":"x"}}]}`, want: "cluster-scoped but sets metadata.namespace"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := "ns"
+			if c.ownerNS == "-" {
+				ns = ""
+			}
+			resp, err := rules.Decode(protocol.CallName(owner(ns)), owner(ns), []byte(c.output))
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("refused a valid response: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted %s; want a refusal containing %q", c.output, c.want)
+			}
+			if resp != nil {
+				t.Error("a refused response was returned")
+			}
+			wantKind := protocol.InvalidResponse
+			if c.abi {
+				wantKind = protocol.ABIViolation
+			}
+			if got := protocol.KindOf(err); got != wantKind {
+				t.Errorf("kind %s, want %s: %v", got, wantKind, err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("message %q does not contain %q", err, c.want)
+			}
+			prefix := "module[m] reconcile "
+			if !strings.HasPrefix(err.Error(), prefix) {
+				t.Errorf("message %q does not start with %q", err, prefix)
+			}
+			if !c.abi && !protocol.Terminal(err) {
+				t.Error("an invalid response must be terminal")
+			}
+		})
+	}
+}
+
+func TestChildrenAreCompleted(t *testing.T) {
+	resp, err := rules.Decode("reconcile ns/o", owner("ns"), []byte(`{"children":[`+cm("a", "")+`,{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Desired) != 2 || resp.Desired[0].GetNamespace() != "ns" || resp.Desired[1].GetNamespace() != "ns" {
+		t.Fatalf("desired %v", resp.Desired)
+	}
+	if _, set := resp.Children[0]["metadata"].(map[string]any)["namespace"]; set {
+		t.Error("completing a child modified the decoded response")
+	}
+	if want := []schema.GroupKind{{Group: "example.io", Kind: "Thing"}}; len(resp.ScopeUnknown) != 1 || resp.ScopeUnknown[0] != want[0] {
+		t.Errorf("ScopeUnknown = %v, want %v", resp.ScopeUnknown, want)
+	}
+	// With its CRD, Thing is known: cluster-scoped, so refused.
+	crd := map[string]any{"kind": "CustomResourceDefinition", "spec": map[string]any{"group": "example.io", "scope": "Cluster", "names": map[string]any{"kind": "Thing"}}}
+	r := rules
+	r.Scopes = protocol.Chain(protocol.Builtin, protocol.CRDScopes([]map[string]any{crd}))
+	if _, err := r.Decode("reconcile ns/o", owner("ns"), []byte(`{"children":[{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`)); err == nil || !strings.Contains(err.Error(), "cluster-scoped") {
+		t.Errorf("a cluster-scoped CRD child of a namespaced owner: %v", err)
+	}
+}
+
+func TestIntegersStayIntegers(t *testing.T) {
+	resp, err := rules.Decode("reconcile ns/o", owner("ns"), []byte(`{"status":{"n":3,"f":1.5,"big":9007199254740993}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status["n"] != int64(3) || resp.Status["f"] != 1.5 || resp.Status["big"] != int64(9007199254740993) {
+		t.Errorf("status %#v", resp.Status)
+	}
+}
+
+func TestEncodeRequestStripsManagedFields(t *testing.T) {
+	obj := map[string]any{"metadata": map[string]any{"name": "o", "managedFields": []any{map[string]any{"manager": "x"}}}}
+	b, err := protocol.EncodeRequest(abi.Request{Object: obj, Children: []map[string]any{obj}, Now: protocol.FormatNow(time.Date(2026, 1, 2, 3, 4, 5, 600, time.FixedZone("x", 3600)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "managedFields") {
+		t.Errorf("request still has managedFields: %s", b)
+	}
+	if _, ok := obj["metadata"].(map[string]any)["managedFields"]; !ok {
+		t.Error("EncodeRequest modified the caller's object")
+	}
+	var req abi.Request
+	if err := json.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Now != "2026-01-02T02:04:05Z" {
+		t.Errorf("now = %s", req.Now)
+	}
+}
+
+func TestKindOf(t *testing.T) {
+	for err, want := range map[error]protocol.Kind{
+		nil:                              protocol.Success,
+		&protocol.GuestError{}:           protocol.ReconcileFailed,
+		&protocol.InvalidResponseError{}: protocol.InvalidResponse,
+		&protocol.ApplyError{Err: errors.New("x")}: protocol.ApplyFailed,
+		&engine.FuelExhaustedError{}:               protocol.FuelExhausted,
+		&engine.DeadlineExceededError{}:            protocol.DeadlineExceeded,
+		&engine.MemoryLimitError{}:                 protocol.MemoryLimit,
+		&engine.StackOverflowError{}:               protocol.StackOverflow,
+		&engine.TrapError{}:                        protocol.GuestTrapped,
+		&engine.ABIError{}:                         protocol.ABIViolation,
+		&engine.CanceledError{}:                    protocol.Canceled,
+		&engine.InvalidModuleError{}:               protocol.InvalidModule,
+		errors.New("anything else"):                protocol.GuestTrapped,
+	} {
+		if got := protocol.KindOf(err); got != want {
+			t.Errorf("KindOf(%T) = %s, want %s", err, got, want)
+		}
+	}
+	if !protocol.Terminal(&protocol.GuestError{Terminal: true}) || protocol.Terminal(&protocol.GuestError{}) || protocol.Terminal(&engine.FuelExhaustedError{}) {
+		t.Error("Terminal")
+	}
+}
