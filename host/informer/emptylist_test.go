@@ -5,11 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
 )
 
 // scripted is a fake ListerWatcher (this is a unit test of the wrapper's
@@ -36,6 +40,18 @@ func (s *scripted) WatchWithContext(context.Context, metav1.ListOptions) (watch.
 	return watch.NewEmptyWatch(), nil
 }
 
+// newListWatcher wraps inner as NewInformer does, with metrics on a
+// registry of the test's own.
+func newListWatcher(t *testing.T, inner toolscache.ListerWatcherWithContext, opts Options, kind string) *listWatcher {
+	t.Helper()
+	opts.Registerer = prometheus.NewRegistry()
+	i, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &listWatcher{inner: inner, opts: i.opts, gk: schema.GroupKind{Kind: kind}, kind: kind, informers: i, m: i.metrics}
+}
+
 func count(t *testing.T, obj runtime.Object) int {
 	t.Helper()
 	return len(obj.(*corev1.ConfigMapList).Items)
@@ -43,11 +59,11 @@ func count(t *testing.T, obj runtime.Object) int {
 
 func TestEmptyListIsVerified(t *testing.T) {
 	ctx := context.Background()
-	opts := Options{EmptyListBackoff: time.Millisecond}.withDefaults()
+	opts := Options{EmptyListBackoff: time.Millisecond}
 
 	// 3 objects, then a spurious empty list: refuted by the next list.
 	s := &scripted{counts: []int{3, 0, 3}}
-	w := &listWatcher{inner: s, opts: opts, kind: "EmptyTestA"}
+	w := newListWatcher(t, s, opts, "EmptyTestA")
 	for _, want := range []int{3, 3} {
 		l, err := w.ListWithContext(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -57,13 +73,13 @@ func TestEmptyListIsVerified(t *testing.T) {
 			t.Fatalf("list = %d objects, want %d", got, want)
 		}
 	}
-	if got := testutil.ToFloat64(EmptyListVerifications.WithLabelValues("EmptyTestA", "refuted")); got != 1 || s.calls != 3 {
+	if got := testutil.ToFloat64(w.m.EmptyListVerifications.WithLabelValues("EmptyTestA", "refuted")); got != 1 || s.calls != 3 {
 		t.Errorf("refuted %v, calls %d; want 1 and 3", got, s.calls)
 	}
 
 	// 3 objects, then empty for good: confirmed after 3 verifications.
 	s = &scripted{counts: []int{3, 0}}
-	w = &listWatcher{inner: s, opts: opts, kind: "EmptyTestB"}
+	w = newListWatcher(t, s, opts, "EmptyTestB")
 	if _, err := w.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,13 +87,13 @@ func TestEmptyListIsVerified(t *testing.T) {
 	if err != nil || count(t, l) != 0 {
 		t.Fatalf("confirmed empty list: %v %v", l, err)
 	}
-	if got := testutil.ToFloat64(EmptyListVerifications.WithLabelValues("EmptyTestB", "confirmed")); got != 1 || s.calls != 1+1+3 {
+	if got := testutil.ToFloat64(w.m.EmptyListVerifications.WithLabelValues("EmptyTestB", "confirmed")); got != 1 || s.calls != 1+1+3 {
 		t.Errorf("confirmed %v, calls %d; want 1 and 5", got, s.calls)
 	}
 
 	// A kind that was empty stays empty without verification.
 	s = &scripted{counts: []int{0, 0}}
-	w = &listWatcher{inner: s, opts: opts, kind: "EmptyTestC"}
+	w = newListWatcher(t, s, opts, "EmptyTestC")
 	for i := 0; i < 2; i++ {
 		if _, err := w.ListWithContext(ctx, metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
@@ -89,7 +105,7 @@ func TestEmptyListIsVerified(t *testing.T) {
 
 	// Verification stops when the caller gives up.
 	s = &scripted{counts: []int{3, 0}}
-	w = &listWatcher{inner: s, opts: Options{EmptyListBackoff: time.Hour}.withDefaults(), kind: "EmptyTestD"}
+	w = newListWatcher(t, s, Options{EmptyListBackoff: time.Hour}, "EmptyTestD")
 	_, _ = w.ListWithContext(ctx, metav1.ListOptions{})
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
@@ -117,7 +133,7 @@ func TestListResourceVersionSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		s := &scripted{counts: []int{1}}
-		w := &listWatcher{inner: s, opts: Options{PageSize: 7}.withDefaults(), kind: "RVTest"}
+		w := newListWatcher(t, s, Options{PageSize: 7}, "RVTest")
 		if _, err := w.ListWithContext(context.Background(), c.in); err != nil {
 			t.Fatal(err)
 		}
@@ -126,5 +142,35 @@ func TestListResourceVersionSemantics(t *testing.T) {
 			t.Errorf("list %+v was sent as rv=%q match=%q limit=%d; want rv=%q match=%q limit=7",
 				c.in, got.ResourceVersion, got.ResourceVersionMatch, got.Limit, c.wantRV, c.wantRVM)
 		}
+	}
+}
+
+// TestKindLabelsCarryTheGroup: two kinds of one name in two groups are two
+// label values and two freshness entries, not one.
+func TestKindLabelsCarryTheGroup(t *testing.T) {
+	i, err := New(Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &unstructured.Unstructured{}
+	a.SetGroupVersionKind(schema.GroupVersionKind{Group: "a.example.io", Version: "v1", Kind: "Thing"})
+	b := &unstructured.Unstructured{}
+	b.SetGroupVersionKind(schema.GroupVersionKind{Group: "b.example.io", Version: "v1", Kind: "Thing"})
+	ga, gb := i.groupKind(a), i.groupKind(b)
+	if Label(ga) == Label(gb) {
+		t.Fatalf("both kinds are labelled %q", Label(ga))
+	}
+	if got := Label(i.groupKind(&corev1.ConfigMap{})); got != "ConfigMap" {
+		t.Errorf("a typed core object is labelled %q, want ConfigMap", got)
+	}
+	if got := Label(ga); got != "Thing.a.example.io" {
+		t.Errorf("label %q, want Thing.a.example.io", got)
+	}
+	i.sawEvent(ga, Label(ga))
+	if i.LastEvent(ga).IsZero() || !i.LastEvent(gb).IsZero() {
+		t.Errorf("LastEvent: a %v, b %v; want only a", i.LastEvent(ga), i.LastEvent(gb))
+	}
+	if v := testutil.ToFloat64(i.metrics.LastEvent.WithLabelValues("Thing.a.example.io")); v <= 0 {
+		t.Errorf("the last-event gauge of a is %v", v)
 	}
 }

@@ -139,6 +139,9 @@ func New(opts Options) (*Informers, error) {
 	return &Informers{opts: opts, metrics: m, last: map[schema.GroupKind]time.Time{}}, nil
 }
 
+// Metrics are the informers' metrics.
+func (i *Informers) Metrics() *Metrics { return i.metrics }
+
 // LastEvent is when an informer of gk last received a watch event
 // (bookmarks included) or completed a list; zero if never. Now minus it is
 // how stale the cache of gk may be.

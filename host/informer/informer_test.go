@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +28,8 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 )
 
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.MainOptions{})) }
+
 // TestPaginatedListAndEvents creates 1,201 ConfigMaps (or
 // $WASMRECONCILE_PAGING_OBJECTS; `make test-faults` uses 10,000) in a real
 // API server, starts a cache whose informers come from this package with
@@ -36,21 +37,14 @@ import (
 // ceil(n/500) pages or more, and that a later create arrives as a counted
 // watch event.
 func TestPaginatedListAndEvents(t *testing.T) {
-	env, cfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	cfg := testenv.Shared(t).Config
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "paging"}}
-	if err := c.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
+	ns := testenv.Namespace(t, c)
 	n := 1201
 	if v := os.Getenv("WASMRECONCILE_PAGING_OBJECTS"); v != "" {
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
@@ -59,7 +53,7 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	}
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: fmt.Sprintf("cm-%05d", i)}}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%05d", i)}}
 		if err := c.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
@@ -69,24 +63,39 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	}
 	t.Logf("created %d ConfigMaps in %s", n, time.Since(start).Round(time.Millisecond))
 
-	listCount := func() uint64 {
-		var m dto.Metric
-		if err := informer.ListDuration.WithLabelValues("ConfigMap").(prometheus.Histogram).Write(&m); err != nil {
+	reg := prometheus.NewRegistry()
+	informers, err := informer.New(informer.Options{PageSize: 500, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metric := func(name string) float64 { // summed over the ConfigMap series
+		families, err := reg.Gather()
+		if err != nil {
 			t.Fatal(err)
 		}
-		return m.GetHistogram().GetSampleCount()
+		total := 0.0
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "kind" && l.GetValue() == "ConfigMap" {
+						total += m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount()) + m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		return total
 	}
-	lists := listCount()
-	pages := testutil.ToFloat64(informer.ListPages.WithLabelValues("ConfigMap"))
-	objects := testutil.ToFloat64(informer.ListObjects.WithLabelValues("ConfigMap"))
-	ca, err := cache.New(cfg, cache.Options{NewInformer: informer.NewInformerFunc(informer.Options{PageSize: 500})})
+	ca, err := cache.New(cfg, cache.Options{NewInformer: informers.NewInformer})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = ca.Start(ctx) }()
 	var list corev1.ConfigMapList
 	for deadline := time.Now().Add(30 * time.Second); ; { // the first List starts and syncs the informer
-		err := ca.List(ctx, &list, client.InNamespace("paging"))
+		err := ca.List(ctx, &list, client.InNamespace(ns))
 		if err == nil {
 			break
 		}
@@ -99,29 +108,32 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	if len(list.Items) != n {
 		t.Fatalf("cache holds %d ConfigMaps, want %d", len(list.Items), n)
 	}
-	gotPages := testutil.ToFloat64(informer.ListPages.WithLabelValues("ConfigMap")) - pages
-	gotObjects := testutil.ToFloat64(informer.ListObjects.WithLabelValues("ConfigMap")) - objects
+	gotPages := metric("wasmreconcile_informer_list_pages_total")
+	gotObjects := metric("wasmreconcile_informer_list_objects_total")
 	// The informer lists all namespaces: at least our n plus kube-root-ca.crt ones.
 	if wantPages := float64((n + 499) / 500); gotPages < wantPages || gotObjects < float64(n) {
 		t.Fatalf("initial list: %v pages, %v objects; want >= %v pages of 500 and >= %d objects", gotPages, gotObjects, wantPages, n)
 	}
 	t.Logf("initial list: %v pages, %v objects", gotPages, gotObjects)
-	if listCount() <= lists {
+	if metric("wasmreconcile_informer_list_duration_seconds") < 1 {
 		t.Error("the list's duration was not observed")
 	}
+	if last := informers.LastEvent(schema.GroupKind{Kind: "ConfigMap"}); last.Before(start) {
+		t.Errorf("LastEvent(ConfigMap) = %v, before the test started (%v)", last, start)
+	}
 
-	added := testutil.ToFloat64(informer.EventsReceived.WithLabelValues("ConfigMap", "ADDED"))
-	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "paging", Name: "late"}}); err != nil {
+	added := metric("wasmreconcile_informer_events_total")
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"}}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for testutil.ToFloat64(informer.EventsReceived.WithLabelValues("ConfigMap", "ADDED")) <= added {
+	deadline := time.Now().Add(time.Minute)
+	for metric("wasmreconcile_informer_events_total") <= added {
 		if time.Now().After(deadline) {
 			t.Fatal("the ADDED event of a new ConfigMap was not counted")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ts := testutil.ToFloat64(informer.LastEvent.WithLabelValues("ConfigMap")); ts < float64(start.Unix()) {
+	if ts := metric("wasmreconcile_informer_last_event_timestamp_seconds"); ts < float64(start.Unix()) {
 		t.Errorf("last event timestamp %v is before the test started", ts)
 	}
 }
@@ -153,11 +165,7 @@ func TestRestartReasons(t *testing.T) {
 // list: not one delete notification may reach the event handlers, because
 // a controller acting on them would delete or prune what still exists.
 func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
-	env, cfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Stop()
+	cfg := testenv.Shared(t).Config
 	proxy, err := faultproxy.StartHTTP(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -169,19 +177,21 @@ func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "empty"}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := testenv.Namespace(t, c)
 	const n = 3
 	for i := 0; i < n; i++ {
-		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "empty", Name: fmt.Sprintf("cm-%d", i)}}); err != nil {
+		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
+	informers, err := informer.New(informer.Options{EmptyListBackoff: 50 * time.Millisecond, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ca, err := cache.New(proxy.Config(), cache.Options{
-		DefaultNamespaces: map[string]cache.Config{"empty": {}},
-		NewInformer:       informer.NewInformerFunc(informer.Options{EmptyListBackoff: 50 * time.Millisecond}),
+		DefaultNamespaces: map[string]cache.Config{ns: {}},
+		NewInformer:       informers.NewInformer,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -201,8 +211,10 @@ func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
 		t.Fatal("cache never synced")
 	}
 
-	refuted := testutil.ToFloat64(informer.EmptyListVerifications.WithLabelValues("ConfigMap", "refuted"))
-	configMaps := func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/namespaces/empty/configmaps") }
+	refuted := func() float64 {
+		return testutil.ToFloat64(informers.Metrics().EmptyListVerifications.WithLabelValues("ConfigMap", "refuted"))
+	}
+	configMaps := func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/configmaps") }
 	emptied := proxy.Add(&faultproxy.Rule{Times: 1,
 		Match:   func(r *http.Request) bool { return configMaps(r) && r.URL.Query().Get("watch") != "true" },
 		Rewrite: func(body map[string]any) { body["items"] = []any{} }})
@@ -211,14 +223,14 @@ func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
 	proxy.CutConnections() // the watch ends; its successor gets 410 and the reflector relists
 
 	deadline := time.Now().Add(time.Minute)
-	for testutil.ToFloat64(informer.EmptyListVerifications.WithLabelValues("ConfigMap", "refuted")) == refuted {
+	for refuted() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("no refuted empty list: rewritten %d, gone %d\n%s", emptied.Hits(), gone.Hits(), strings.Join(proxy.Requests(), "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	// A change after the relist still arrives, so the informer is live.
-	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "empty", Name: "late"}}); err != nil {
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "late"}}); err != nil {
 		t.Fatal(err)
 	}
 	var list corev1.ConfigMapList

@@ -21,15 +21,8 @@ import (
 // ReconcileModule) against the CRD it installed. The Deployment must have
 // two replicas with leader election and ReconcileModules on.
 func TestDeployManifestsApply(t *testing.T) {
-	assets, err := testenv.Assets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, cfg, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	cp := testenv.Shared(t)
+	assets, cfg := cp.Assets, cp.Config
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := testenv.WriteKubeconfig(cfg, kubeconfig); err != nil {
 		t.Fatal(err)
@@ -44,6 +37,8 @@ func TestDeployManifestsApply(t *testing.T) {
 		}
 		return string(out)
 	}
+	// The CRD is installed already (by the shared control plane), with the
+	// same content: applying it again must be a no-op, not a conflict.
 	out := kubectl("apply", "--server-side", "-k", "config/default")
 	t.Logf("kubectl apply -k config/default:\n%s", out)
 	kubectl("wait", "--for=condition=Established", "crd/reconcilemodules.wasmreconcile.io", "--timeout=60s")

@@ -8,110 +8,89 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
-func widgetRestarts() float64 {
-	total := 0.0
-	for _, reason := range []string{"eof", "timeout", "gone", "error"} {
-		total += testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", reason))
-	}
-	return total
-}
+const widgetLabel = "Widget.examples.wasmreconcile.io" // the informer metrics' kind label
 
 // TestWatchesSurviveCutConnections runs the operator through a TCP proxy,
 // cuts every connection twice, and checks that watches restart (counted by
 // reason) and that changes made around the cuts are all reconciled.
 func TestWatchesSurviveCutConnections(t *testing.T) {
-	cfg, viaProxy, proxy := startBehindProxy(t)
-	startOperator(t, viaProxy, operator.Options{
-		Modules: []string{testwasm.BuildFile(t, "./widget")}, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		SkipControllerNameValidation: true,
-	})
+	e := newEnv(t)
+	viaProxy, proxy := startBehindProxy(t, e.cfg)
+	reg := prometheus.NewRegistry()
+	start(t, viaProxy, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
 	ctx := context.Background()
-	direct, err := client.New(cfg, client.Options{}) // the test's own client bypasses the proxy
-	if err != nil {
+	if err := e.c.Create(ctx, widget(e.ns, "before", 1)); err != nil { // the test's own client bypasses the proxy
 		t.Fatal(err)
 	}
-	if err := direct.Create(ctx, widget("before", 1)); err != nil {
-		t.Fatal(err)
+	waitSummary(t, e.c, e.ns, "before", "1 x grey")
+	restarts := func() float64 {
+		return gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel})
 	}
-	waitSummary(t, direct, "before", "1 x grey")
-	base := widgetRestarts()
-
+	base := restarts()
 	for round, size := range []int64{2, 3} {
 		if n := proxy.Cut(); n == 0 {
 			t.Fatalf("round %d: no connection to cut", round)
 		}
 		// Changes while the watch is down must not be lost.
-		w := widget("before", 0)
-		if err := direct.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
-			t.Fatal(err)
-		}
-		_ = unstructured.SetNestedField(w.Object, size, "spec", "size")
-		if err := direct.Update(ctx, w); err != nil {
-			t.Fatal(err)
-		}
-		waitSummary(t, direct, "before", map[int64]string{2: "2 x grey", 3: "3 x grey"}[size])
+		updateWidgetSize(t, e.c, e.ns, "before", size)
+		waitSummary(t, e.c, e.ns, "before", fmt.Sprintf("%d x grey", size))
 	}
-	if err := direct.Create(ctx, widget("after", 7)); err != nil {
+	if err := e.c.Create(ctx, widget(e.ns, "after", 7)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, direct, "after", "7 x grey")
-
-	if got := widgetRestarts() - base; got < 2 {
+	waitSummary(t, e.c, e.ns, "after", "7 x grey")
+	if got := restarts() - base; got < 2 {
 		t.Errorf("watch restarts counted: %v, want at least 2 (one per cut)", got)
 	}
-	t.Logf("watch restarts after two cuts: eof %v, error %v, timeout %v, gone %v",
-		testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "eof")),
-		testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "error")),
-		testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "timeout")),
-		testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "gone")))
 }
 
 // TestSlowAPIServer adds latency to every API server response past the list
 // timeout: initial lists time out, so the operator is not ready and
 // reconciles nothing; when the latency is lifted it syncs and converges.
 func TestSlowAPIServer(t *testing.T) {
-	cfg, viaProxy, proxy := startBehindProxy(t)
+	e := newEnv(t)
+	viaProxy, proxy := startBehindProxy(t, e.cfg)
 	ctx := context.Background()
-	direct, err := client.New(cfg, client.Options{})
-	if err != nil {
+	if err := e.c.Create(ctx, widget(e.ns, "patient", 5)); err != nil {
 		t.Fatal(err)
 	}
-	if err := direct.Create(ctx, widget("patient", 5)); err != nil {
-		t.Fatal(err)
-	}
-
 	proxy.SetLatency(3 * time.Second) // every response, past the 1 s list timeout below
-	op := startOperator(t, viaProxy, operator.Options{
-		Modules: []string{testwasm.BuildFile(t, "./widget")}, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		Informers:                    informer.Options{ListTimeout: time.Second},
-		SkipControllerNameValidation: true,
-	})
-	time.Sleep(5 * time.Second)
+	mo := e.operatorOptions()
+	mo.Informers = informer.Options{ListTimeout: time.Second}
+	reg := prometheus.NewRegistry()
+	op := start(t, viaProxy, mo, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
+	// A positive barrier: two whole lists of Widgets have ended (each
+	// timed out), so the operator has had its chances to sync.
+	deadline := time.Now().Add(2 * time.Minute)
+	for gather(t, reg, "wasmreconcile_informer_list_duration_seconds", map[string]string{"kind": widgetLabel}) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the operator never tried to list Widgets twice")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err := op.Ready(); err == nil {
 		t.Error("ready although no list could complete")
 	}
-	got := widget("patient", 0)
-	if err := direct.Get(ctx, client.ObjectKeyFromObject(got), got); err != nil {
+	got := widget(e.ns, "patient", 0)
+	if err := e.c.Get(ctx, client.ObjectKeyFromObject(got), got); err != nil {
 		t.Fatal(err)
 	}
 	if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, "status"); found {
 		t.Error("reconciled although the cache never synced")
 	}
-
 	proxy.SetLatency(0)
-	waitSummary(t, direct, "patient", "5 x grey")
+	waitSummary(t, e.c, e.ns, "patient", "5 x grey")
 	if err := op.Ready(); err != nil {
 		t.Errorf("not ready after converging: %v", err)
 	}
@@ -123,24 +102,16 @@ func TestSlowAPIServer(t *testing.T) {
 // on a watch. The informers must relist as client-go prescribes, count what
 // happened, and the operator must still converge every Widget.
 func TestInjectedAPIErrors(t *testing.T) {
-	env, cfg, err := testenv.Start("examples/crds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	proxy, err := faultproxy.StartHTTP(cfg)
+	e := newEnv(t)
+	proxy, err := faultproxy.StartHTTP(e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close) // runs after the operator stops (cleanups run last-in, first-out)
 	ctx := context.Background()
-	direct, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 5
 	for i := 0; i < n; i++ {
-		if err := direct.Create(ctx, widget(fmt.Sprintf("w%d", i), int64(i))); err != nil {
+		if err := e.c.Create(ctx, widget(e.ns, fmt.Sprintf("w%d", i), int64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,29 +124,26 @@ func TestInjectedAPIErrors(t *testing.T) {
 	gone := proxy.Add(&faultproxy.Rule{Times: 1, Code: 410, Reason: metav1.StatusReasonGone,
 		Match: func(r *http.Request) bool { return widgets(r) && q(r, "watch") == "true" }})
 
-	expiredBefore := testutil.ToFloat64(informer.ListExpired.WithLabelValues("Widget"))
-	goneBefore := testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "gone"))
-	startOperator(t, proxy.Config(), operator.Options{
-		Modules: []string{testwasm.BuildFile(t, "./widget")}, MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		Informers:                    informer.Options{PageSize: 2}, // 5 Widgets: three pages, two continue tokens
-		SkipControllerNameValidation: true,
-	})
+	mo := e.operatorOptions()
+	mo.Informers = informer.Options{PageSize: 2} // 5 Widgets: three pages, two continue tokens
+	reg := prometheus.NewRegistry()
+	start(t, proxy.Config(), mo, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
 	for i := 0; i < n; i++ {
-		waitSummary(t, direct, fmt.Sprintf("w%d", i), fmt.Sprintf("%d x grey", i))
+		waitSummary(t, e.c, e.ns, fmt.Sprintf("w%d", i), fmt.Sprintf("%d x grey", i))
 	}
 	// A change after the faults is seen too.
-	if err := direct.Create(ctx, widget("late", 9)); err != nil {
+	if err := e.c.Create(ctx, widget(e.ns, "late", 9)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, direct, "late", "9 x grey")
+	waitSummary(t, e.c, e.ns, "late", "9 x grey")
 
 	if serverError.Hits() != 1 || expired.Hits() != 1 || gone.Hits() != 1 {
 		t.Fatalf("faults not all injected: 500 %d, expired %d, gone %d\n%s", serverError.Hits(), expired.Hits(), gone.Hits(), strings.Join(proxy.Requests(), "\n"))
 	}
-	if got := testutil.ToFloat64(informer.ListExpired.WithLabelValues("Widget")) - expiredBefore; got != 1 {
+	if got := gather(t, reg, "wasmreconcile_informer_list_expired_total", map[string]string{"kind": widgetLabel}); got != 1 {
 		t.Errorf("expired continue tokens counted: %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(informer.WatchRestarts.WithLabelValues("Widget", "gone")) - goneBefore; got < 1 {
+	if got := gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel, "reason": "gone"}); got < 1 {
 		t.Errorf("watch restarts for gone counted: %v, want >= 1", got)
 	}
 }

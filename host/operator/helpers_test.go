@@ -2,29 +2,143 @@ package operator_test
 
 import (
 	"context"
+	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
-// startBehindProxy starts a control plane with the example CRDs and a fault
-// proxy in front of it. It returns the direct config (for the test's own
-// client) and a config that goes through the proxy (for the operator).
-func startBehindProxy(t *testing.T) (direct, viaProxy *rest.Config, proxy *faultproxy.Proxy) {
+// TestMain shares one real kube-apiserver and etcd among the package's
+// tests (each works in a namespace of its own, with an operator that sees
+// only that namespace), and installs a logger, so that a failure shows what
+// the operator was doing.
+func TestMain(m *testing.M) {
+	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger) // client-go's reflectors log through klog
+	if os.Getenv("WASMRECONCILE_EXAMPLE_WIDGET") == "" {
+		// The embedding Example loads the widget module from this file.
+		path, err := testwasm.BuildPath("./widget")
+		if err != nil {
+			logger.Error(err, "building the widget module")
+			os.Exit(1)
+		}
+		os.Setenv("WASMRECONCILE_EXAMPLE_WIDGET", path)
+	}
+	os.Exit(testenv.Main(m, testenv.MainOptions{ForExamples: true}))
+}
+
+// env is what a test works with: the shared control plane's config, a
+// client that reads live (no cache), and the test's namespace.
+type env struct {
+	cfg *rest.Config
+	c   client.Client
+	ns  string
+}
+
+func newEnv(t *testing.T) env {
 	t.Helper()
-	env, cfg, err := testenv.Start("examples/crds")
+	cfg := testenv.Shared(t).Config
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.Stop() })
+	return env{cfg: cfg, c: c, ns: testenv.Namespace(t, c)}
+}
+
+// operatorOptions are the manager options of a test's operator: no
+// endpoints, and only the test's namespace.
+func (e env) operatorOptions() operator.ManagerOptions {
+	return operator.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
+		Namespaces: []string{e.ns},
+	}
+}
+
+// start runs an operator against cfg until the test ends. Its metrics go
+// to a registry of the test's own unless opts names one.
+func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) *operator.Operator {
+	t.Helper()
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	op, err := operator.New(cfg, mo, opts)
+	if err != nil {
+		t.Fatalf("operator.New: %v", err)
+	}
+	if errs := op.LoadErrors(); len(errs) > 0 {
+		t.Fatalf("operator.New: load errors %v", errs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+	})
+	return op
+}
+
+// gather sums the samples of metric whose labels include every label in
+// want, from a registry.
+func gather(t testing.TB, reg prometheus.Gatherer, metric string, want map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != metric {
+			continue
+		}
+	sample:
+		for _, m := range f.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue sample
+				}
+			}
+			total += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return total
+}
+
+// startBehindProxy puts a TCP fault proxy in front of the shared control
+// plane and returns a config that goes through it (for the operator).
+func startBehindProxy(t *testing.T, cfg *rest.Config) (viaProxy *rest.Config, proxy *faultproxy.Proxy) {
+	t.Helper()
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -35,30 +149,15 @@ func startBehindProxy(t *testing.T) (direct, viaProxy *rest.Config, proxy *fault
 	t.Cleanup(proxy.Close)
 	viaProxy = rest.CopyConfig(cfg)
 	viaProxy.Host = "https://" + proxy.Addr
-	return cfg, viaProxy, proxy
+	return viaProxy, proxy
 }
 
-// startOperator runs an operator until the test ends.
-func startOperator(t testing.TB, cfg *rest.Config, opts operator.Options) *operator.Operator {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	op, err := operator.New(ctx, cfg, opts)
-	if err != nil || len(op.LoadErrors()) > 0 {
-		cancel()
-		t.Fatalf("operator.New: %v %v", err, op.LoadErrors())
-	}
-	done := make(chan error, 1)
-	go func() { done <- op.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return op
-}
-
-// widget returns a Widget in the default namespace.
-func widget(name string, size int64) *unstructured.Unstructured {
+// widget returns a Widget.
+func widget(ns, name string, size int64) *unstructured.Unstructured {
 	w := &unstructured.Unstructured{}
 	w.SetAPIVersion("examples.wasmreconcile.io/v1alpha1")
 	w.SetKind("Widget")
-	w.SetNamespace("default")
+	w.SetNamespace(ns)
 	w.SetName(name)
 	_ = unstructured.SetNestedField(w.Object, size, "spec", "size")
 	return w
@@ -70,12 +169,12 @@ var summaryPoll = 100 * time.Millisecond
 // waitSummary waits until the named Widget's status.summary is want. The
 // deadline is generous because CI runs every package under -race at once on
 // two cores; it bounds a hang, it is not a latency goal.
-func waitSummary(t testing.TB, c client.Client, name, want string) {
+func waitSummary(t testing.TB, c client.Client, ns, name, want string) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	for {
-		w := widget(name, 0)
+		w := widget(ns, name, 0)
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(w), w); err == nil {
 			if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s == want {
 				return
@@ -86,4 +185,31 @@ func waitSummary(t testing.TB, c client.Client, name, want string) {
 		}
 		time.Sleep(summaryPoll)
 	}
+}
+
+// updateWidgetSize sets spec.size, retrying on conflicts and on the errors
+// a control plane returns while it comes back up.
+func updateWidgetSize(t testing.TB, c client.Client, ns, name string, size int64) {
+	t.Helper()
+	w := widget(ns, name, 0)
+	testenv.Update(t, c, w, func() { _ = unstructured.SetNestedField(w.Object, size, "spec", "size") })
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
+	return unstructured.NestedInt64(obj, path...)
+}
+
+func summaryOf(w *unstructured.Unstructured) string {
+	s, _, _ := unstructured.NestedString(w.Object, "status", "summary")
+	return s
 }

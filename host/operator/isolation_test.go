@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -80,33 +79,33 @@ func gcTimes(n int) []time.Duration {
 // measureIsolationGC is measureIsolation, also timing full garbage
 // collections alone and beside the spinners.
 func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptions float64, gcAlone, gcBeside []time.Duration) {
-	env, cfg, err := testenv.Start("examples/crds", "host/reconciler/testdata")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = env.Stop() })
-	startOperator(tb, cfg, operator.Options{
-		Modules:            []string{testwasm.BuildFile(tb, "./widget"), testwasm.BuildFile(tb, "./internal/testguests/misbehave")},
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
-		Limits: engine.Limits{Timeout: 200 * time.Millisecond},
-	})
-	ctx := context.Background()
+	cfg := testenv.Shared(tb).Config
 	c, err := client.New(cfg, client.Options{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := c.Create(ctx, widget("healthy", 1)); err != nil {
+	ns := testenv.Namespace(tb, c)
+	reg := prometheus.NewRegistry()
+	start(tb, cfg, operator.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true, Namespaces: []string{ns},
+	}, operator.Options{
+		Modules:    []string{testwasm.BuildFile(tb, "./widget"), testwasm.BuildFile(tb, "./internal/testguests/misbehave")},
+		Limits:     engine.Limits{Timeout: 200 * time.Millisecond},
+		Registerer: reg,
+	})
+	ctx := context.Background()
+	if err := c.Create(ctx, widget(ns, "healthy", 1)); err != nil {
 		tb.Fatal(err)
 	}
-	waitSummary(tb, c, "healthy", "1 x grey")
+	waitSummary(tb, c, ns, "healthy", "1 x grey")
 	summaryPoll = 5 * time.Millisecond // resolution of the latencies below
 	defer func() { summaryPoll = 100 * time.Millisecond }()
 	latency := func(from int64) []time.Duration {
 		var out []time.Duration
 		for size := from; size < from+10; size++ {
 			start := time.Now()
-			updateWidgetSize(tb, c, "healthy", size)
-			waitSummary(tb, c, "healthy", fmt.Sprintf("%d x grey", size))
+			updateWidgetSize(tb, c, ns, "healthy", size)
+			waitSummary(tb, c, ns, "healthy", fmt.Sprintf("%d x grey", size))
 			out = append(out, time.Since(start))
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
@@ -116,14 +115,13 @@ func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptio
 	gcAlone = gcTimes(10)
 
 	preempted := func() float64 {
-		return testutil.ToFloat64(metrics.Preemptions.WithLabelValues("misbehave", "deadline")) +
-			testutil.ToFloat64(metrics.Preemptions.WithLabelValues("misbehave", "fuel"))
+		return gather(tb, reg, "wasmreconcile_preemptions_total", map[string]string{"module": "misbehave"})
 	}
 	before := preempted()
 	for i := 0; i < 4; i++ {
 		g := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "test.wasmreconcile.io/v1", "kind": "Gadget",
-			"metadata": map[string]any{"namespace": "default", "name": fmt.Sprintf("spinner-%d", i)},
+			"metadata": map[string]any{"namespace": ns, "name": fmt.Sprintf("spinner-%d", i)},
 			"spec":     map[string]any{"mode": "spin"},
 		}}
 		if err := c.Create(ctx, g); err != nil {

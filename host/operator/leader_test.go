@@ -15,11 +15,13 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -60,14 +62,10 @@ func scrape(addr, metric string, want ...string) float64 {
 // apply); when the leader is killed with SIGKILL, the standby acquires the
 // Lease and reconciles the changes made meanwhile.
 func TestLeaderElectionTakeover(t *testing.T) {
-	env, cfg, err := testenv.Start("examples/crds", "config/crd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	e := newEnv(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := testenv.WriteKubeconfig(cfg, kubeconfig); err != nil {
+	if err := testenv.WriteKubeconfig(e.cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "operator")
@@ -91,10 +89,11 @@ func TestLeaderElectionTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules",
-			"--leader-elect", "--leader-election-namespace", "default",
+			"--namespace", e.ns, "--leader-elect", "--leader-election-namespace", e.ns,
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", freeAddr(t))
 		r.cmd.Stdout, r.cmd.Stderr = out, out
+		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 		if err := r.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -112,31 +111,26 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	a, b := start("a"), start("b")
 
 	ctx := context.Background()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, widget("elected", 1)); err != nil {
+	c := e.c
+	if err := c.Create(ctx, widget(e.ns, "elected", 1)); err != nil {
 		t.Fatal(err)
 	}
 	webappBytes, err := os.ReadFile(webapp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, reconcileModule("webapp", map[string]any{"sha256": supervisor.Digest(webappBytes), "file": webapp})); err != nil {
-		t.Fatal(err)
-	}
-	moduleCondition(t, c, "webapp", "Ready", "True", "Loaded")
+	createModule(t, c, "webapp", v1alpha1.Source{SHA256: supervisor.Digest(webappBytes), File: webapp})
+	moduleCondition(t, c, "webapp", "Ready", metav1.ConditionTrue, "Loaded")
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
-		"metadata": map[string]any{"name": "shop", "namespace": "default"},
+		"metadata": map[string]any{"name": "shop", "namespace": e.ns},
 		"spec":     map[string]any{"image": "nginx:1.27", "config": map[string]any{"MODE": "before"}},
 	}}
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMapValue(t, c, "shop-config", "MODE", "before")
-	waitSummary(t, c, "elected", "1 x grey")
+	waitConfigMapValue(t, c, e.ns, "shop-config", "MODE", "before")
+	waitSummary(t, c, e.ns, "elected", "1 x grey")
 	reconciles := func(r *replica) float64 {
 		return scrape(r.metrics, "wasmreconcile_reconcile_total") // every module
 	}
@@ -152,7 +146,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 			reconciles(a), writes(a), reconciles(b), writes(b))
 	}
 	var lease coordinationv1.Lease
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "wasmreconcile-operator"}, &lease); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "wasmreconcile-operator"}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	holder := *lease.Spec.HolderIdentity
@@ -162,31 +156,21 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	updateWidgetSize(t, c, "elected", 2)
-	if err := c.Create(ctx, widget("after-takeover", 5)); err != nil {
+	updateWidgetSize(t, c, e.ns, "elected", 2)
+	if err := c.Create(ctx, widget(e.ns, "after-takeover", 5)); err != nil {
 		t.Fatal(err)
 	}
 	// The WebApp's module came from a ReconcileModule, which the standby
 	// loaded before it was elected.
-	for i := 0; ; i++ {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(app), app); err != nil {
-			t.Fatal(err)
-		}
-		_ = unstructured.SetNestedField(app.Object, "after", "spec", "config", "MODE")
-		if err := c.Update(ctx, app); err == nil {
-			break
-		} else if i > 20 {
-			t.Fatal(err)
-		}
-	}
-	waitSummary(t, c, "elected", "2 x grey")
-	waitSummary(t, c, "after-takeover", "5 x grey")
-	waitConfigMapValue(t, c, "shop-config", "MODE", "after")
+	testenv.Update(t, c, app, func() { _ = unstructured.SetNestedField(app.Object, "after", "spec", "config", "MODE") })
+	waitSummary(t, c, e.ns, "elected", "2 x grey")
+	waitSummary(t, c, e.ns, "after-takeover", "5 x grey")
+	waitConfigMapValue(t, c, e.ns, "shop-config", "MODE", "after")
 	t.Logf("takeover: changes made after the leader was killed converged %s later (lease duration 4s)", time.Since(killed).Round(100*time.Millisecond))
 	if reconciles(standby) <= 0 {
 		t.Error("the standby converged nothing after the takeover")
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "wasmreconcile-operator"}, &lease); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "wasmreconcile-operator"}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	if now := *lease.Spec.HolderIdentity; now == holder {
@@ -194,13 +178,13 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	}
 }
 
-// waitConfigMapValue waits until ConfigMap default/name has data[key] = want.
-func waitConfigMapValue(t *testing.T, c client.Client, name, key, want string) {
+// waitConfigMapValue waits until ConfigMap ns/name has data[key] = want.
+func waitConfigMapValue(t *testing.T, c client.Client, ns, name, key, want string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var cm corev1.ConfigMap
-		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &cm); err == nil && cm.Data[key] == want {
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &cm); err == nil && cm.Data[key] == want {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -2,11 +2,14 @@ package operator_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
@@ -15,39 +18,44 @@ import (
 )
 
 // TestControlPlaneRestarts kills (SIGKILL) and restarts the kube-apiserver
-// process, then the etcd process, under a running operator. After each restart a
-// change made to a Widget is reconciled, a new Widget is reconciled, and the
-// WebApp's children are the same objects as before (same UIDs): nothing was
-// lost and nothing was wrongly deleted.
+// process, then the etcd process, of the package's control plane, under a
+// running operator. After each restart a change made to a Widget is
+// reconciled, a new Widget is reconciled, and the WebApp's children are the
+// same objects as before (same UIDs): nothing was lost and nothing was
+// wrongly deleted. The control plane is the shared one: tests in a package
+// run one at a time, and it is whole again when this test ends.
 func TestControlPlaneRestarts(t *testing.T) {
-	cp, err := testenv.StartRestartable(t.TempDir(), "examples/crds")
-	if err != nil {
-		t.Fatal(err)
+	if testing.Short() {
+		t.Skip("kills and restarts the control plane: not in -short")
 	}
-	t.Cleanup(func() { _ = cp.Stop() })
-	startOperator(t, cp.Config, operator.Options{
-		Modules:            []string{testwasm.BuildFile(t, "./widget"), testwasm.BuildFile(t, "./webapp")},
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		SkipControllerNameValidation: true,
+	e := newEnv(t)
+	cp := testenv.Shared(t)
+	reg := prometheus.NewRegistry()
+	start(t, e.cfg, e.operatorOptions(), operator.Options{
+		Modules:    []string{testwasm.BuildFile(t, "./widget"), testwasm.BuildFile(t, "./webapp")},
+		Registerer: reg,
 	})
 	ctx := context.Background()
-	c, err := client.New(cp.Config, client.Options{})
+	clientset, err := kubernetes.NewForConfig(e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, widget("steady", 1)); err != nil {
+	if err := e.c.Create(ctx, widget(e.ns, "steady", 1)); err != nil {
 		t.Fatal(err)
 	}
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
-		"metadata": map[string]any{"name": "shop", "namespace": "default"},
+		"metadata": map[string]any{"name": "shop", "namespace": e.ns},
 		"spec":     map[string]any{"image": "nginx:1.27", "port": int64(8080), "expose": true},
 	}}
-	if err := c.Create(ctx, app); err != nil {
+	if err := e.c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, c, "steady", "1 x grey")
-	children := waitChildren(t, c)
+	waitSummary(t, e.c, e.ns, "steady", "1 x grey")
+	children := waitChildren(t, e.c, e.ns)
+	widgetRestarts := func() float64 {
+		return gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel})
+	}
 
 	restarts := []struct {
 		name        string
@@ -65,45 +73,50 @@ func TestControlPlaneRestarts(t *testing.T) {
 		if err := r.stop(); err != nil {
 			t.Fatalf("stopping %s: %v", r.name, err)
 		}
-		time.Sleep(3 * time.Second) // long enough for watches to fail and retry
+		down := true
+		t.Cleanup(func() { // leave the shared control plane whole, whatever happens
+			if down {
+				if err := r.start(); err != nil {
+					t.Errorf("starting %s again: %v", r.name, err)
+				}
+			}
+		})
+		// Positive barriers instead of a sleep, before the process comes
+		// back: with the kube-apiserver gone, the operator's Widget watch
+		// has ended and it has tried to open another (connection refused);
+		// with etcd gone, the API server answers with errors.
+		if r.breaksWatches {
+			testenv.Eventually(t, time.Minute, "the operator to retry its Widget watch", func() error {
+				if widgetRestarts() == before {
+					return fmt.Errorf("no watch retried yet")
+				}
+				return nil
+			})
+		} else {
+			testenv.Eventually(t, time.Minute, "the API server to report etcd down", func() error {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := clientset.Discovery().RESTClient().Get().AbsPath("/readyz/etcd").Do(rctx).Error(); err == nil {
+					return fmt.Errorf("/readyz/etcd still answers ok")
+				}
+				return nil
+			})
+		}
+		t.Logf("%s is down, as the operator has seen", r.name)
 		if err := r.start(); err != nil {
 			t.Fatalf("starting %s again: %v", r.name, err)
 		}
+		down = false
+		t.Logf("%s is up again", r.name)
 		size := int64(10 + i)
-		updateWidgetSize(t, c, "steady", size)
-		waitSummary(t, c, "steady", map[int64]string{10: "10 x grey", 11: "11 x grey"}[size])
-		name := map[int]string{0: "after-apiserver", 1: "after-etcd"}[i]
-		if err := c.Create(ctx, widget(name, 4)); err != nil {
-			t.Fatal(err)
-		}
-		waitSummary(t, c, name, "4 x grey")
-		if got := waitChildren(t, c); got != children {
+		updateWidgetSize(t, e.c, e.ns, "steady", size)
+		waitSummary(t, e.c, e.ns, "steady", fmt.Sprintf("%d x grey", size))
+		name := fmt.Sprintf("after-%d", i)
+		testenv.Eventually(t, time.Minute, "creating "+name, func() error { return e.c.Create(ctx, widget(e.ns, name, 4)) })
+		waitSummary(t, e.c, e.ns, name, "4 x grey")
+		if got := waitChildren(t, e.c, e.ns); got != children {
 			t.Errorf("after restarting %s the WebApp's children changed: %v, want %v (deleted and recreated)", r.name, got, children)
 		}
-		if r.breaksWatches && widgetRestarts() == before {
-			t.Errorf("restarting %s restarted no Widget watch", r.name)
-		}
-	}
-}
-
-// updateWidgetSize sets spec.size, retrying on conflicts and on the errors
-// a control plane returns while it comes back up.
-func updateWidgetSize(t testing.TB, c client.Client, name string, size int64) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		w := widget(name, 0)
-		err := c.Get(context.Background(), client.ObjectKeyFromObject(w), w)
-		if err == nil {
-			_ = unstructured.SetNestedField(w.Object, size, "spec", "size")
-			if err = c.Update(context.Background(), w); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("updating %s: %v", name, err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -112,7 +125,7 @@ type childUIDs struct{ configMap, service types.UID }
 
 // waitChildren waits until the WebApp "shop" has both children and returns
 // their UIDs.
-func waitChildren(t *testing.T, c client.Client) childUIDs {
+func waitChildren(t *testing.T, c client.Client, ns string) childUIDs {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -121,8 +134,8 @@ func waitChildren(t *testing.T, c client.Client) childUIDs {
 		cm.SetKind("ConfigMap")
 		svc.SetAPIVersion("v1")
 		svc.SetKind("Service")
-		e1 := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "shop-config"}, cm)
-		e2 := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "shop"}, svc)
+		e1 := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "shop-config"}, cm)
+		e2 := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "shop"}, svc)
 		if e1 == nil && e2 == nil {
 			return childUIDs{cm.GetUID(), svc.GetUID()}
 		}

@@ -97,3 +97,14 @@ type buildError struct {
 }
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + e.output }
+
+// BuildPath builds pkg like BuildFile and returns the path of the .wasm
+// file, for callers with no testing.TB: TestMain and examples.
+func BuildPath(pkg string) (string, error) {
+	if _, err := build(pkg); err != nil {
+		return "", err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return outPath(pkg), nil
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -28,8 +29,17 @@ var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 // so that its series are gathered).
 func existing(t *testing.T) map[string]bool {
 	names := map[string]bool{}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := informer.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ch := make(chan *prometheus.Desc, 100)
-	for _, c := range append(metrics.Collectors(), informer.Collectors()...) {
+	for _, c := range append(m.Collectors(), im.Collectors()...) {
 		c.Describe(ch)
 	}
 	close(ch)
@@ -129,5 +139,33 @@ func TestAlertsAndDashboardReferenceOnlyExistingMetrics(t *testing.T) {
 	}
 	if names["wasmreconcile_no_such_metric"] {
 		t.Fatal("the existence check accepts anything")
+	}
+}
+
+var resultLabel = regexp.MustCompile(`result\s*(=|!=)\s*"([^"]*)"`)
+
+// TestResultLabelsAreKinds: the result values the alert rules and the
+// dashboard compare with are protocol.Kinds, the one vocabulary.
+func TestResultLabelsAreKinds(t *testing.T) {
+	root := testwasm.RepoRoot()
+	kinds := map[string]bool{}
+	for _, k := range protocol.Kinds {
+		kinds[string(k)] = true
+	}
+	found := 0
+	for _, path := range []string{filepath.Join(root, "config", "prometheus", "wasmreconcile-rules.yaml"), filepath.Join(root, "config", "grafana", "wasmreconcile-dashboard.json"), filepath.Join(root, "docs", "metrics.md")} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range resultLabel.FindAllStringSubmatch(strings.ReplaceAll(string(b), `\"`, `"`), -1) {
+			found++
+			if !kinds[m[2]] {
+				t.Errorf("%s compares result with %q, which is not a protocol.Kind", path, m[2])
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no result label found in the alert rules, dashboard or docs; the check checks nothing")
 	}
 }

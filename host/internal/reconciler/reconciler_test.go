@@ -42,7 +42,7 @@ var (
 // tests; each test works in a namespace of its own.
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	os.Exit(testenv.Main(m))
+	os.Exit(testenv.Main(m, testenv.MainOptions{}))
 }
 
 // harness is one module's controller, running in a manager of its own that
@@ -252,7 +252,9 @@ func TestGuestComputesStatusAndFollowsSpec(t *testing.T) {
 	})
 
 	// A spec change makes the status follow.
-	h.update(widgetGVK, "w1", func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, int64(7), "spec", "size") })
+	h.update(widgetGVK, "w1", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, int64(7), "spec", "size")
+	})
 	testenv.Eventually(t, time.Minute, "status to follow the spec", func() error {
 		u := h.get(widgetGVK, "w1")
 		gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
@@ -263,7 +265,9 @@ func TestGuestComputesStatusAndFollowsSpec(t *testing.T) {
 	})
 
 	// An invalid spec gives Ready=False and a ReconcileFailed Warning.
-	h.update(widgetGVK, "w1", func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, int64(1000), "spec", "size") })
+	h.update(widgetGVK, "w1", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, int64(1000), "spec", "size")
+	})
 	testenv.Eventually(t, time.Minute, "Ready=False and a Warning Event", func() error {
 		if c := readyCondition(h.get(widgetGVK, "w1")); c == nil || c["status"] != "False" || c["reason"] != "InvalidSpec" {
 			return fmt.Errorf("Ready condition %v", c)
@@ -304,7 +308,9 @@ func TestUnchangedStatusIsNotWritten(t *testing.T) {
 	h.update(widgetGVK, "w2", func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"touched": "yes"}) })
 	writes, rv := h.writes("w2"), h.get(widgetGVK, "w2").GetResourceVersion()
 	before := h.metric(h.metrics.ReconcileTotal.WithLabelValues("widget", "Success"))
-	h.update(widgetGVK, "sibling", func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, int64(2), "spec", "size") })
+	h.update(widgetGVK, "sibling", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, int64(2), "spec", "size")
+	})
 	testenv.Eventually(t, time.Minute, "the sibling to converge", func() error {
 		if got := statusString(h.get(widgetGVK, "sibling"), "summary"); got != "2 x grey" {
 			return fmt.Errorf("summary %q", got)
@@ -486,7 +492,9 @@ func TestReconcileStormIsDamped(t *testing.T) {
 	}
 
 	// A new generation resumes at once, long before the 10-minute backoff.
-	h.update(gadgetGVK, "churn", func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "changed", "spec", "note") })
+	h.update(gadgetGVK, "churn", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, "changed", "spec", "note")
+	})
 	testenv.Eventually(t, time.Minute, "the new generation reconciled", func() error {
 		u := h.get(gadgetGVK, "churn")
 		if gen, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); gen != u.GetGeneration() {

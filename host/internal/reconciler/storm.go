@@ -42,8 +42,8 @@ func (o StormOptions) withDefaults() StormOptions {
 type stormState struct {
 	fingerprint string      // generation, observed children (kinds, names, resourceVersions) and module digest
 	noops       []time.Time // unchanged reconciles within the window
-	quiescent  bool
-	lastCall   time.Time
+	quiescent   bool
+	lastCall    time.Time
 }
 
 // stormTracker keeps stormState per object.

@@ -468,8 +468,8 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Slot: next.slot, Client: s.opts.Client,
 			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
 			Metrics:  s.opts.Metrics, Stats: next.stats,
-			Scopes:   protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
-			Config:   spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm,
+			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
+			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm,
 		})
 		if err != nil {
 			return "", err

@@ -188,14 +188,22 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 // shared is the package's control plane, set by Main; nil under -short.
 var shared *ControlPlane
 
+// MainOptions configure Main.
+type MainOptions struct {
+	// ForExamples starts the control plane under -short too, and points
+	// KUBECONFIG at it, so that runnable examples, which cannot be skipped,
+	// find a cluster with ctrl.GetConfig() as a program would.
+	ForExamples bool
+}
+
 // Main runs a test package's tests against one shared control plane with
 // the CRDs in CRDs installed, and stops it afterwards: call it from
-// TestMain as os.Exit(testenv.Main(m)). Under `go test -short` it starts
-// none, and the tests that need one (Shared) are skipped: -short is the
-// inner loop of unit tests.
-func Main(m *testing.M) int {
+// TestMain as os.Exit(testenv.Main(m, testenv.MainOptions{})). Under
+// `go test -short` it starts none (unless ForExamples), and the tests that
+// need one (Shared) are skipped: -short is the inner loop of unit tests.
+func Main(m *testing.M, opts MainOptions) int {
 	flag.Parse()
-	if testing.Short() {
+	if testing.Short() && !opts.ForExamples {
 		return m.Run()
 	}
 	cp, err := Start(CRDs...)
@@ -203,7 +211,18 @@ func Main(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	shared = cp
+	if !testing.Short() {
+		shared = cp
+	}
+	if opts.ForExamples {
+		kubeconfig := filepath.Join(cp.dir, "kubeconfig")
+		if err := WriteKubeconfig(cp.Config, kubeconfig); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			_ = cp.Stop()
+			return 1
+		}
+		os.Setenv("KUBECONFIG", kubeconfig)
+	}
 	code := m.Run()
 	if err := cp.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
