@@ -101,7 +101,7 @@ func TestContainment(t *testing.T) {
 				if !errors.As(err, &me) {
 					t.Fatalf("want *MemoryLimitError, got %T %v", err, err)
 				}
-				if me.LimitPages != 1024 || !strings.Contains(err.Error(), "raise spec.limits.memory") {
+				if me.LimitPages != 1024 || !strings.Contains(err.Error(), "raise spec.limits.memoryPages") {
 					t.Errorf("error %v", err)
 				}
 			},

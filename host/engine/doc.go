@@ -4,7 +4,7 @@
 // a bounded pool of instances and exposes one operation, [Module.Reconcile],
 // which passes a request to the guest's reconcile export and returns its
 // response bytes. The engine knows the calling convention of the ABI
-// (docs/abi.md) but not the meaning of the JSON documents; package controller
+// (docs/abi.md) but not the meaning of the JSON documents; package protocol
 // gives them meaning.
 //
 // # Isolation

@@ -205,7 +205,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 	compiled, err := rt.CompileModule(ctx, metered)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
-			return nil, invalid(fmt.Sprintf("module's minimum memory is over limits.memoryLimitPages (%d pages); raise the limit", l.MemoryLimitPages), err)
+			return nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
 		}
 		return nil, invalid("not a valid WebAssembly module", err)
 	}
@@ -292,7 +292,7 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 		return fmt.Errorf("missing required export %q", abi.ExportMemory)
 	}
 	if mem.Min() > l.MemoryLimitPages {
-		return fmt.Errorf("module needs at least %d memory pages, over the limit of %d; raise limits.memory", mem.Min(), l.MemoryLimitPages)
+		return fmt.Errorf("module needs at least %d memory pages, over the limit of %d; raise spec.limits.memoryPages (--memory-limit-pages)", mem.Min(), l.MemoryLimitPages)
 	}
 	for _, imp := range c.ImportedFunctions() {
 		mod, name, _ := imp.Import()

@@ -19,8 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
