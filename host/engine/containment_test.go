@@ -93,8 +93,10 @@ func TestContainment(t *testing.T) {
 			},
 		},
 		{
-			name:   "allocating loop hits the memory limit",
-			limits: engine.Limits{MemoryLimitPages: 1024}, // 64 MiB
+			name: "allocating loop hits the memory limit",
+			// 64 MiB; the deadline is not what this case tests, and under
+			// -race on loaded cores filling 64 MiB took over 5 s.
+			limits: engine.Limits{MemoryLimitPages: 1024, Timeout: 2 * time.Minute},
 			spec:   map[string]any{"mode": "alloc"},
 			check: func(t *testing.T, err error) {
 				var me *engine.MemoryLimitError

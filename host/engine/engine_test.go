@@ -146,7 +146,7 @@ func TestLoadRejectsBadModules(t *testing.T) {
 func TestLoadRejectsMemoryOverLimit(t *testing.T) {
 	// Go guests start with more than one page of memory.
 	_, err := newEngine(t).Load(context.Background(), "w", testwasm.Build(t, "./widget"), engine.Limits{MemoryLimitPages: 1})
-	if !engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "memoryLimitPages") {
+	if !engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "memoryPages") {
 		t.Fatalf("want memory-limit InvalidModuleError, got %v", err)
 	}
 }

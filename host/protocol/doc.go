@@ -16,7 +16,8 @@
 // of type Normal or Warning with a reason of 1..MaxEventReasonLength
 // characters and a message of at most MaxEventMessageBytes bytes; a
 // requeueAfterSeconds in 0..MaxRequeueAfterSeconds; an error with a message;
-// children of the kinds the manifest owns, each with a valid name, in its
-// owner's namespace (a namespaced owner cannot own cluster-scoped objects),
-// listed once, and never the owner itself.
+// a status that keeps its object within MaxObjectBytes; children of the
+// kinds the manifest owns, each with a valid name and metadata, within
+// MaxObjectBytes, in its owner's namespace (a namespaced owner cannot own
+// cluster-scoped objects), listed once, and never the owner itself.
 package protocol

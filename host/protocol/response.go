@@ -1,12 +1,17 @@
 package protocol
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
@@ -28,6 +33,10 @@ const (
 	MaxEventMessageBytes = 1024
 	// MaxRequeueAfterSeconds is the longest requeueAfterSeconds: 30 days.
 	MaxRequeueAfterSeconds = 30 * 24 * 60 * 60
+	// MaxObjectBytes is the largest object the host writes, encoded: etcd's
+	// default request limit (--max-request-bytes, 1.5 MiB). A child over it,
+	// or a status that makes its object over it, is refused.
+	MaxObjectBytes = 1536 * 1024
 )
 
 // Rules are what a module's responses are checked against.
@@ -87,10 +96,40 @@ func (r Rules) Decode(call string, owner map[string]any, output []byte) (*Respon
 	if resp.Error != nil && strings.TrimSpace(resp.Error.Message) == "" {
 		return nil, r.invalid(call, "error has no message; say what went wrong and what to do about it")
 	}
+	if err := checkStatusSize(owner, resp.Status); err != nil {
+		return nil, r.invalid(call, "%v", err)
+	}
 	if err := r.children(owner, &resp); err != nil {
 		return nil, r.invalid(call, "%v", err)
 	}
 	return &resp, nil
+}
+
+// checkStatusSize refuses a status that would make owner larger than
+// MaxObjectBytes.
+func checkStatusSize(owner map[string]any, status map[string]any) error {
+	if status == nil {
+		return nil
+	}
+	withStatus := make(map[string]any, len(owner)+1)
+	for k, v := range owner {
+		if k != "status" {
+			withStatus[k] = v
+		}
+	}
+	withStatus["status"] = status
+	if n := encodedSize(StripManagedFields(withStatus)); n > MaxObjectBytes {
+		return fmt.Errorf("the object with this status is %d bytes encoded; the API server stores at most %d (etcd's request limit): keep large data out of the status", n, MaxObjectBytes)
+	}
+	return nil
+}
+
+func encodedSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0 // decoded from JSON: it encodes
+	}
+	return len(b)
 }
 
 func (r Rules) invalid(call, format string, args ...any) error {
@@ -172,6 +211,9 @@ func (r Rules) children(owner map[string]any, resp *Response) error {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			return fmt.Errorf("children[%d] (%s) has an invalid metadata.name %q: %s", i, kind, name, strings.Join(errs, "; "))
 		}
+		if n := encodedSize(c); n > MaxObjectBytes {
+			return fmt.Errorf("children[%d] (%s %s) is %d bytes encoded; the API server stores at most %d (etcd's request limit)", i, kind, name, n, MaxObjectBytes)
+		}
 		namespaced, known := scopes.Namespaced(gvk.GroupKind())
 		if !known {
 			namespaced = true
@@ -193,10 +235,8 @@ func (r Rules) children(owner map[string]any, resp *Response) error {
 		case namespaced && ownerNS != "" && ns != ownerNS:
 			return fmt.Errorf("children[%d] (%s %s) is in namespace %q, but children must be in their owner's namespace %q", i, kind, name, ns, ownerNS)
 		}
-		if namespaced {
-			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return fmt.Errorf("children[%d] (%s %s) has an invalid metadata.namespace %q: %s", i, kind, name, ns, strings.Join(errs, "; "))
-			}
+		if err := checkMeta(c, ns, namespaced); err != nil {
+			return fmt.Errorf("children[%d] (%s %s) has invalid metadata: %v", i, kind, name, err)
 		}
 		k := childKey{gk: gvk.GroupKind(), namespace: ns, name: name}
 		if k == self {
@@ -223,4 +263,22 @@ func describe(gvk schema.GroupVersionKind) string {
 		return gvk.Kind + " (" + gvk.Version + ")"
 	}
 	return gvk.Kind + "." + gvk.Group + " (" + gvk.Version + ")"
+}
+
+// checkMeta checks a child's metadata with the API server's own rules for
+// every kind (namespace, labels, annotations, finalizers, generateName),
+// with the namespace the host will apply it in. Owner references are the
+// host's to set, and are not checked.
+func checkMeta(child map[string]any, namespace string, namespaced bool) error {
+	md, _ := child["metadata"].(map[string]any)
+	var om metav1.ObjectMeta
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(md, &om); err != nil {
+		return err
+	}
+	om.Namespace, om.OwnerReferences = namespace, nil
+	if !namespaced {
+		om.Namespace = ""
+	}
+	errs := apivalidation.ValidateObjectMeta(&om, namespaced, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	return errs.ToAggregate()
 }
