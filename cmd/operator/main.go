@@ -158,6 +158,7 @@ Flags:
 	fs.DurationVar(&opts.Storm.Window, "storm-window", 10*time.Second, "window of --storm-threshold")
 	fs.DurationVar(&opts.Storm.Backoff, "storm-backoff", time.Minute, "while an object is quiescent, call its guest at most this often until it changes")
 	fs.BoolVar(&opts.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
+	registerResponseLimits(fs, &opts.ResponseLimits)
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")

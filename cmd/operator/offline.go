@@ -32,18 +32,19 @@ type limitFlags struct {
 	memory   string
 	cacheDir string
 	crds     string
+	response protocol.Limits
 }
 
 // options returns the offline options: the scopes of the kinds in --crds.
 func (l *limitFlags) options() (offline.Options, error) {
 	if l.crds == "" {
-		return offline.Options{}, nil
+		return offline.Options{Limits: l.response}, nil
 	}
 	objs, err := offline.ReadObjectDir(l.crds)
 	if err != nil {
 		return offline.Options{}, fmt.Errorf("--crds: %w", err)
 	}
-	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, protocol.CRDScopes(objs))}, nil
+	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, protocol.CRDScopes(objs)), Limits: l.response}, nil
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
@@ -55,6 +56,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 		def = filepath.Join(dir, "wasmreconcile", "compiled")
 	}
 	fs.StringVar(&l.cacheDir, "compilation-cache-dir", def, `directory that keeps compiled modules between runs; "" keeps them in memory only`)
+	registerResponseLimits(fs, &l.response)
 	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files: tells the children rules which custom kinds are cluster-scoped (built-in kinds are known; other kinds are taken as namespaced)")
 }
 
@@ -300,4 +302,13 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		return exitError{1}
 	}
 	return nil
+}
+
+// registerResponseLimits registers the response limits, with the same names
+// and defaults for operator run, invoke and test: an operator that raises a
+// limit in the cluster raises it in CI too.
+func registerResponseLimits(fs *flag.FlagSet, l *protocol.Limits) {
+	fs.IntVar(&l.MaxEvents, "max-events", protocol.DefaultMaxEvents, "most Events one response may record; a response with more is refused (InvalidResponse)")
+	fs.DurationVar(&l.MaxRequeueAfter, "max-requeue-after", protocol.DefaultMaxRequeueAfter, "longest requeueAfterSeconds a response may ask for")
+	fs.IntVar(&l.MaxObjectBytes, "max-object-bytes", protocol.DefaultMaxObjectBytes, "largest child, and reconciled object with its new status, the host writes, encoded (etcd's --max-request-bytes)")
 }

@@ -32,6 +32,9 @@ type Options struct {
 	// other kind is taken as namespaced (give CRDs with protocol.CRDScopes
 	// to know theirs).
 	Scopes protocol.Scopes
+	// Limits bound the response, as in the cluster; see protocol.Limits
+	// for the defaults.
+	Limits protocol.Limits
 }
 
 // Outcome is the result of one run.
@@ -73,7 +76,7 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	if err != nil {
 		return out
 	}
-	resp, err := protocol.RulesFor(m.Manifest(), opts.Scopes).Decode(call, in.Object, res.Output)
+	resp, err := protocol.RulesFor(m.Manifest(), opts.Scopes, opts.Limits).Decode(call, in.Object, res.Output)
 	if err != nil {
 		out.Err = err
 		return out

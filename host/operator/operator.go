@@ -44,6 +44,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
@@ -100,6 +101,10 @@ type Options struct {
 	ModuleConfig map[string]map[string]any
 	// Storm configures reconcile-storm damping for every module.
 	Storm StormOptions
+	// ResponseLimits bound every module's responses (docs/abi.md, "Response
+	// rules"); `operator test` takes the same limits. See protocol.Limits
+	// for the defaults.
+	ResponseLimits protocol.Limits
 	// RateLimit configures every module's workqueue rate limiter.
 	RateLimit RateLimit
 	// MaxConcurrentReconciles per module. Defaults to the module's
@@ -240,7 +245,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig,
-		Storm:     reconciler.StormOptions(opts.Storm),
+		Storm: reconciler.StormOptions(opts.Storm), ResponseLimits: opts.ResponseLimits,
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		LastEvent: lastEvent, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
 		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,

@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -119,4 +122,27 @@ func waitHTTP(t *testing.T, url string, status int, want string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s never answered %d with %q: last %s", url, status, want, last)
+}
+
+// TestFileModuleLoadHealth: a module from a file whose kind cannot sync
+// (the conformance module: its Probe kind has no CRD here) gets the same
+// SyncFailed warning as a ReconcileModule, as a log line and in
+// wasmreconcile_module_health, while the other module of the operator is
+// healthy.
+func TestFileModuleLoadHealth(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	start(t, e.cfg, e.operatorOptions(), operator.Options{
+		Modules:        []string{testwasm.BuildFile(t, "./internal/tck"), testwasm.BuildFile(t, "./widget")},
+		HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second, Registerer: reg,
+	})
+	testenv.Eventually(t, 2*time.Minute, "SyncFailed for the tck module", func() error {
+		if v := gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "tck", "problem": "SyncFailed"}); v != 1 {
+			return fmt.Errorf("wasmreconcile_module_health{module=tck,problem=SyncFailed} = %v", v)
+		}
+		return nil
+	})
+	if v := gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "widget", "problem": "SyncFailed"}); v != 0 {
+		t.Errorf("the widget module, whose kind syncs, has SyncFailed = %v", v)
+	}
 }

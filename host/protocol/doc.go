@@ -12,12 +12,13 @@
 //	KindOf(err)                             how a reconcile ended, in one vocabulary
 //
 // A response is checked against the rules in docs/abi.md ("Response rules"):
-// JSON with no unknown or duplicate fields; at most MaxEvents Events, each
-// of type Normal or Warning with a reason of 1..MaxEventReasonLength
-// characters and a message of at most MaxEventMessageBytes bytes; a
-// requeueAfterSeconds in 0..MaxRequeueAfterSeconds; an error with a message;
-// a status that keeps its object within MaxObjectBytes; children of the
-// kinds the manifest owns, each with a valid name and metadata, within
-// MaxObjectBytes, in its owner's namespace (a namespaced owner cannot own
-// cluster-scoped objects), listed once, and never the owner itself.
+// JSON with no unknown or duplicate fields; at most Limits.MaxEvents Events,
+// each of type Normal or Warning with a reason of 1..MaxEventReasonLength
+// bytes and a message of at most MaxEventMessageBytes bytes; a
+// requeueAfterSeconds within Limits.MaxRequeueAfter; an error with a
+// message; a status that keeps its object within Limits.MaxObjectBytes;
+// children of the kinds the manifest owns, each with a valid name and
+// metadata, within Limits.MaxObjectBytes, in its owner's namespace (a
+// namespaced owner cannot own cluster-scoped objects), listed once, and
+// never the owner itself.
 package protocol

@@ -58,7 +58,7 @@ func TestResponseRules(t *testing.T) {
 		{name: "duplicate field", output: `{"status":{},"status":{}}`, want: `duplicate field "status"`},
 		{name: "status of the wrong type", output: `{"status":"ok"}`, want: "status"},
 		{name: "ten events", output: `{"events":[` + strings.Repeat(`{"type":"Normal","reason":"R","message":"m"},`, 9) + `{"type":"Normal","reason":"R","message":"m"}]}`},
-		{name: "eleven events", output: `{"events":[` + strings.Repeat(`{"type":"Normal","reason":"R","message":"m"},`, 10) + `{"type":"Normal","reason":"R","message":"m"}]}`, want: "11 events; a response may record at most 10"},
+		{name: "eleven events", output: `{"events":[` + strings.Repeat(`{"type":"Normal","reason":"R","message":"m"},`, 10) + `{"type":"Normal","reason":"R","message":"m"}]}`, want: "11 events; a response may record at most 10 (--max-events)"},
 		{name: "event type", output: `{"events":[{"type":"Info","reason":"R","message":"m"}]}`, want: `events[0] has type "Info"; want Normal or Warning`},
 		{name: "event without reason", output: `{"events":[{"type":"Normal","message":"m"}]}`, want: "events[0] has no reason"},
 		{name: "long reason", output: `{"events":[{"type":"Normal","reason":"` + strings.Repeat("R", 129) + `","message":"m"}]}`, want: "reason of 129 bytes"},
@@ -83,9 +83,9 @@ func TestResponseRules(t *testing.T) {
 		{name: "label of the wrong type", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"k":1}}}]}`, want: "children[0] (ConfigMap a) has invalid metadata"},
 		{name: "bad finalizer", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","finalizers":["no slash allowed/x/y"]}}]}`, want: "metadata.finalizers"},
 		{name: "huge annotation", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","annotations":{"a":"` + strings.Repeat("x", 300*1024) + `"}}}]}`, want: "metadata.annotations: Too long"},
-		{name: "huge child", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"a":"` + strings.Repeat("x", protocol.MaxObjectBytes) + `"}}]}`, want: "bytes encoded; the API server stores at most"},
-		{name: "huge status", output: `{"status":{"a":"` + strings.Repeat("x", protocol.MaxObjectBytes) + `"}}`, want: "the object with this status is"},
-		{name: "big status under the limit", output: `{"status":{"a":"` + strings.Repeat("x", protocol.MaxObjectBytes-1024) + `"}}`},
+		{name: "huge child", output: `{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"a":"` + strings.Repeat("x", protocol.DefaultMaxObjectBytes) + `"}}]}`, want: "bytes encoded; the API server stores at most"},
+		{name: "huge status", output: `{"status":{"a":"` + strings.Repeat("x", protocol.DefaultMaxObjectBytes) + `"}}`, want: "the object with this status is"},
+		{name: "big status under the limit", output: `{"status":{"a":"` + strings.Repeat("x", protocol.DefaultMaxObjectBytes-1024) + `"}}`},
 		{name: "cluster-scoped owner, cluster-scoped child", ownerNS: "-", output: `{"children":[{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRoleBinding","metadata":{"name":"crb"}}]}`},
 		{name: "cluster-scoped owner, child with a namespace", ownerNS: "-", output: `{"children":[` + cm("a", "anywhere") + `]}`},
 		{name: "cluster-scoped owner, child without one", ownerNS: "-", output: `{"children":[` + cm("a", "") + `]}`, want: "set metadata.namespace"},
@@ -127,6 +127,28 @@ func TestResponseRules(t *testing.T) {
 				t.Error("an invalid response must be terminal")
 			}
 		})
+	}
+}
+
+func TestLimitsAreConfigurable(t *testing.T) {
+	r := rules
+	r.Limits = protocol.Limits{MaxEvents: 2, MaxRequeueAfter: time.Minute, MaxObjectBytes: 1000}
+	for output, want := range map[string]string{
+		`{"events":[{"type":"Normal","reason":"R","message":"m"},{"type":"Normal","reason":"R","message":"m"},{"type":"Normal","reason":"R","message":"m"}]}`: "3 events; a response may record at most 2",
+		`{"requeueAfterSeconds":61}`:                              "requeueAfterSeconds is 61; it must be within 0..60 (1m0s)",
+		`{"status":{"a":"` + strings.Repeat("x", 1000) + `"}}`:    "the API server stores at most 1000",
+		`{"children":[` + cm(strings.Repeat("a", 200), "") + `]}`: "",
+	} {
+		_, err := r.Decode("reconcile ns/o", owner("ns"), []byte(output))
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%.60s: %v", output, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%.60s: %v, want %q", output, err, want)
+		}
+	}
+	if _, err := r.Decode("reconcile ns/o", owner("ns"), []byte(`{"requeueAfterSeconds":60}`)); err != nil {
+		t.Errorf("a requeue at the limit: %v", err)
 	}
 }
 

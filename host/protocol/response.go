@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,26 +19,56 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 )
 
-// Limits of one response. They are the API server's own limits where it has
-// one (an Event's reason and note), so that what the host accepts the API
-// server accepts too.
+// The API server's own limits on an Event, which a response's Events must
+// keep: what the host accepts, the API server accepts too.
 const (
-	// MaxEvents is how many Events one response may ask for, so that a
-	// buggy guest cannot flood the API server.
-	MaxEvents = 10
-	// MaxEventReasonLength is the longest Event reason, in bytes (the API
-	// server's limit).
+	// MaxEventReasonLength is the longest Event reason, in bytes.
 	MaxEventReasonLength = 128
-	// MaxEventMessageBytes is the longest Event message (the API server's
-	// limit on an Event's note).
+	// MaxEventMessageBytes is the longest Event message (an Event's note).
 	MaxEventMessageBytes = 1024
-	// MaxRequeueAfterSeconds is the longest requeueAfterSeconds: 30 days.
-	MaxRequeueAfterSeconds = 30 * 24 * 60 * 60
-	// MaxObjectBytes is the largest object the host writes, encoded: etcd's
-	// default request limit (--max-request-bytes, 1.5 MiB). A child over it,
-	// or a status that makes its object over it, is refused.
-	MaxObjectBytes = 1536 * 1024
 )
+
+// Defaults of Limits.
+const (
+	// DefaultMaxEvents is how many Events one response may ask for, so
+	// that a buggy guest cannot flood the API server.
+	DefaultMaxEvents = 10
+	// DefaultMaxRequeueAfter is the longest requeueAfterSeconds: 30 days.
+	DefaultMaxRequeueAfter = 30 * 24 * time.Hour
+	// DefaultMaxObjectBytes is the largest object the host writes, encoded:
+	// etcd's default request limit (its --max-request-bytes, 1.5 MiB).
+	DefaultMaxObjectBytes = 1536 * 1024
+)
+
+// Limits bound one response. An operator sets them once, for the cluster
+// (operator run) and for offline runs (operator invoke and test) alike:
+// the flags have the same names. Zero fields take the defaults.
+type Limits struct {
+	// MaxEvents caps the Events of one response. Defaults to
+	// DefaultMaxEvents (10).
+	MaxEvents int
+	// MaxRequeueAfter caps requeueAfterSeconds. Defaults to
+	// DefaultMaxRequeueAfter (30 days).
+	MaxRequeueAfter time.Duration
+	// MaxObjectBytes caps a child's encoded size, and the reconciled
+	// object's with the new status. Defaults to DefaultMaxObjectBytes
+	// (1.5 MiB); raise it only with etcd's --max-request-bytes.
+	MaxObjectBytes int
+}
+
+// WithDefaults returns l with zero fields set to the defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxEvents <= 0 {
+		l.MaxEvents = DefaultMaxEvents
+	}
+	if l.MaxRequeueAfter <= 0 {
+		l.MaxRequeueAfter = DefaultMaxRequeueAfter
+	}
+	if l.MaxObjectBytes <= 0 {
+		l.MaxObjectBytes = DefaultMaxObjectBytes
+	}
+	return l
+}
 
 // Rules are what a module's responses are checked against.
 type Rules struct {
@@ -49,11 +80,13 @@ type Rules struct {
 	// Scopes tells which kinds are namespaced. Defaults to Builtin; a kind
 	// that Scopes does not know is taken as namespaced.
 	Scopes Scopes
+	// Limits bound the response; see Limits for the defaults.
+	Limits Limits
 }
 
 // RulesFor returns the rules of a module with manifest m; scopes may be nil.
-func RulesFor(m abi.Manifest, scopes Scopes) Rules {
-	return Rules{Module: m.Name, Owns: m.Owns, Scopes: scopes}
+func RulesFor(m abi.Manifest, scopes Scopes, limits Limits) Rules {
+	return Rules{Module: m.Name, Owns: m.Owns, Scopes: scopes, Limits: limits}
 }
 
 // Response is a guest's response that passed every rule.
@@ -72,6 +105,7 @@ type Response struct {
 // *engine.ABIError when output is not JSON and an *InvalidResponseError
 // when it breaks a rule; either way nothing of it may be applied.
 func (r Rules) Decode(call string, owner map[string]any, output []byte) (*Response, error) {
+	limits := r.Limits.WithDefaults()
 	var resp Response
 	strict, err := kjson.UnmarshalStrict(output, &resp.Response)
 	if err != nil {
@@ -87,19 +121,19 @@ func (r Rules) Decode(call string, owner map[string]any, output []byte) (*Respon
 		}
 		return nil, r.invalid(call, "%s", strings.Join(msgs, "; "))
 	}
-	if err := checkEvents(resp.Events); err != nil {
+	if err := checkEvents(resp.Events, limits.MaxEvents); err != nil {
 		return nil, r.invalid(call, "%v", err)
 	}
-	if s := resp.RequeueAfterSeconds; s < 0 || s > MaxRequeueAfterSeconds {
-		return nil, r.invalid(call, "requeueAfterSeconds is %d; it must be within 0..%d (30 days)", s, MaxRequeueAfterSeconds)
+	if s, max := resp.RequeueAfterSeconds, int64(limits.MaxRequeueAfter/time.Second); s < 0 || s > max {
+		return nil, r.invalid(call, "requeueAfterSeconds is %d; it must be within 0..%d (%s)", s, max, limits.MaxRequeueAfter)
 	}
 	if resp.Error != nil && strings.TrimSpace(resp.Error.Message) == "" {
 		return nil, r.invalid(call, "error has no message; say what went wrong and what to do about it")
 	}
-	if err := checkStatusSize(owner, resp.Status); err != nil {
+	if err := checkStatusSize(owner, resp.Status, limits.MaxObjectBytes); err != nil {
 		return nil, r.invalid(call, "%v", err)
 	}
-	if err := r.children(owner, &resp); err != nil {
+	if err := r.children(owner, &resp, limits.MaxObjectBytes); err != nil {
 		return nil, r.invalid(call, "%v", err)
 	}
 	return &resp, nil
@@ -107,7 +141,7 @@ func (r Rules) Decode(call string, owner map[string]any, output []byte) (*Respon
 
 // checkStatusSize refuses a status that would make owner larger than
 // MaxObjectBytes.
-func checkStatusSize(owner map[string]any, status map[string]any) error {
+func checkStatusSize(owner map[string]any, status map[string]any, max int) error {
 	if status == nil {
 		return nil
 	}
@@ -118,8 +152,8 @@ func checkStatusSize(owner map[string]any, status map[string]any) error {
 		}
 	}
 	withStatus["status"] = status
-	if n := encodedSize(StripManagedFields(withStatus)); n > MaxObjectBytes {
-		return fmt.Errorf("the object with this status is %d bytes encoded; the API server stores at most %d (etcd's request limit): keep large data out of the status", n, MaxObjectBytes)
+	if n := encodedSize(StripManagedFields(withStatus)); n > max {
+		return fmt.Errorf("the object with this status is %d bytes encoded; the API server stores at most %d (etcd's request limit; --max-object-bytes): keep large data out of the status", n, max)
 	}
 	return nil
 }
@@ -136,9 +170,9 @@ func (r Rules) invalid(call, format string, args ...any) error {
 	return &InvalidResponseError{Module: r.Module, Call: call, Reason: fmt.Sprintf(format, args...)}
 }
 
-func checkEvents(events []abi.Event) error {
-	if len(events) > MaxEvents {
-		return fmt.Errorf("%d events; a response may record at most %d", len(events), MaxEvents)
+func checkEvents(events []abi.Event, max int) error {
+	if len(events) > max {
+		return fmt.Errorf("%d events; a response may record at most %d (--max-events)", len(events), max)
 	}
 	for i, e := range events {
 		switch {
@@ -169,7 +203,7 @@ func (k childKey) String() string {
 }
 
 // children checks the children and completes their namespaces.
-func (r Rules) children(owner map[string]any, resp *Response) error {
+func (r Rules) children(owner map[string]any, resp *Response, maxBytes int) error {
 	if len(resp.Children) == 0 {
 		return nil
 	}
@@ -211,8 +245,8 @@ func (r Rules) children(owner map[string]any, resp *Response) error {
 		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 			return fmt.Errorf("children[%d] (%s) has an invalid metadata.name %q: %s", i, kind, name, strings.Join(errs, "; "))
 		}
-		if n := encodedSize(c); n > MaxObjectBytes {
-			return fmt.Errorf("children[%d] (%s %s) is %d bytes encoded; the API server stores at most %d (etcd's request limit)", i, kind, name, n, MaxObjectBytes)
+		if n := encodedSize(c); n > maxBytes {
+			return fmt.Errorf("children[%d] (%s %s) is %d bytes encoded; the API server stores at most %d (etcd's request limit; --max-object-bytes)", i, kind, name, n, maxBytes)
 		}
 		namespaced, known := scopes.Namespaced(gvk.GroupKind())
 		if !known {

@@ -74,6 +74,7 @@ var clusterScoped = map[schema.GroupKind]bool{
 	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:                         true,
 	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:                  true,
 	{Group: "resource.k8s.io", Kind: "DeviceClass"}:                                   true,
+	{Group: "resource.k8s.io", Kind: "DeviceTaintRule"}:                               true,
 	{Group: "resource.k8s.io", Kind: "ResourceSlice"}:                                 true,
 	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                               true,
 	{Group: "storage.k8s.io", Kind: "CSIDriver"}:                                      true,

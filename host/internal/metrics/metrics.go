@@ -58,6 +58,9 @@ type Module struct {
 	// Initialized, Converged and Quiescent are the module's lifecycle
 	// states (docs/metrics.md).
 	Initialized, Converged, Quiescent bool
+	// SyncFailed and CacheStale are the module's load-health warnings, true
+	// while they last.
+	SyncFailed, CacheStale bool
 }
 
 // New builds the collectors and registers them on reg. A collector that reg

@@ -10,7 +10,7 @@ import (
 // computed from the hosts' own state, so that nothing stale is left behind
 // when a module goes away.
 type moduleCollector struct {
-	info, state, instances *prometheus.Desc
+	info, state, instances, health *prometheus.Desc
 
 	mu    sync.Mutex
 	hosts map[string]func() []Module
@@ -22,6 +22,8 @@ func newModuleCollector() *moduleCollector {
 			"1 for each running module, with the sha256 digest of the bytes serving it.", []string{"module", "digest"}, nil),
 		state: prometheus.NewDesc("wasmreconcile_module_state",
 			"1 when the module is in the state: initialized (caches synced), converged (initialized, queue empty, nothing running, no object failing), quiescent (converged and nothing written for a while).", []string{"module", "state"}, nil),
+		health: prometheus.NewDesc("wasmreconcile_module_health",
+			"1 while the module has the load-health problem: SyncFailed (the cache of its kind has not synced) or CacheStale (no event or list for its kind for a while); whatever the module's source.", []string{"module", "problem"}, nil),
 		instances: prometheus.NewDesc("wasmreconcile_instances",
 			"Instances of a module's pool, by state (live: existing; idle: ready for the next call).", []string{"module", "state"}, nil),
 		hosts: map[string]func() []Module{},
@@ -42,6 +44,7 @@ func (c *moduleCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.info
 	ch <- c.state
 	ch <- c.instances
+	ch <- c.health
 }
 
 func (c *moduleCollector) Collect(ch chan<- prometheus.Metric) {
@@ -64,6 +67,8 @@ func (c *moduleCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(m.Quiescent), m.Name, "quiescent")
 			ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(m.Pool.Live), m.Name, "live")
 			ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(m.Pool.Idle), m.Name, "idle")
+			ch <- prometheus.MustNewConstMetric(c.health, prometheus.GaugeValue, b2f(m.SyncFailed), m.Name, "SyncFailed")
+			ch <- prometheus.MustNewConstMetric(c.health, prometheus.GaugeValue, b2f(m.CacheStale), m.Name, "CacheStale")
 		}
 	}
 }

@@ -73,6 +73,9 @@ type Options struct {
 	// Scopes tells which kinds are namespaced, for the children rules.
 	// Defaults to protocol.Builtin; the operator passes its RESTMapper's.
 	Scopes protocol.Scopes
+	// ResponseLimits bound each response; see protocol.Limits for the
+	// defaults.
+	ResponseLimits protocol.Limits
 	// Config is passed to the guest as Request.Config on every call.
 	// Defaults to nil: no configuration.
 	Config map[string]any
@@ -133,7 +136,7 @@ func New(opts Options) (*Reconciler, error) {
 		name:     v.Module.Name(),
 		manifest: m,
 		gvk:      gvkOf(m.For),
-		rules:    protocol.RulesFor(m, opts.Scopes),
+		rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
 		opts:     opts,
 		storms:   newStormTracker(opts.Storm),
 		stats:    opts.Stats,

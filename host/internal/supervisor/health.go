@@ -171,12 +171,13 @@ func (s *Supervisor) Names() []string {
 func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 	s.mu.Lock()
 	type item struct {
-		name string
-		r    *running
+		name                   string
+		r                      *running
+		syncFailed, cacheStale bool
 	}
 	var items []item
 	for n, r := range s.modules {
-		items = append(items, item{n, r})
+		items = append(items, item{n, r, r.health.syncWarned, r.health.staleWarned})
 	}
 	s.mu.Unlock()
 	now := time.Now()
@@ -190,6 +191,7 @@ func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 		synced, _ := s.synced(ctx, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind})
 		m := lifecycle(it.r.rec.Activity(), synced, now, s.opts.QuiescentAfter)
 		m.Name, m.Digest, m.Pool = it.name, v.Module.Digest(), v.Module.PoolStats()
+		m.SyncFailed, m.CacheStale = it.syncFailed, it.cacheStale
 		out = append(out, m)
 	}
 	return out

@@ -67,6 +67,9 @@ type Options struct {
 	// Storm configures storm damping for every module; see
 	// reconciler.StormOptions for the defaults.
 	Storm reconciler.StormOptions
+	// ResponseLimits bound every module's responses; see protocol.Limits
+	// for the defaults.
+	ResponseLimits protocol.Limits
 	// RateLimit is the default workqueue rate limiter of every module; see
 	// package ratelimit for the defaults.
 	RateLimit ratelimit.Options
@@ -469,7 +472,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
-			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm,
+			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, ResponseLimits: s.opts.ResponseLimits,
 		})
 		if err != nil {
 			return "", err
