@@ -1,9 +1,9 @@
 package informer
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/promreg"
 )
 
 // Metrics are the informer metrics, labelled by kind ("Kind.group", see
@@ -52,35 +52,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Unix time of the last watch event (bookmarks included) or completed list per kind; time() minus it is the cache's staleness.",
 	}, []string{"kind"})
 	var err error
-	m.ListPages = register(reg, m.ListPages, &err)
-	m.ListObjects = register(reg, m.ListObjects, &err)
-	m.ListDuration = register(reg, m.ListDuration, &err)
-	m.ListExpired = register(reg, m.ListExpired, &err)
-	m.EmptyListVerifications = register(reg, m.EmptyListVerifications, &err)
-	m.EventsReceived = register(reg, m.EventsReceived, &err)
-	m.WatchRestarts = register(reg, m.WatchRestarts, &err)
-	m.LastEvent = register(reg, m.LastEvent, &err)
+	m.ListPages = promreg.Register(reg, m.ListPages, &err)
+	m.ListObjects = promreg.Register(reg, m.ListObjects, &err)
+	m.ListDuration = promreg.Register(reg, m.ListDuration, &err)
+	m.ListExpired = promreg.Register(reg, m.ListExpired, &err)
+	m.EmptyListVerifications = promreg.Register(reg, m.EmptyListVerifications, &err)
+	m.EventsReceived = promreg.Register(reg, m.EventsReceived, &err)
+	m.WatchRestarts = promreg.Register(reg, m.WatchRestarts, &err)
+	m.LastEvent = promreg.Register(reg, m.LastEvent, &err)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c on reg and returns it, or the collector reg already
-// holds under c's name; other errors are joined into *err.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, err *error) C {
-	e := reg.Register(c)
-	if e == nil {
-		return c
-	}
-	var already prometheus.AlreadyRegisteredError
-	if errors.As(e, &already) {
-		if existing, ok := already.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*err = errors.Join(*err, e)
-	return c
 }
 
 // Collectors returns m's collectors, for checks of what dashboards and

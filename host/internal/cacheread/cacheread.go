@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // Backend reads objects. Get returns an error satisfying
@@ -74,7 +75,7 @@ func (r *Reader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []b
 		if err != nil {
 			return abi.CacheError, []byte(err.Error())
 		}
-		return encode(strip(obj))
+		return encode(protocol.StripManagedFields(obj))
 	case "list":
 		sel, err := labels.Parse(req.LabelSelector)
 		if err != nil {
@@ -85,7 +86,7 @@ func (r *Reader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []b
 			return abi.CacheError, []byte(err.Error())
 		}
 		for i := range objs {
-			objs[i] = strip(objs[i])
+			objs[i] = protocol.StripManagedFields(objs[i])
 		}
 		if objs == nil {
 			objs = []map[string]any{}
@@ -101,26 +102,4 @@ func encode(v any) (abi.CacheStatus, []byte) {
 		return abi.CacheError, []byte("encoding the result: " + err.Error())
 	}
 	return abi.CacheOK, b
-}
-
-// strip removes metadata.managedFields, which guests never need and which
-// often makes up half of an object.
-func strip(obj map[string]any) map[string]any {
-	if md, ok := obj["metadata"].(map[string]any); ok {
-		if _, has := md["managedFields"]; has {
-			cp := make(map[string]any, len(md))
-			for k, v := range md {
-				if k != "managedFields" {
-					cp[k] = v
-				}
-			}
-			out := make(map[string]any, len(obj))
-			for k, v := range obj {
-				out[k] = v
-			}
-			out["metadata"] = cp
-			return out
-		}
-	}
-	return obj
 }

@@ -11,9 +11,9 @@
 package metrics
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/promreg"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
@@ -114,39 +114,21 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		modules: newModuleCollector(),
 	}
 	var err error
-	m.ReconcileTotal = register(reg, m.ReconcileTotal, &err)
-	m.GuestDuration = register(reg, m.GuestDuration, &err)
-	m.FuelUsed = register(reg, m.FuelUsed, &err)
-	m.Preemptions = register(reg, m.Preemptions, &err)
-	m.StatusWrites = register(reg, m.StatusWrites, &err)
-	m.ChildOperations = register(reg, m.ChildOperations, &err)
-	m.StormsDetected = register(reg, m.StormsDetected, &err)
-	m.Damped = register(reg, m.Damped, &err)
-	m.Reloads = register(reg, m.Reloads, &err)
-	m.CompileSeconds = register(reg, m.CompileSeconds, &err)
-	m.modules = register(reg, m.modules, &err)
+	m.ReconcileTotal = promreg.Register(reg, m.ReconcileTotal, &err)
+	m.GuestDuration = promreg.Register(reg, m.GuestDuration, &err)
+	m.FuelUsed = promreg.Register(reg, m.FuelUsed, &err)
+	m.Preemptions = promreg.Register(reg, m.Preemptions, &err)
+	m.StatusWrites = promreg.Register(reg, m.StatusWrites, &err)
+	m.ChildOperations = promreg.Register(reg, m.ChildOperations, &err)
+	m.StormsDetected = promreg.Register(reg, m.StormsDetected, &err)
+	m.Damped = promreg.Register(reg, m.Damped, &err)
+	m.Reloads = promreg.Register(reg, m.Reloads, &err)
+	m.CompileSeconds = promreg.Register(reg, m.CompileSeconds, &err)
+	m.modules = promreg.Register(reg, m.modules, &err)
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c on reg and returns it, or the collector reg already
-// holds under c's name (a second host in one process); other errors are
-// joined into *err.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, err *error) C {
-	e := reg.Register(c)
-	if e == nil {
-		return c
-	}
-	var already prometheus.AlreadyRegisteredError
-	if errors.As(e, &already) {
-		if existing, ok := already.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*err = errors.Join(*err, e)
-	return c
 }
 
 // Collectors returns the collectors of m, for checks of what dashboards and
