@@ -13,9 +13,8 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/wasmreconcile/wasmreconcile/host/internal/promreg"
-
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/promreg"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
