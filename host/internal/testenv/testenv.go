@@ -81,15 +81,70 @@ type ControlPlane struct {
 	dir    string
 }
 
+// dirPrefix names the temporary directory of every control plane started
+// here; its processes carry it in their arguments.
+const dirPrefix = "wasmreconcile-envtest-"
+
+// reapOrphans kills the control-plane processes of earlier test runs that
+// outlived their test binary (their parent is now init), and removes their
+// directories. A control plane in use has a live test binary as its parent
+// and is never touched. It is a safety net behind the parent-death signal.
+func reapOrphans() {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ")".
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != "1" {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range bytes.Split(cmdline, []byte{0}) {
+			arg := string(a)
+			if !strings.HasPrefix(arg, "--data-dir=") && !strings.HasPrefix(arg, "--cert-dir=") {
+				continue
+			}
+			val := arg[strings.IndexByte(arg, '=')+1:]
+			i := strings.Index(val, "/"+dirPrefix)
+			if i < 0 {
+				continue
+			}
+			rest := val[i+1:] // wasmreconcile-envtest-N/etcd
+			if j := strings.IndexByte(rest, '/'); j >= 0 {
+				rest = rest[:j]
+			}
+			dir := val[:i+1] + rest
+			fmt.Fprintf(os.Stderr, "testenv: killing pid %d, left behind by an earlier test run (%s)\n", pid, dir)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = os.RemoveAll(dir)
+			break
+		}
+	}
+}
+
 // Start starts a control plane with the CRDs in crdPaths (relative to the
 // repository root) installed, keeping its state in a new temporary
 // directory that Stop removes.
 func Start(crdPaths ...string) (*ControlPlane, error) {
+	reapOrphans()
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "wasmreconcile-envtest-")
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, err
 	}
