@@ -1,5 +1,5 @@
 // Command misbehave is a test guest for the host. It reconciles Gadgets
-// (host/reconciler/testdata/gadgets.yaml) and
+// (host/internal/testenv/crds/gadgets.yaml) and
 // misbehaves on purpose according to spec.mode, so that host tests can prove
 // each failure is contained:
 //
