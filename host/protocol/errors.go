@@ -1,6 +1,9 @@
 package protocol
 
-import "fmt"
+import (
+	"fmt"
+	"unicode/utf8"
+)
 
 // GuestError is a reconcile failure the guest reported in its response
 // (Response.Error).
@@ -16,7 +19,7 @@ func (e *GuestError) Error() string {
 	if e.Terminal {
 		kind = "terminal error (not retried until the object changes)"
 	}
-	return fmt.Sprintf("module[%s] %s: guest reported %s: %s", e.Module, e.Call, kind, e.Message)
+	return Cap(fmt.Sprintf("module[%s] %s: guest reported %s: %s", e.Module, e.Call, kind, e.Message))
 }
 
 // InvalidResponseError reports a response that breaks a rule of the
@@ -31,7 +34,8 @@ type InvalidResponseError struct {
 }
 
 func (e *InvalidResponseError) Error() string {
-	return fmt.Sprintf("module[%s] %s: invalid response: %s; fix the module (docs/abi.md, \"Response rules\")", e.Module, e.Call, e.Reason)
+	const hint = "; fix the module (docs/abi.md, \"Response rules\")"
+	return capTo(fmt.Sprintf("module[%s] %s: invalid response: %s", e.Module, e.Call, e.Reason), MaxEventMessageBytes-len(hint)) + hint
 }
 
 // ApplyError reports that the host could not write what a valid response
@@ -50,6 +54,25 @@ func (e *ApplyError) Error() string {
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }
+
+// Cap cuts a message to what an Event's note holds (MaxEventMessageBytes),
+// on a rune boundary, marking the cut. The messages of this package are cut
+// the same way in the cluster and offline, so that the Warning Event on an
+// object and `operator test` say the same words.
+func Cap(s string) string { return capTo(s, MaxEventMessageBytes) }
+
+// capTo cuts s to at most n bytes, on a rune boundary, marking the cut.
+func capTo(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = " …"
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
 
 // CallName names the reconcile of obj in messages, the same way in the
 // cluster and offline: "reconcile NAMESPACE/NAME", or "reconcile NAME" for a

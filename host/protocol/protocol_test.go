@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -228,5 +229,34 @@ func TestKindOf(t *testing.T) {
 	}
 	if !protocol.Terminal(&protocol.GuestError{Terminal: true}) || protocol.Terminal(&protocol.GuestError{}) || protocol.Terminal(&engine.FuelExhaustedError{}) {
 		t.Error("Terminal")
+	}
+}
+
+// TestMessagesFitAnEvent: a refusal or guest error whose message would not
+// fit an Event's note is cut the same way everywhere, so the cluster's
+// Event and `operator test` say the same words.
+func TestMessagesFitAnEvent(t *testing.T) {
+	var errs []error
+	for pad := 0; pad < 4; pad++ { // every alignment of the two-byte runes
+		long := strings.Repeat("x", pad) + strings.Repeat("é", 2000)
+		errs = append(errs, &protocol.GuestError{Module: "m", Call: "reconcile ns/o", Message: long},
+			&protocol.InvalidResponseError{Module: "m", Call: "reconcile ns/o", Reason: long})
+	}
+	long := strings.Repeat("é", 2000)
+	for _, err := range errs {
+		msg := err.Error()
+		if len(msg) > protocol.MaxEventMessageBytes || !utf8.ValidString(msg) {
+			t.Errorf("%T: %d bytes (valid UTF-8: %v)", err, len(msg), utf8.ValidString(msg))
+		}
+		if protocol.Cap(msg) != msg {
+			t.Errorf("%T: capping again changes the message", err)
+		}
+	}
+	if !strings.HasSuffix((&protocol.InvalidResponseError{Module: "m", Call: "c", Reason: long}).Error(), `fix the module (docs/abi.md, "Response rules")`) {
+		t.Error("a long InvalidResponse message lost its hint")
+	}
+	_, err := rules.Decode("reconcile ns/o", owner("ns"), []byte(`{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"k":"`+strings.Repeat("v", 5000)+`"}}}]}`))
+	if err == nil || len(err.Error()) > protocol.MaxEventMessageBytes {
+		t.Errorf("a refusal quoting a 5000-byte label: %d bytes", len(err.Error()))
 	}
 }

@@ -396,20 +396,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 // warn records a Warning Event on obj, its message cut to what the API
 // server accepts.
 func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
-	r.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", truncate(msg, protocol.MaxEventMessageBytes))
-}
-
-// truncate cuts s to at most n bytes, on a rune boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = " …"
-	cut := n - len(mark)
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + mark
+	r.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", protocol.Cap(msg))
 }
 
 func (r *Reconciler) attempt(key types.NamespacedName) int {
