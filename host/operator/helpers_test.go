@@ -42,8 +42,21 @@ func TestMain(m *testing.M) {
 		}
 		os.Setenv("WASMRECONCILE_EXAMPLE_WIDGET", path)
 	}
-	os.Exit(testenv.Main(m, testenv.MainOptions{ForExamples: true}))
+	dir, err := os.MkdirTemp("", "wasmreconcile-compiled-")
+	if err != nil {
+		logger.Error(err, "creating the compilation cache")
+		os.Exit(1)
+	}
+	compilationCache = dir
+	code := testenv.Main(m, testenv.MainOptions{ForExamples: true})
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+// compilationCache keeps compiled modules for every operator of the
+// package's tests, so that each module is compiled once (compiling is
+// seconds under -race) rather than once per operator.
+var compilationCache string
 
 // env is what a test works with: the shared control plane's config, a
 // client that reads live (no cache), and the test's namespace.
@@ -85,6 +98,9 @@ func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts oper
 	t.Helper()
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
+	}
+	if opts.CompilationCacheDir == "" {
+		opts.CompilationCacheDir = compilationCache
 	}
 	op, err := operator.New(cfg, mo, opts)
 	if err != nil {

@@ -88,7 +88,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules",
+		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules", "--compilation-cache-dir", compilationCache,
 			"--namespace", e.ns, "--leader-elect", "--leader-election-namespace", e.ns,
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", freeAddr(t))

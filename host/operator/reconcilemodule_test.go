@@ -317,7 +317,7 @@ func TestModuleNameConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	op, err := operator.New(e.cfg, e.operatorOptions(), operator.Options{
-		Modules: []string{file, copied}, ReconcileModules: true, Registerer: prometheus.NewRegistry(),
+		Modules: []string{file, copied}, ReconcileModules: true, Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
 	})
 	if err != nil {
 		t.Fatal(err)

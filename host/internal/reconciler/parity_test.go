@@ -38,11 +38,6 @@ func TestProtocolParity(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	eng, err := engine.New(engine.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close(ctx)
 	m, err := eng.Load(ctx, "respond", testwasm.Build(t, "./internal/testguests/respond"), engine.Limits{MaxInstances: 1, FreshInstancePerCall: true})
 	if err != nil {
 		t.Fatal(err)
