@@ -110,6 +110,11 @@ lint: verify-generated ## Generated files up to date, gofmt, go vet (native and 
 	cd guest-sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd modules && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@for m in $(GOMODS); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
+	@# Metrics are written, never read back to decide anything, and no collector is registered in init().
+	@bad=$$(git grep -nE 'prometheus/client_model|prometheus/testutil|\.Write\(&' -- '*.go' ':!*_test.go' || true); \
+	  if [ -n "$$bad" ]; then echo "a package reads a Prometheus collector:"; echo "$$bad"; exit 1; fi
+	@bad=$$(git grep -nE -A3 '^func init\(\)' -- '*.go' | grep -E 'MustRegister|Registry\.Register|[rR]egisterer' || true); \
+	  if [ -n "$$bad" ]; then echo "a collector is registered in init():"; echo "$$bad"; exit 1; fi
 
 .PHONY: bench
 bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measured within one run).
