@@ -76,7 +76,7 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	if err != nil {
 		return out
 	}
-	resp, err := protocol.RulesFor(m.Manifest(), opts.Scopes, opts.Limits).Decode(call, in.Object, res.Output)
+	resp, err := protocol.RulesFor(m.Manifest(), opts.Scopes, opts.Limits).Decode(call, in.Object, len(req), res.Output)
 	if err != nil {
 		out.Err = err
 		return out

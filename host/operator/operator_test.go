@@ -62,7 +62,7 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 		t.Errorf("wrongly pinned module error = %v", errs[2])
 	}
 	var invalid *engine.InvalidModuleError
-	if !errors.As(errs[0], &invalid) || !strings.Contains(errs[0].Error(), "invalid: not a valid WebAssembly module") {
+	if !errors.As(errs[0], &invalid) || !strings.Contains(errs[0].Error(), "module[broken.wasm] invalid: not a valid WebAssembly module") {
 		t.Errorf("malformed module error = %v", errs[0])
 	}
 	if !errors.Is(errs[1], os.ErrNotExist) || !strings.Contains(errs[1].Error(), "missing.wasm") {
@@ -94,6 +94,7 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	metrics := "http://" + mo.MetricsBindAddress + "/metrics"
 	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_reconcile_total{module="widget",result="Success"}`)
 	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_info{digest="`+supervisor.Digest(goodBytes)+`",module="widget"} 1`)
+	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_instances{module="widget",state="live"} 1`)
 	// The lifecycle: initialized, converged and, after 3 s without writes, quiescent.
 	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="initialized"} 1`)
 	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="converged"} 1`)

@@ -35,7 +35,7 @@ type InvalidResponseError struct {
 
 func (e *InvalidResponseError) Error() string {
 	const hint = "; fix the module (docs/abi.md, \"Response rules\")"
-	return capTo(fmt.Sprintf("module[%s] %s: invalid response: %s", e.Module, e.Call, e.Reason), MaxEventMessageBytes-len(hint)) + hint
+	return Truncate(fmt.Sprintf("module[%s] %s: invalid response: %s", e.Module, e.Call, e.Reason), MaxEventMessageBytes-len(hint)) + hint
 }
 
 // ApplyError reports that the host could not write what a valid response
@@ -59,10 +59,11 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // on a rune boundary, marking the cut. The messages of this package are cut
 // the same way in the cluster and offline, so that the Warning Event on an
 // object and `operator test` say the same words.
-func Cap(s string) string { return capTo(s, MaxEventMessageBytes) }
+func Cap(s string) string { return Truncate(s, MaxEventMessageBytes) }
 
-// capTo cuts s to at most n bytes, on a rune boundary, marking the cut.
-func capTo(s string, n int) string {
+// Truncate cuts s to at most n bytes, on a rune boundary, marking the cut
+// with " …".
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -97,7 +97,7 @@ func TestResponseRules(t *testing.T) {
 			if c.ownerNS == "-" {
 				ns = ""
 			}
-			resp, err := rules.Decode(protocol.CallName(owner(ns)), owner(ns), []byte(c.output))
+			resp, err := rules.Decode(protocol.CallName(owner(ns)), owner(ns), 0, []byte(c.output))
 			if c.want == "" {
 				if err != nil {
 					t.Fatalf("refused a valid response: %v", err)
@@ -140,7 +140,7 @@ func TestLimitsAreConfigurable(t *testing.T) {
 		`{"status":{"a":"` + strings.Repeat("x", 1000) + `"}}`:    "the API server stores at most 1000",
 		`{"children":[` + cm(strings.Repeat("a", 200), "") + `]}`: "",
 	} {
-		_, err := r.Decode("reconcile ns/o", owner("ns"), []byte(output))
+		_, err := r.Decode("reconcile ns/o", owner("ns"), 0, []byte(output))
 		switch {
 		case want == "" && err != nil:
 			t.Errorf("%.60s: %v", output, err)
@@ -148,13 +148,37 @@ func TestLimitsAreConfigurable(t *testing.T) {
 			t.Errorf("%.60s: %v, want %q", output, err, want)
 		}
 	}
-	if _, err := r.Decode("reconcile ns/o", owner("ns"), []byte(`{"requeueAfterSeconds":60}`)); err != nil {
+	if _, err := r.Decode("reconcile ns/o", owner("ns"), 0, []byte(`{"requeueAfterSeconds":60}`)); err != nil {
 		t.Errorf("a requeue at the limit: %v", err)
 	}
 }
 
+// TestStatusSizeWithTheRequestBound: given the request's length, Decode
+// skips encoding the object when request and output together fit, and still
+// refuses a status that makes a large object too large.
+func TestStatusSizeWithTheRequestBound(t *testing.T) {
+	big := owner("ns")
+	big["spec"] = map[string]any{"blob": strings.Repeat("s", 1200*1024)}
+	req, err := protocol.EncodeRequest(abi.Request{Object: big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := `{"status":{"blob":"` + strings.Repeat("x", 400*1024) + `"}}`
+	if _, err := rules.Decode("reconcile ns/o", big, len(req), []byte(status)); err == nil || !strings.Contains(err.Error(), "the object with this status is") {
+		t.Errorf("a 1.2 MiB object with a 0.4 MiB status: %v", err)
+	}
+	small := owner("ns")
+	req, err = protocol.EncodeRequest(abi.Request{Object: small})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rules.Decode("reconcile ns/o", small, len(req), []byte(status)); err != nil {
+		t.Errorf("a small object with a 0.4 MiB status: %v", err)
+	}
+}
+
 func TestChildrenAreCompleted(t *testing.T) {
-	resp, err := rules.Decode("reconcile ns/o", owner("ns"), []byte(`{"children":[`+cm("a", "")+`,{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`))
+	resp, err := rules.Decode("reconcile ns/o", owner("ns"), 0, []byte(`{"children":[`+cm("a", "")+`,{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,13 +195,13 @@ func TestChildrenAreCompleted(t *testing.T) {
 	crd := map[string]any{"kind": "CustomResourceDefinition", "spec": map[string]any{"group": "example.io", "scope": "Cluster", "names": map[string]any{"kind": "Thing"}}}
 	r := rules
 	r.Scopes = protocol.Chain(protocol.Builtin, protocol.CRDScopes([]map[string]any{crd}))
-	if _, err := r.Decode("reconcile ns/o", owner("ns"), []byte(`{"children":[{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`)); err == nil || !strings.Contains(err.Error(), "cluster-scoped") {
+	if _, err := r.Decode("reconcile ns/o", owner("ns"), 0, []byte(`{"children":[{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`)); err == nil || !strings.Contains(err.Error(), "cluster-scoped") {
 		t.Errorf("a cluster-scoped CRD child of a namespaced owner: %v", err)
 	}
 }
 
 func TestIntegersStayIntegers(t *testing.T) {
-	resp, err := rules.Decode("reconcile ns/o", owner("ns"), []byte(`{"status":{"n":3,"f":1.5,"big":9007199254740993}}`))
+	resp, err := rules.Decode("reconcile ns/o", owner("ns"), 0, []byte(`{"status":{"n":3,"f":1.5,"big":9007199254740993}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +279,7 @@ func TestMessagesFitAnEvent(t *testing.T) {
 	if !strings.HasSuffix((&protocol.InvalidResponseError{Module: "m", Call: "c", Reason: long}).Error(), `fix the module (docs/abi.md, "Response rules")`) {
 		t.Error("a long InvalidResponse message lost its hint")
 	}
-	_, err := rules.Decode("reconcile ns/o", owner("ns"), []byte(`{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"k":"`+strings.Repeat("v", 5000)+`"}}}]}`))
+	_, err := rules.Decode("reconcile ns/o", owner("ns"), 0, []byte(`{"children":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","labels":{"k":"`+strings.Repeat("v", 5000)+`"}}}]}`))
 	if err == nil || len(err.Error()) > protocol.MaxEventMessageBytes {
 		t.Errorf("a refusal quoting a 5000-byte label: %d bytes", len(err.Error()))
 	}

@@ -101,10 +101,14 @@ type Response struct {
 }
 
 // Decode decodes output, a guest's answer to the reconcile of owner named
-// call (see CallName), and checks it against the rules. It returns an
-// *engine.ABIError when output is not JSON and an *InvalidResponseError
-// when it breaks a rule; either way nothing of it may be applied.
-func (r Rules) Decode(call string, owner map[string]any, output []byte) (*Response, error) {
+// call (see CallName), and checks it against the rules. requestBytes is the
+// length of the request EncodeRequest made for owner (0 if unknown): it
+// bounds owner's encoded size, so that the size of owner with its new status
+// is computed only when that bound does not already prove it fits. It
+// returns an *engine.ABIError when output is not JSON and an
+// *InvalidResponseError when it breaks a rule; either way nothing of it may
+// be applied.
+func (r Rules) Decode(call string, owner map[string]any, requestBytes int, output []byte) (*Response, error) {
 	limits := r.Limits.WithDefaults()
 	var resp Response
 	strict, err := kjson.UnmarshalStrict(output, &resp.Response)
@@ -130,8 +134,12 @@ func (r Rules) Decode(call string, owner map[string]any, output []byte) (*Respon
 	if resp.Error != nil && strings.TrimSpace(resp.Error.Message) == "" {
 		return nil, r.invalid(call, "error has no message; say what went wrong and what to do about it")
 	}
-	if err := checkStatusSize(owner, resp.Status, limits.MaxObjectBytes); err != nil {
-		return nil, r.invalid(call, "%v", err)
+	// The request holds owner (with its old status) and the output holds the
+	// new status: when both together fit, so does owner with the new status.
+	if requestBytes <= 0 || requestBytes+len(output) > limits.MaxObjectBytes {
+		if err := checkStatusSize(owner, resp.Status, limits.MaxObjectBytes); err != nil {
+			return nil, r.invalid(call, "%v", err)
+		}
 	}
 	if err := r.children(owner, &resp, limits.MaxObjectBytes); err != nil {
 		return nil, r.invalid(call, "%v", err)

@@ -34,6 +34,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
@@ -319,7 +320,7 @@ func (c *Controller) onHealth(e supervisor.HealthEvent) {
 	if e.Warning {
 		typ = corev1.EventTypeWarning
 	}
-	c.recorder.Eventf(obj, nil, typ, e.Reason, "Sync", "%s", e.Message)
+	c.recorder.Eventf(obj, nil, typ, e.Reason, "Sync", "%s", protocol.Cap(e.Message))
 }
 
 // KindsMismatchError reports a spec whose for, owns or reads disagree with
@@ -374,7 +375,7 @@ func (c *Controller) failed(ctx context.Context, obj *v1alpha1.ReconcileModule, 
 	}
 	status.LastError = err.Error()
 	status.ObservedGeneration = obj.Generation
-	c.event(obj, corev1.EventTypeWarning, reason, "Load", "%s", truncate(err.Error(), 1024))
+	c.event(obj, corev1.EventTypeWarning, reason, "Load", "%s", protocol.Cap(err.Error()))
 	log.FromContext(ctx).Info("module not loaded", "reason", reason, "error", err.Error())
 	if werr := c.writeStatus(ctx, obj, status); werr != nil {
 		return werr
@@ -418,17 +419,5 @@ func (c *Controller) writeStatus(ctx context.Context, obj *v1alpha1.ReconcileMod
 // setCondition sets a condition, keeping lastTransitionTime when its status
 // does not change.
 func setCondition(status *v1alpha1.ReconcileModuleStatus, obj *v1alpha1.ReconcileModule, typ string, st metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: obj.Generation})
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len(" …")
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + " …"
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: protocol.Truncate(msg, 32768), ObservedGeneration: obj.Generation})
 }

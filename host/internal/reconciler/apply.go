@@ -74,8 +74,7 @@ func (r *Reconciler) syncChildren(ctx context.Context, call string, obj *unstruc
 		APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Name: obj.GetName(), UID: obj.GetUID(),
 		Controller: &yes, BlockOwnerDeletion: &yes,
 	}}
-	for _, d := range resp.Desired {
-		d = d.DeepCopy()
+	for _, d := range resp.Desired { // the response's own objects: set in place
 		d.SetOwnerReferences(owner)
 		k := childKey(d)
 		o, exists := byKey[k]

@@ -98,6 +98,7 @@ type Reconciler struct {
 	owns      []schema.GroupVersionKind
 	finalizer string // empty when the module declares none
 	rules     protocol.Rules
+	reads     *cacheread.Reader // the guest's cache_read: the manifest's kinds, from the informer cache
 	opts      Options
 
 	storms *stormTracker
@@ -149,6 +150,7 @@ func New(opts Options) (*Reconciler, error) {
 	if m.Finalizer {
 		r.finalizer = FinalizerPrefix + r.name
 	}
+	r.reads = cacheread.New(m, cacheread.ClientBackend{Reader: opts.Client})
 	opts.Metrics.Init(r.name)
 	return r, nil
 }
@@ -282,7 +284,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if o.err != nil {
 		return o
 	}
-	resp, err := r.rules.Decode(call, obj.Object, o.res.Output)
+	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
 	if err != nil {
 		o.err = err
 		return o
@@ -314,8 +316,7 @@ func (r *Reconciler) call(ctx context.Context, module *engine.Module, call strin
 			return engine.Result{}, &engine.CanceledError{Module: r.name, Call: call}
 		}
 	}
-	reads := cacheread.New(module.Manifest(), cacheread.ClientBackend{Reader: r.opts.Client})
-	res, err := module.Reconcile(engine.WithCacheReader(ctx, reads), call, request)
+	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.reads), call, request)
 	switch kind := protocol.KindOf(err); {
 	case kind.Preempted():
 		if !r.suspect.Swap(true) {

@@ -17,8 +17,6 @@ import (
 // health is one module's load health, for warnings once per episode.
 type health struct {
 	since       time.Time // when the module's controller was (re)built
-	synced      bool      // the cache of the module's kind has synced
-	syncWhy     string    // why not, when not
 	syncWarned  bool
 	staleWarned bool
 }
@@ -37,10 +35,6 @@ func (s *Supervisor) healthLoop(ctx context.Context) {
 		}
 	}
 }
-
-// CheckHealth checks every module's caches now, as the health loop does
-// every Options.HealthInterval.
-func (s *Supervisor) CheckHealth(ctx context.Context) { s.checkHealth(ctx, time.Now()) }
 
 // checkHealth reports SyncFailed and CacheStale, once per episode: a
 // Warning when the problem starts, nothing while it lasts, and a Normal
@@ -73,7 +67,6 @@ func (s *Supervisor) checkHealth(ctx context.Context, now time.Time) {
 			continue
 		}
 		h := &r.health
-		h.synced, h.syncWhy = synced, why
 		switch {
 		case !synced && now.Sub(h.since) > s.opts.SyncTimeout && !h.syncWarned:
 			h.syncWarned = true
@@ -133,9 +126,6 @@ type Status struct {
 	Paused   bool
 	Stats    reconciler.StatsSnapshot
 	Activity reconciler.Activity
-	// Synced reports whether the cache of the module's kind had synced at
-	// the last health check.
-	Synced bool
 }
 
 // Status returns module name's status, and whether it runs.
@@ -147,7 +137,7 @@ func (s *Supervisor) Status(name string) (Status, bool) {
 		return Status{}, false
 	}
 	return Status{Loaded: r.loaded, Owner: r.spec.Owner, Paused: r.paused.Load(), Stats: r.stats.Snapshot(),
-		Activity: r.rec.Activity(), Synced: r.health.synced}, true
+		Activity: r.rec.Activity()}, true
 }
 
 // Names lists the modules that run, sorted.
@@ -163,7 +153,8 @@ func (s *Supervisor) Names() []string {
 }
 
 // Metrics reports what the scrape-time metrics need of every module: the
-// serving digest, its instance pool and its lifecycle states:
+// serving digest, its instance pool, its load health (from the last health
+// check, in the leader) and its lifecycle states (now, in every replica):
 //   - initialized: the cache of the module's kind has synced;
 //   - converged: initialized, the workqueue is empty, no reconcile runs,
 //     and no object's last reconcile failed;
@@ -171,13 +162,13 @@ func (s *Supervisor) Names() []string {
 func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 	s.mu.Lock()
 	type item struct {
-		name                   string
-		r                      *running
-		syncFailed, cacheStale bool
+		name string
+		r    *running
+		h    health
 	}
 	var items []item
 	for n, r := range s.modules {
-		items = append(items, item{n, r, r.health.syncWarned, r.health.staleWarned})
+		items = append(items, item{n, r, r.health})
 	}
 	s.mu.Unlock()
 	now := time.Now()
@@ -191,7 +182,7 @@ func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 		synced, _ := s.synced(ctx, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind})
 		m := lifecycle(it.r.rec.Activity(), synced, now, s.opts.QuiescentAfter)
 		m.Name, m.Digest, m.Pool = it.name, v.Module.Digest(), v.Module.PoolStats()
-		m.SyncFailed, m.CacheStale = it.syncFailed, it.cacheStale
+		m.SyncFailed, m.CacheStale = it.h.syncWarned, it.h.staleWarned
 		out = append(out, m)
 	}
 	return out

@@ -26,6 +26,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -257,6 +258,9 @@ type Supervisor struct {
 	modules map[string]*running
 	closed  bool
 
+	closing     context.Context // ends when Close is called: bounds background compiles
+	closeCancel context.CancelFunc
+
 	// Every goroutine the supervisor starts is counted here and ends by
 	// Close: controllers, requeues, retirements, background compiles and
 	// the health loop.
@@ -290,7 +294,8 @@ func New(opts Options) (*Supervisor, error) {
 	if opts.Manager == nil || opts.Client == nil || opts.Engine == nil || opts.Metrics == nil {
 		return nil, errors.New("supervisor: Manager, Client, Engine and Metrics are required")
 	}
-	return &Supervisor{opts: opts.withDefaults(), modules: map[string]*running{}}, nil
+	closing, cancel := context.WithCancel(context.Background())
+	return &Supervisor{opts: opts.withDefaults(), modules: map[string]*running{}, closing: closing, closeCancel: cancel}, nil
 }
 
 // NeedLeaderElection makes module controllers run only in the leader.
@@ -339,7 +344,7 @@ func Digest(wasm []byte) string {
 func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	label := spec.Name // for messages and metrics until the manifest names the module
 	if label == "" {
-		label = spec.Source.String()
+		label = filepath.Base(spec.Source.String()) // "widget.wasm" for "file /m/widget.wasm"
 	}
 	fail := func(err error) (Loaded, error) {
 		s.opts.Metrics.Reloads.WithLabelValues(label, "failed").Inc()
@@ -539,8 +544,7 @@ func (s *Supervisor) requeueAll(r *running) {
 // upgrade compiles the bytes and, if the interpreted version still serves,
 // swaps the compiled one in and retires the interpreted one.
 func (s *Supervisor) upgrade(spec Spec, wasm []byte, limits engine.Limits, key string, interpreted *versionslot.Version) {
-	ctx, cancel := s.closeContext()
-	defer cancel()
+	ctx := s.closing
 	start := time.Now()
 	m, err := s.opts.Engine.Load(ctx, spec.Source.String(), wasm, limits)
 	if err != nil {
@@ -572,18 +576,6 @@ func (s *Supervisor) upgrade(spec Spec, wasm []byte, limits engine.Limits, key s
 	s.retire(interpreted)
 	s.opts.Metrics.Reloads.WithLabelValues(spec.Name, "upgraded").Inc()
 	s.opts.Log.Info("compiled version replaced the interpreted one", "module", spec.Name, "compile", time.Since(start).String())
-}
-
-// closeContext returns a context that ends when Close is called.
-func (s *Supervisor) closeContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		cancel()
-	}
-	return ctx, cancel
 }
 
 // remember puts version first in r's versions and retires the ones beyond
@@ -638,6 +630,7 @@ func (s *Supervisor) Remove(name string) bool {
 // every goroutine the supervisor started. Call it once the manager has
 // stopped, before closing the engine.
 func (s *Supervisor) Close(ctx context.Context) error {
+	s.closeCancel() // a background compile stops waiting to serve
 	s.mu.Lock()
 	s.closed = true
 	var versions []*versionslot.Version
