@@ -41,6 +41,14 @@ type Options struct {
 	// slower. Fuel counts are identical on both.
 	// Defaults to false (compiler, where the platform supports it).
 	Interpreter bool
+
+	// Ceilings cap the Fuel, Timeout and MemoryLimitPages of every module:
+	// a caller's limits or a manifest's over a ceiling are lowered to it
+	// (Module.Clamped says which), and a ceiling below a default lowers
+	// the default. Its other fields are ignored. Zero fields take
+	// DefaultMaxFuel (5,000,000,000), DefaultMaxTimeout (60 s) and
+	// DefaultMaxMemoryPages (16384 pages = 1 GiB); see ceilings.go.
+	Ceilings Limits
 }
 
 // Engine instruments, compiles and loads guest modules. It is safe for
@@ -49,6 +57,7 @@ type Engine struct {
 	cache       wazero.CompilationCache
 	fuelSlice   uint64
 	interpreter bool
+	ceilings    Limits // Options.Ceilings, defaults filled
 
 	mu           sync.Mutex
 	instrumented map[string][]byte // by digest of the original bytes
@@ -59,6 +68,10 @@ const maxInstrumentedCache = 32
 
 // New returns an Engine configured by opts.
 func New(opts Options) (*Engine, error) {
+	ceilings, err := opts.Ceilings.ceilings()
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	var cache wazero.CompilationCache
 	if opts.CompilationCacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir)
@@ -69,7 +82,7 @@ func New(opts Options) (*Engine, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
-	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, instrumented: map[string][]byte{}}, nil
+	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings, instrumented: map[string][]byte{}}, nil
 }
 
 // instrument returns the metered rewrite of wasm, from cache when the same
@@ -110,6 +123,9 @@ func (e *Engine) Close(ctx context.Context) error { return e.cache.Close(ctx) }
 // unknown import, a trap during _initialize, or an invalid manifest. It never
 // panics on bad input.
 func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
+	// The ceilings hold the caller's limits (flags, spec) before anything
+	// runs, and the manifest's below (ceilings.go).
+	limits, clamped := e.ceilings.clamp(limits, false)
 	m, err := e.load(ctx, source, wasm, limits)
 	if err != nil {
 		return nil, err
@@ -120,6 +136,9 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 		_ = m.Close(ctx)
 		return nil, &InvalidModuleError{Module: m.name, Reason: "manifest: " + err.Error()}
 	}
+	merged, more := e.clampLimits(merged)
+	clamped = append(clamped, more...)
+	m.clamped = clamped
 	if merged == limits {
 		return m, nil
 	}
@@ -134,7 +153,10 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	}
 	// A memory cap is fixed when the runtime is built: build it again.
 	_ = m.Close(ctx)
-	return e.load(ctx, source, wasm, merged)
+	if m, err = e.load(ctx, source, wasm, merged); err == nil {
+		m.clamped = clamped
+	}
+	return m, err
 }
 
 // mergeManifestLimits fills the zero fields of l from the manifest's limits.

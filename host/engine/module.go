@@ -25,6 +25,7 @@ type Module struct {
 	digest    string
 	size      int
 	limits    Limits
+	clamped   []Clamp // limits lowered to the engine's ceilings (ceilings.go)
 	manifest  abi.Manifest
 	runtime   wazero.Runtime
 	compiled  wazero.CompiledModule
