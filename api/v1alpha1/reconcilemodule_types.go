@@ -59,7 +59,10 @@ type ReconcileModuleSpec struct {
 	Reads []GroupVersionKind `json:"reads,omitempty"`
 
 	// Limits are per-module limits. Unset fields take the operator's flags,
-	// then the module's manifest, then the engine's defaults.
+	// then the module's manifest, then the engine's defaults. Fuel, timeout
+	// and memoryPages are held to the operator's ceilings (--max-fuel,
+	// --max-timeout, --max-memory): a value over one is clamped to it, and
+	// status.effectiveLimits and the LimitsClamped condition say so.
 	// +optional
 	Limits Limits `json:"limits,omitempty"`
 
@@ -135,22 +138,32 @@ type GroupVersionKind struct {
 	Kind string `json:"kind"`
 }
 
-// Limits are per-module limits.
+// Limits are per-module limits. The schema's maxima are absolute; the
+// operator's ceilings (--max-fuel, default 5,000,000,000; --max-timeout,
+// default 60s; --max-memory, default 1Gi = 16384 pages) clamp what is
+// within them.
 type Limits struct {
 	// Fuel is the fuel budget of one reconcile call (deterministic; about
-	// one unit per wasm instruction).
+	// one unit per wasm instruction). At most 10^12, and clamped to the
+	// operator's --max-fuel.
 	// +optional
 	// +kubebuilder:validation:Minimum=1000
+	// +kubebuilder:validation:Maximum=1000000000000
 	Fuel uint64 `json:"fuel,omitempty"`
 
 	// Timeout is the wall-clock deadline of one reconcile call, a Go
-	// duration such as "500ms" or "2s".
+	// duration such as "500ms", "2s" or "1m30s". At most 1h, and clamped
+	// to the operator's --max-timeout.
 	// +optional
 	// +kubebuilder:validation:Type=string
-	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m))+$`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="spec.limits.timeout must be at most 1h"
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
-	// MemoryPages caps the module's linear memory, in 64 KiB pages.
+	// MemoryPages caps the module's linear memory, in 64 KiB pages. At most
+	// 65536 (4 GiB, the wasm32 maximum), and clamped to the operator's
+	// --max-memory.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65536
@@ -208,13 +221,32 @@ type ReconcileModuleStatus struct {
 	// +optional
 	Stats *Stats `json:"stats,omitempty"`
 
+	// EffectiveLimits are the limits the version serving runs under: the
+	// spec's, the operator's flags, the manifest's and the defaults merged,
+	// and held to the operator's ceilings.
+	// +optional
+	EffectiveLimits *EffectiveLimits `json:"effectiveLimits,omitempty"`
+
 	// Conditions are Ready (a version serves and is not paused), Loading
-	// (new bytes are being fetched and compiled) and LoadFailed (the last
-	// spec could not be loaded).
+	// (new bytes are being fetched and compiled), LoadFailed (the last
+	// spec could not be loaded) and LimitsClamped (True when a limit of
+	// the version serving was over an operator ceiling and was lowered to
+	// it; the message lists each).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// EffectiveLimits are the per-call limits a module runs under.
+type EffectiveLimits struct {
+	// Fuel is the fuel budget of one reconcile call.
+	Fuel uint64 `json:"fuel"`
+	// Timeout is the deadline of one reconcile call.
+	// +kubebuilder:validation:Type=string
+	Timeout metav1.Duration `json:"timeout"`
+	// MemoryPages caps the module's linear memory, in 64 KiB pages.
+	MemoryPages uint32 `json:"memoryPages"`
 }
 
 // Stats are a module's counters since the operator started serving it.

@@ -94,7 +94,10 @@ guest call under a fuel budget and a deadline. Modules come from:
                          there and it is hot-swapped, no restart;
   --reconcile-modules    ReconcileModule objects (config/crd), each pinned
                          by sha256 and hot-reloaded when its spec changes.
-Limits left unset take the module's manifest defaults, then the host's.
+Limits left unset take the module's manifest defaults, then the host's. No
+flag, spec.limits or manifest can raise a limit past --max-fuel,
+--max-timeout or --max-memory: a value over a ceiling is clamped to it and
+reported (a ReconcileModule's LimitsClamped condition and a Warning Event).
 Metrics are on --metrics-bind-address, /healthz and /readyz on
 --health-probe-bind-address (see docs/metrics.md). Every flag can also be set
 in a YAML file passed with --config.
@@ -159,6 +162,8 @@ Flags:
 	fs.DurationVar(&opts.Storm.Backoff, "storm-backoff", time.Minute, "while an object is quiescent, call its guest at most this often until it changes")
 	fs.BoolVar(&opts.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
 	registerResponseLimits(fs, &opts.ResponseLimits)
+	var ceilings ceilingFlags
+	ceilings.register(fs)
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")
@@ -178,6 +183,10 @@ Flags:
 	opts.Modules = modules
 	mo.Namespaces = namespaces
 	opts.Limits.MemoryLimitPages = uint32(memLimit)
+	var err error
+	if opts.Ceilings, err = ceilings.ceilings(); err != nil {
+		return err
+	}
 	for _, mc := range moduleConfigs {
 		name, file, ok := strings.Cut(mc, "=")
 		if !ok || name == "" || file == "" {

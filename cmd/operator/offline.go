@@ -33,10 +33,14 @@ type limitFlags struct {
 	cacheDir string
 	crds     string
 	response protocol.Limits
+	ceilings ceilingFlags
 }
 
 // options returns the offline options: the scopes of the kinds in --crds.
 func (l *limitFlags) options() (offline.Options, error) {
+	if _, err := l.ceilings.ceilings(); err != nil {
+		return offline.Options{}, err
+	}
 	if l.crds == "" {
 		return offline.Options{Limits: l.response}, nil
 	}
@@ -57,6 +61,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&l.cacheDir, "compilation-cache-dir", def, `directory that keeps compiled modules between runs; "" keeps them in memory only`)
 	registerResponseLimits(fs, &l.response)
+	l.ceilings.register(fs)
 	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files: tells the children rules which custom kinds are cluster-scoped (built-in kinds are known; other kinds are taken as namespaced)")
 }
 
@@ -83,6 +88,10 @@ func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, fun
 	if err != nil {
 		return nil, nil, err
 	}
+	ceilings, err := l.ceilings.ceilings()
+	if err != nil {
+		return nil, nil, err
+	}
 	wasm, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, err
@@ -92,7 +101,7 @@ func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, fun
 			l.cacheDir = "" // an unusable cache only costs time
 		}
 	}
-	eng, err := engine.New(engine.Options{CompilationCacheDir: l.cacheDir})
+	eng, err := engine.New(engine.Options{CompilationCacheDir: l.cacheDir, Ceilings: ceilings})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -180,6 +189,7 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 		return usage("--module: %v", err)
 	}
 	defer done()
+	noteClamped(stderr, m)
 	o := offline.Run(ctx, m, in, opts)
 	noteUnknownScopes(stderr, o)
 	ms := float64(o.Duration.Microseconds()) / 1000
@@ -267,6 +277,7 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		return exitError{2}
 	}
 	defer done()
+	noteClamped(stderr, m)
 	var results []modtest.Result
 	passed := 0
 	for _, c := range cases {

@@ -6,7 +6,9 @@ import (
 )
 
 // Limits bound what one module may consume. The zero value of every field
-// means "use the default" stated on the field.
+// means "use the default" stated on the field. Fuel, Timeout and
+// MemoryLimitPages are also held to the Engine's ceilings (Options.Ceilings,
+// see ceilings.go): a value over one is lowered to it.
 type Limits struct {
 	// Fuel is the budget of one reconcile call, in fuel units; one unit is
 	// about one executed wasm instruction (see host/internal/instrument).

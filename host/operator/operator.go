@@ -95,6 +95,14 @@ type Options struct {
 	// Limits apply to every module. Zero fields take the module's manifest
 	// defaults, then the engine's.
 	Limits engine.Limits
+	// Ceilings cap the Fuel, Timeout and MemoryLimitPages of every module:
+	// no Limits, Module.Limits, ReconcileModule spec.limits or manifest can
+	// exceed them. A limit over its ceiling is clamped to it, and reported
+	// (a ReconcileModule's status and a Warning Event; a log line for
+	// files). Its other fields are ignored. Zero fields take
+	// engine.DefaultMaxFuel (5,000,000,000), engine.DefaultMaxTimeout (60 s)
+	// and engine.DefaultMaxMemoryPages (16384 pages = 1 GiB).
+	Ceilings engine.Limits
 	// ModuleConfig is the configuration passed to each module, by module
 	// name, as Request.Config; a ReconcileModule's spec.config takes its
 	// place. Defaults to none.
@@ -230,11 +238,11 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		return nil, fmt.Errorf("creating the host's client: %w", err)
 	}
 	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes}
-	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir}); err != nil {
+	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings}); err != nil {
 		return nil, err
 	}
 	if opts.InterpreterFirst {
-		if h.interpreter, err = engine.New(engine.Options{Interpreter: true}); err != nil {
+		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Ceilings}); err != nil {
 			return nil, err
 		}
 	}
@@ -340,8 +348,10 @@ func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	h.mu.Lock()
 	name := h.fileModules[path] // "" for a new file: the manifest names it
 	h.mu.Unlock()
+	var clamped []string
 	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
 		Name: name, Source: source.File(path, source.Options{MaxBytes: h.maxBytes}), SHA256: pin, Owner: "the file " + path,
+		Check: func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})
 	if err != nil {
 		var fetch *supervisor.FetchError
@@ -356,6 +366,7 @@ func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	f := loaded.Manifest.For
 	h.log.Info("module loaded", "module", loaded.Name, "path", path, "digest", loaded.Digest,
 		"for", f.Group+"/"+f.Version+"/"+f.Kind, "bytes", loaded.Bytes, "compile", loaded.Compile.String())
+	h.logClamped(loaded.Name, clamped)
 	return loaded.Name, nil
 }
 
@@ -367,10 +378,23 @@ func (h *Host) Apply(ctx context.Context, m Module) error {
 	if m.Source == nil {
 		return errors.New("operator: Module.Source is required")
 	}
-	_, err := h.supervisor.Apply(ctx, supervisor.Spec{
+	var clamped []string
+	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
 		Name: m.Name, Source: m.Source, SHA256: m.SHA256, Limits: m.Limits, Config: m.Config, Owner: "the program",
+		Check: func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})
+	if err == nil {
+		h.logClamped(loaded.Name, clamped)
+	}
 	return err
+}
+
+// logClamped says which limits of a module loaded from a file or by the
+// program were over Options.Ceilings and were lowered to them.
+func (h *Host) logClamped(name string, clamped []string) {
+	if len(clamped) > 0 {
+		h.log.Info("module limits over the operator's ceilings were clamped; lower the limits or raise the ceilings", "module", name, "clamped", clamped)
+	}
 }
 
 // Remove stops module name. Its objects keep their status and children;

@@ -3,7 +3,11 @@
 // supervisor.Spec, has the supervisor fetch, verify, load and swap the
 // module in, and reports the outcome and the module's statistics in the
 // object's status, conditions and Events. Module load-health warnings
-// (SyncFailed, CacheStale) are recorded as Events on the object.
+// (SyncFailed, CacheStale) are recorded as Events on the object. Limits
+// over the operator's ceilings (engine.Options.Ceilings) are clamped by the
+// engine; the controller reports the limits in effect in
+// status.effectiveLimits, the clamps in the LimitsClamped condition, and
+// each new set of clamps in one Warning Event.
 package modulecontroller
 
 import (
@@ -13,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +48,10 @@ const (
 	ConditionReady      = "Ready"      // a version serves (and is not paused)
 	ConditionLoading    = "Loading"    // new bytes are being fetched and compiled
 	ConditionLoadFailed = "LoadFailed" // the last spec could not be loaded
+	// ConditionLimitsClamped is True when a limit of the version serving
+	// (from spec.limits, the operator's flags or the manifest) was over an
+	// operator ceiling and was lowered to it; its message lists each.
+	ConditionLimitsClamped = "LimitsClamped"
 
 	ReasonLoaded         = "Loaded"
 	ReasonPaused         = "Paused"
@@ -53,6 +62,8 @@ const (
 	ReasonNameMismatch   = "NameMismatch"  // the manifest names the module differently
 	ReasonKindsMismatch  = "KindsMismatch" // spec.for, owns or reads disagree with the manifest
 	ReasonNameConflict   = "NameConflict"  // a file module of the same name runs
+	ReasonLimitsClamped  = "LimitsClamped" // a limit was lowered to an operator ceiling
+	ReasonWithinCeilings = "WithinCeilings"
 	ReasonSyncFailed     = supervisor.ReasonSyncFailed
 	ReasonCacheStale     = supervisor.ReasonCacheStale
 )
@@ -212,6 +223,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		setCondition(&status, obj, ConditionLoadFailed, metav1.ConditionFalse, ReasonLoaded, "")
 		c.event(obj, corev1.EventTypeNormal, ReasonLoaded, "Load", "module %s serving (%s, compile %s)", loaded.Digest, loaded.Result, loaded.Compile.Round(time.Millisecond))
+		c.reportLimits(obj, &status, loaded.limits, loaded.clamped)
 	}
 	setCondition(&status, obj, ConditionLoading, metav1.ConditionFalse, ReasonLoaded, "")
 	if obj.Spec.Paused {
@@ -237,18 +249,26 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: c.opts.StatusInterval}, nil
 }
 
+// loadResult is a successful load: the supervisor's report, and the limits the
+// version serving runs under with what the engine clamped to reach them.
+type loadResult struct {
+	supervisor.Loaded
+	limits  engine.Limits
+	clamped []string
+}
+
 // load builds the module's source and spec from obj and applies them. It
 // returns the condition reason of a failure.
-func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (supervisor.Loaded, string, error) {
+func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (loadResult, string, error) {
 	spec := obj.Spec
 	fetcher, err := c.fetcher(spec.Source)
 	if err != nil {
-		return supervisor.Loaded{}, ReasonFetchFailed, fmt.Errorf("module[%s]: %w", obj.Name, err)
+		return loadResult{}, ReasonFetchFailed, fmt.Errorf("module[%s]: %w", obj.Name, err)
 	}
 	var cfg map[string]any
 	if spec.Config != nil && len(spec.Config.Raw) > 0 {
 		if err := json.Unmarshal(spec.Config.Raw, &cfg); err != nil {
-			return supervisor.Loaded{}, ReasonInvalidModule, fmt.Errorf("module[%s]: spec.config: %w", obj.Name, err)
+			return loadResult{}, ReasonInvalidModule, fmt.Errorf("module[%s]: spec.config: %w", obj.Name, err)
 		}
 	}
 	var timeout time.Duration
@@ -256,18 +276,23 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (s
 		timeout = spec.Limits.Timeout.Duration
 	}
 	name := obj.Name
-	loaded, err := c.supervisor.Apply(ctx, supervisor.Spec{
+	var served loadResult // what Check saw of the version about to serve
+	l, err := c.supervisor.Apply(ctx, supervisor.Spec{
 		Name: name, Source: fetcher, SHA256: spec.Source.SHA256, Owner: "the ReconcileModule " + name,
 		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
 		Config:                  cfg,
 		Paused:                  spec.Paused,
 		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
 		RateLimit:               ratelimit.Options{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
-		Check:                   func(m *engine.Module) error { return checkKinds(spec, m) },
-		OnHealth:                c.onHealth,
+		Check: func(m *engine.Module) error {
+			served.limits, served.clamped = m.Limits(), m.Clamped()
+			return checkKinds(spec, m)
+		},
+		OnHealth: c.onHealth,
 	})
+	served.Loaded = l
 	if err == nil {
-		return loaded, "", nil
+		return served, "", nil
 	}
 	var (
 		fetch    *supervisor.FetchError
@@ -278,17 +303,17 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (s
 	)
 	switch {
 	case errors.As(err, &fetch):
-		return loaded, ReasonFetchFailed, err
+		return served, ReasonFetchFailed, err
 	case errors.As(err, &conflict):
-		return loaded, ReasonNameConflict, err
+		return served, ReasonNameConflict, err
 	case errors.As(err, &mismatch):
-		return loaded, ReasonDigestMismatch, err
+		return served, ReasonDigestMismatch, err
 	case errors.As(err, &named):
-		return loaded, ReasonNameMismatch, err
+		return served, ReasonNameMismatch, err
 	case errors.As(err, &kinds):
-		return loaded, ReasonKindsMismatch, err
+		return served, ReasonKindsMismatch, err
 	}
-	return loaded, ReasonInvalidModule, err
+	return served, ReasonInvalidModule, err
 }
 
 // fetcher is the Fetcher of a source; the schema admits exactly one.
@@ -305,6 +330,24 @@ func (c *Controller) fetcher(src v1alpha1.Source) (source.Fetcher, error) {
 		return source.URL(c.opts.HTTPClient, src.URL, c.opts.FetchTimeout, opts), nil
 	}
 	return nil, errors.New("no source set; set one of spec.source.file, configMap, secret and url")
+}
+
+// reportLimits puts the limits of the version now serving in status, and
+// the LimitsClamped condition; a Warning Event says what was clamped, once
+// per new set of clamps (not again on a reload that clamps the same).
+func (c *Controller) reportLimits(obj *v1alpha1.ReconcileModule, status *v1alpha1.ReconcileModuleStatus, l engine.Limits, clamped []string) {
+	status.EffectiveLimits = &v1alpha1.EffectiveLimits{Fuel: l.Fuel, Timeout: metav1.Duration{Duration: l.Timeout}, MemoryPages: l.MemoryLimitPages}
+	if len(clamped) == 0 {
+		setCondition(status, obj, ConditionLimitsClamped, metav1.ConditionFalse, ReasonWithinCeilings, "every limit is within the operator's ceilings")
+		return
+	}
+	msg := "limits over the operator's ceilings were clamped: " + strings.Join(clamped, "; ") +
+		"; lower spec.limits (or the module's manifest limits), or raise the ceiling"
+	prev := meta.FindStatusCondition(status.Conditions, ConditionLimitsClamped)
+	if prev == nil || prev.Status != metav1.ConditionTrue || prev.Message != msg {
+		c.event(obj, corev1.EventTypeWarning, ReasonLimitsClamped, "Load", "%s", protocol.Cap(msg))
+	}
+	setCondition(status, obj, ConditionLimitsClamped, metav1.ConditionTrue, ReasonLimitsClamped, msg)
 }
 
 // onHealth records a module's load-health change as an Event on its

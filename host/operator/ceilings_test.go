@@ -1,0 +1,136 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// TestReconcileModuleLimitsSchema: the API server refuses spec.limits over
+// the CRD's absolute maxima.
+func TestReconcileModuleLimitsSchema(t *testing.T) {
+	e := newEnv(t)
+	for _, bad := range []struct {
+		limits v1alpha1.Limits
+		want   []string
+	}{
+		{v1alpha1.Limits{MemoryPages: 70000}, []string{"spec.limits.memoryPages", "65536"}},
+		{v1alpha1.Limits{Fuel: 2_000_000_000_000}, []string{"spec.limits.fuel", "1000000000000"}},
+		{v1alpha1.Limits{Timeout: &metav1.Duration{Duration: 2 * time.Hour}}, []string{"spec.limits.timeout must be at most 1h"}},
+	} {
+		rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "over-maxima"}, Spec: v1alpha1.ReconcileModuleSpec{
+			Source: v1alpha1.Source{SHA256: strings.Repeat("0", 64), File: "/m/a.wasm"}, Limits: bad.limits}}
+		err := e.c.Create(context.Background(), rm)
+		if err == nil {
+			_ = e.c.Delete(context.Background(), rm)
+			t.Errorf("creating a ReconcileModule with limits %+v succeeded, want it refused", bad.limits)
+			continue
+		}
+		for _, w := range bad.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("limits %+v: error %q does not contain %q", bad.limits, err, w)
+			}
+		}
+	}
+	// At the maxima it is admitted (the operator's ceilings clamp it).
+	rm := createModule(t, e.c, "at-maxima", v1alpha1.Source{SHA256: strings.Repeat("0", 64), File: "/m/a.wasm"})
+	setSpec(t, e.c, rm.Name, func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Limits = v1alpha1.Limits{Fuel: 1_000_000_000_000, MemoryPages: 65536, Timeout: &metav1.Duration{Duration: time.Hour}}
+	})
+}
+
+// TestReconcileModuleCeilings: a ReconcileModule whose spec.limits exceed
+// the operator's ceilings loads with the limits clamped; its status says
+// so (LimitsClamped, effectiveLimits) with a Warning Event, and its calls
+// run under the clamped limits. Limits within the ceilings clear the
+// condition.
+func TestReconcileModuleCeilings(t *testing.T) {
+	e := newEnv(t)
+	ceilings := engine.Limits{Fuel: 100_000, Timeout: 2 * time.Second, MemoryLimitPages: 512}
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second, Ceilings: ceilings})
+	ctx := context.Background()
+
+	b := testwasm.BuildVersion(t, "./widget", "1")
+	file := filepath.Join(t.TempDir(), "widget.wasm")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{
+		Source: v1alpha1.Source{SHA256: supervisor.Digest(b), File: file},
+		Limits: v1alpha1.Limits{Fuel: 1_000_000_000, Timeout: &metav1.Duration{Duration: 10 * time.Minute}, MemoryPages: 65536},
+	}}
+	if err := e.c.Create(ctx, rm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), rm) })
+
+	got := moduleCondition(t, e.c, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionTrue, modulecontroller.ReasonLimitsClamped)
+	msg := meta.FindStatusCondition(got.Status.Conditions, modulecontroller.ConditionLimitsClamped).Message
+	for _, want := range []string{
+		"fuel 1000000000 clamped to the ceiling 100000 (--max-fuel)",
+		"timeout 10m0s clamped to the ceiling 2s (--max-timeout)",
+		"memory 65536 pages (4Gi) clamped to the ceiling 512 pages (32Mi) (--max-memory)",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("LimitsClamped message %q does not contain %q", msg, want)
+		}
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, modulecontroller.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("a clamped module must still serve: Ready %+v", c)
+	}
+	want := v1alpha1.EffectiveLimits{Fuel: 100_000, Timeout: metav1.Duration{Duration: 2 * time.Second}, MemoryPages: 512}
+	if got.Status.EffectiveLimits == nil || *got.Status.EffectiveLimits != want {
+		t.Errorf("status.effectiveLimits = %+v, want %+v", got.Status.EffectiveLimits, want)
+	}
+	if ev := waitModuleEvent(t, e.c, got.UID, modulecontroller.ReasonLimitsClamped); !strings.Contains(ev, "fuel 1000000000 clamped") {
+		t.Errorf("LimitsClamped Event %q", ev)
+	}
+
+	// The module runs under the clamped fuel: a Widget's reconcile needs
+	// about 400,000 units, more than the ceiling, never the spec's 10^9.
+	if err := e.c.Create(ctx, widget(e.ns, "w", 2)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "a FuelExhausted Event on the Widget with the ceiling as budget", func() error {
+		var events corev1.EventList
+		if err := e.c.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name == "w" && ev.Reason == "FuelExhausted" {
+				if !strings.Contains(ev.Message, "(budget 100000)") {
+					return fmt.Errorf("FuelExhausted Event %q: not the ceiling's budget", ev.Message)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+
+	// Limits within the ceilings: nothing clamped, the condition clears.
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Limits = v1alpha1.Limits{Fuel: 90_000, Timeout: &metav1.Duration{Duration: time.Second}, MemoryPages: 512}
+	})
+	got = moduleCondition(t, e.c, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionFalse, modulecontroller.ReasonWithinCeilings)
+	want = v1alpha1.EffectiveLimits{Fuel: 90_000, Timeout: metav1.Duration{Duration: time.Second}, MemoryPages: 512}
+	if got.Status.EffectiveLimits == nil || *got.Status.EffectiveLimits != want {
+		t.Errorf("status.effectiveLimits = %+v, want %+v", got.Status.EffectiveLimits, want)
+	}
+}
