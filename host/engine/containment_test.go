@@ -110,7 +110,7 @@ func TestContainment(t *testing.T) {
 		},
 		{
 			name:   "deep Go recursion is contained",
-			limits: engine.Limits{MemoryLimitPages: 1024, Fuel: 1 << 50, Timeout: time.Minute},
+			limits: engine.Limits{MemoryLimitPages: 256, Fuel: 4_000_000_000, Timeout: time.Minute},
 			spec:   map[string]any{"mode": "recurse"},
 			check: func(t *testing.T, err error) {
 				var se *engine.StackOverflowError

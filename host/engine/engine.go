@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
@@ -87,14 +88,21 @@ func New(opts Options) (*Engine, error) {
 
 // instrument returns the metered rewrite of wasm, from cache when the same
 // bytes were instrumented before.
-func (e *Engine) instrument(digest string, wasm []byte) ([]byte, error) {
+func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) ([]byte, error) {
+	key := fmt.Sprintf("%s/%d", digest, l.MaxTableElements)
 	e.mu.Lock()
-	out, ok := e.instrumented[digest]
+	out, ok := e.instrumented[key]
 	e.mu.Unlock()
 	if ok {
 		return out, nil
 	}
-	out, err := instrument.Instrument(wasm)
+	// Validate the input first, so that the rewrite can never turn an
+	// invalid module into a valid one: the instrumenter only decodes what it
+	// must change.
+	if err := validate(ctx, wasm); err != nil {
+		return nil, err
+	}
+	out, err := instrument.Options{MaxTableElements: l.MaxTableElements, FunctionImportsOnly: true}.Instrument(wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -106,8 +114,32 @@ func (e *Engine) instrument(digest string, wasm []byte) ([]byte, error) {
 			break
 		}
 	}
-	e.instrumented[digest] = out
+	e.instrumented[key] = out
 	return out, nil
+}
+
+// coreFeatures are the WebAssembly features guests may use: 2.0 and tail
+// calls, which the instrumenter meters (docs/abi.md).
+const coreFeatures = api.CoreFeaturesV2 | experimental.CoreFeaturesTailCall
+
+// validationError reports input bytes that wazero does not accept as a
+// module, before instrumentation.
+type validationError struct{ err error }
+
+func (e *validationError) Error() string { return e.err.Error() }
+func (e *validationError) Unwrap() error { return e.err }
+
+// validate decodes and validates wasm with wazero's interpreter, which
+// compiles about ten times faster than the optimizing compiler, with the
+// features the engine runs guests with.
+func validate(ctx context.Context, wasm []byte) error {
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithCoreFeatures(coreFeatures))
+	defer rt.Close(ctx)
+	c, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return &validationError{err: err}
+	}
+	return c.Close(ctx)
 }
 
 // Close releases the compilation cache. Modules loaded from the Engine must be
@@ -199,10 +231,19 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
 	}
 
-	metered, err := e.instrument(m.digest, wasm)
+	metered, err := e.instrument(ctx, m.digest, wasm, l)
 	if err != nil {
-		var unsupported *instrument.UnsupportedError
-		if errors.As(err, &unsupported) {
+		var (
+			unsupported *instrument.UnsupportedError
+			imp         *instrument.ImportError
+			limit       *instrument.LimitError
+		)
+		switch {
+		case errors.As(err, &imp):
+			return nil, invalid(imp.Error(), nil)
+		case errors.As(err, &limit):
+			return nil, invalid(limit.Error(), nil)
+		case errors.As(err, &unsupported):
 			return nil, invalid("cannot be metered", err)
 		}
 		return nil, invalid("not a valid WebAssembly module", err)
@@ -214,6 +255,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		cfg = wazero.NewRuntimeConfigInterpreter()
 	}
 	cfg = cfg.
+		WithCoreFeatures(coreFeatures).
 		WithCompilationCache(e.cache).
 		WithMemoryLimitPages(l.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
@@ -231,10 +273,9 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		}
 		return nil, invalid("not a valid WebAssembly module", err)
 	}
-	if err := checkShape(compiled, l); err != nil {
-		return nil, invalid(err.Error(), nil)
-	}
-	if _, err := wasi_snapshot_preview1.Instantiate(ctx, rt); err != nil {
+	// Every WASI function is charged (cost.go) through a listener on the
+	// WASI host module only; guest functions carry none.
+	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, wasiMeter{}), rt); err != nil {
 		return nil, fmt.Errorf("module[%s]: instantiating WASI: %w", source, err)
 	}
 	if err := instantiateHostModule(ctx, rt); err != nil {
@@ -242,6 +283,12 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 	}
 	if err := meter.Instantiate(ctx, rt); err != nil {
 		return nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
+	}
+	if err := checkShape(compiled, l); err != nil {
+		return nil, invalid(err.Error(), nil)
+	}
+	if err := checkImports(rt, compiled); err != nil {
+		return nil, invalid(err.Error(), nil)
 	}
 	m.runtime, m.compiled = rt, compiled
 	m.pool = newPool(l.MaxInstances, m.newInstance)
@@ -287,6 +334,10 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 		}
 		return fmt.Errorf("module does not export %q, so it declares no wasmreconcile ABI version", abi.ExportVersionMarker)
 	}
+	if def := exports[abi.ExportVersionMarker]; len(def.ParamTypes()) != 0 || len(def.ResultTypes()) != 0 {
+		return fmt.Errorf("export %q has signature %s -> %s, want () -> (): it is a marker and is never called",
+			abi.ExportVersionMarker, typeNames(def.ParamTypes()), typeNames(def.ResultTypes()))
+	}
 	want := map[string][]api.ValueType{
 		abi.ExportInitialize: nil,
 		abi.ExportAlloc:      {api.ValueTypeI32},
@@ -328,6 +379,29 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 	}
 	if len(c.ImportedMemories()) > 0 {
 		return fmt.Errorf("imports a memory; guests must define and export their own")
+	}
+	return nil
+}
+
+// checkImports checks every function import against the signature of the
+// host function it names, so that a mismatch is refused at load with the
+// import's name instead of failing to link at instantiation. Unknown imports
+// were refused by checkShape.
+func checkImports(rt wazero.Runtime, c wazero.CompiledModule) error {
+	for _, imp := range c.ImportedFunctions() {
+		mod, name, _ := imp.Import()
+		host := rt.Module(mod)
+		if host == nil {
+			return fmt.Errorf("imports %s.%s from a module this host does not provide", mod, name)
+		}
+		def, ok := host.ExportedFunctionDefinitions()[name]
+		if !ok {
+			return fmt.Errorf("imports unknown function %s.%s; see docs/abi.md for the host functions and WASI preview1 for the rest", mod, name)
+		}
+		if !sameTypes(def.ParamTypes(), imp.ParamTypes()) || !sameTypes(def.ResultTypes(), imp.ResultTypes()) {
+			return fmt.Errorf("imports %s.%s with signature %s -> %s, but the host's is %s -> %s", mod, name,
+				typeNames(imp.ParamTypes()), typeNames(imp.ResultTypes()), typeNames(def.ParamTypes()), typeNames(def.ResultTypes()))
+		}
 	}
 	return nil
 }

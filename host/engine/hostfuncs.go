@@ -9,6 +9,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )
 
 // maxLogLine caps one guest log line; longer lines are truncated.
@@ -51,6 +52,7 @@ func instantiateHostModule(ctx context.Context, rt wazero.Runtime) error {
 // guest memory is an ABI violation and stops the call.
 func cacheRead(ctx context.Context, mod api.Module, stack []uint64) {
 	reqPtr, reqLen, buf, limit := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
+	meter.Charge(ctx, HostCallCost+uint64(reqLen)*HostByteCost)
 	req, ok := mod.Memory().Read(reqPtr, reqLen)
 	if !ok {
 		panic(&ABIError{Reason: fmt.Sprintf("cache_read request at %d+%d is outside guest memory", reqPtr, reqLen)})
@@ -63,6 +65,7 @@ func cacheRead(ctx context.Context, mod api.Module, stack []uint64) {
 		status, out = abi.CacheError, []byte(fmt.Sprintf("result of %d bytes is over the %d-byte limit of one read; narrow the list with a namespace or label selector", len(out), maxCacheResult))
 	}
 	if uint32(len(out)) <= limit && len(out) > 0 {
+		meter.Charge(ctx, uint64(len(out))*HostByteCost)
 		if !mod.Memory().Write(buf, out) {
 			panic(&ABIError{Reason: fmt.Sprintf("cache_read buffer at %d+%d is outside guest memory", buf, limit)})
 		}
@@ -71,12 +74,18 @@ func cacheRead(ctx context.Context, mod api.Module, stack []uint64) {
 }
 
 // guestLog writes a guest's log line to the logr.Logger in the call's context
-// (see logr.NewContext), named "guest". Debug lines go to V(1).
+// (see logr.NewContext), named "guest". Debug lines go to V(1). Lines over
+// the call's log budget (Limits.MaxLogLines, MaxLogBytes) are dropped and
+// counted.
 func guestLog(ctx context.Context, mod api.Module, stack []uint64) {
 	level, ptr, n := abi.LogLevel(int32(stack[0])), uint32(stack[1]), uint32(stack[2])
 	truncated := false
 	if n > maxLogLine {
 		n, truncated = maxLogLine, true
+	}
+	meter.Charge(ctx, HostCallCost+LogLineCost+uint64(n)*HostByteCost)
+	if st := callStateFrom(ctx); st != nil && !st.admitLog(int(n)) {
+		return
 	}
 	buf, ok := mod.Memory().Read(ptr, n)
 	log := logr.FromContextOrDiscard(ctx).WithName("guest")
@@ -98,4 +107,46 @@ func guestLog(ctx context.Context, mod api.Module, stack []uint64) {
 	default:
 		log.Info(msg)
 	}
+}
+
+// callState is what the host functions of one call share: its log budget.
+// A call runs on one goroutine, so it needs no lock.
+type callState struct {
+	maxLines, maxBytes    int
+	lines, bytes          int
+	droppedLines, dropped int // lines and bytes over the budget
+}
+
+type callStateKey struct{}
+
+func withCallState(ctx context.Context, st *callState) context.Context {
+	return context.WithValue(ctx, callStateKey{}, st)
+}
+
+func callStateFrom(ctx context.Context) *callState {
+	st, _ := ctx.Value(callStateKey{}).(*callState)
+	return st
+}
+
+// admitLog counts a line of n bytes and reports whether it fits the budget.
+func (st *callState) admitLog(n int) bool {
+	if st.lines+1 > st.maxLines || st.bytes+n > st.maxBytes {
+		st.droppedLines++
+		st.dropped += n
+		return false
+	}
+	st.lines++
+	st.bytes += n
+	return true
+}
+
+// reportDropped logs, once at the end of a call, how much of the guest's log
+// the budget dropped.
+func (st *callState) reportDropped(ctx context.Context, module, call string) {
+	if st.droppedLines == 0 {
+		return
+	}
+	logr.FromContextOrDiscard(ctx).WithName("guest").Info(fmt.Sprintf(
+		"module[%s] %s: dropped %d log lines (%d bytes) over the per-call budget of %d lines and %d bytes; log less, or raise --max-log-lines and --max-log-bytes",
+		module, call, st.droppedLines, st.dropped, st.maxLines, st.maxBytes))
 }

@@ -61,6 +61,25 @@ type Limits struct {
 	// It costs an instantiation per call (milliseconds for a Go guest).
 	// Defaults to false: healthy instances are reused.
 	FreshInstancePerCall bool
+
+	// MaxLogLines caps the lines a guest may log (abi.ImportLog) in one
+	// call. Further lines are dropped and counted in Result.LogDropped, and
+	// one line at the end of the call says how many.
+	// Defaults to 100.
+	MaxLogLines int
+
+	// MaxLogBytes caps the bytes a guest may log in one call, counted like
+	// MaxLogLines.
+	// Defaults to 64 KiB.
+	MaxLogBytes int
+
+	// MaxTableElements caps the elements of the guest's tables, all tables
+	// together. The instrumenter gives every table a maximum so that their
+	// sum fits (docs/metering.md); a module whose tables need more at
+	// instantiation is refused at load, and table.grow past it fails inside
+	// the guest (returns -1).
+	// Defaults to 100,000 (about 800 KB of references).
+	MaxTableElements uint32
 }
 
 // Defaults for Limits.
@@ -73,12 +92,15 @@ const (
 	DefaultMaxRequestBytes  = 4 << 20
 	DefaultMaxResponseBytes = 4 << 20
 	DefaultMaxInstances     = 4
+	DefaultMaxLogLines      = 100
+	DefaultMaxLogBytes      = 64 << 10
+	DefaultMaxTableElements = 100_000
 )
 
 // withDefaults returns l with zero fields replaced by their defaults, or an
 // error naming the first invalid field.
 func (l Limits) withDefaults() (Limits, error) {
-	if l.Timeout < 0 || l.InitTimeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 {
+	if l.Timeout < 0 || l.InitTimeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 || l.MaxLogLines < 0 || l.MaxLogBytes < 0 {
 		return l, fmt.Errorf("limits must not be negative: %+v", l)
 	}
 	if l.MemoryLimitPages > 65536 {
@@ -107,6 +129,15 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.MaxInstances == 0 {
 		l.MaxInstances = DefaultMaxInstances
+	}
+	if l.MaxLogLines == 0 {
+		l.MaxLogLines = DefaultMaxLogLines
+	}
+	if l.MaxLogBytes == 0 {
+		l.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if l.MaxTableElements == 0 {
+		l.MaxTableElements = DefaultMaxTableElements
 	}
 	return l, nil
 }

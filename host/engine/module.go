@@ -11,9 +11,11 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/linmem"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )
 
@@ -57,6 +59,9 @@ type Result struct {
 	// Duration is the wall-clock time spent in the guest, excluding the wait
 	// for a free instance.
 	Duration time.Duration
+	// LogDropped is the number of guest log lines dropped because the call
+	// went over Limits.MaxLogLines or MaxLogBytes.
+	LogDropped int
 }
 
 // Reconcile passes request to the guest's reconcile export and returns the
@@ -117,10 +122,14 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	}
 	start := time.Now()
 	fuel := &meter.Meter{Budget: budget, Slice: m.fuelSlice, Deadline: start.Add(timeout)}
-	callCtx := meter.WithMeter(ctx, fuel)
+	st := m.newCallState()
+	callCtx := withCallState(meter.WithMeter(ctx, fuel), st)
 	fuel.StartGlobal(inst.fuel)
+	inst.mem.Enter()
 	out, err := fn(callCtx, inst)
-	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start)}
+	inst.mem.Exit()
+	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start), LogDropped: st.droppedLines}
+	st.reportDropped(ctx, m.name, call)
 	healthy := err == nil && !m.limits.FreshInstancePerCall
 	m.pool.put(inst, healthy)
 	if err != nil {
@@ -197,6 +206,10 @@ func (m *Module) atMemoryCap(mod api.Module) bool {
 	return mem.Size()/65536+16 > m.limits.MemoryLimitPages
 }
 
+func (m *Module) newCallState() *callState {
+	return &callState{maxLines: m.limits.MaxLogLines, maxBytes: m.limits.MaxLogBytes}
+}
+
 // timeoutFor is the timeout that applied to a call, for error messages.
 func (m *Module) timeoutFor(call string) time.Duration {
 	if call == "load" || call == "_initialize" {
@@ -208,6 +221,7 @@ func (m *Module) timeoutFor(call string) time.Duration {
 // instance is one instantiation of the module. It is not safe for concurrent
 // use; the pool hands it to one caller at a time.
 type instance struct {
+	mem                        *linmem.Memory // nil if the module has no memory
 	mod                        api.Module
 	fuel                       api.MutableGlobal
 	alloc, manifest, reconcile api.Function
@@ -226,8 +240,12 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	// The fuel global starts at 0, so _initialize refuels from this meter at
 	// its first charge.
 	start := time.Now()
-	ctx = meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.InitTimeout)})
-	mod, err := m.runtime.InstantiateModule(ctx, m.compiled, cfg)
+	st := m.newCallState()
+	ctx = withCallState(meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.InitTimeout)}), st)
+	alloc := &linmem.Allocator{}
+	mod, err := m.runtime.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), m.compiled, cfg)
+	alloc.Memory.Exit() // the instantiation's call (see linmem.Allocator)
+	st.reportDropped(ctx, m.name, "_initialize")
 	if err != nil {
 		return nil, m.classify(ctx, "_initialize", &instance{stderr: stderr}, time.Since(start), err)
 	}
@@ -237,6 +255,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		return nil, fmt.Errorf("module[%s]: instance has no fuel global; this is a host bug", m.name)
 	}
 	return &instance{
+		mem:       alloc.Memory,
 		mod:       mod,
 		fuel:      fuel,
 		alloc:     mod.ExportedFunction(abi.ExportAlloc),
@@ -246,10 +265,12 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	}, nil
 }
 
-// read copies a packed buffer out of guest memory.
+// read copies a packed buffer out of guest memory. A packed 0 is an
+// *ABIError: wr_manifest and wr_reconcile must return a document
+// (docs/abi.md, "Calling convention").
 func (i *instance) read(b abi.PackedBuffer, limit int) ([]byte, error) {
 	if b == 0 {
-		return nil, nil
+		return nil, &ABIError{Reason: "returned packed 0 (no response); return a JSON document, at least {}"}
 	}
 	if int(b.Len()) > limit {
 		return nil, &ABIError{Reason: fmt.Sprintf("response of %d bytes exceeds limits.maxResponseBytes of %d; raise the limit or return less", b.Len(), limit)}

@@ -32,8 +32,17 @@
 // One unit of fuel is therefore about one executed wasm instruction that does
 // work: exact for straight-line code, an over-estimate when a branch, a
 // return or a trap leaves a region early, or when an if's condition skips its
-// then-arm. Bulk memory instructions (memory.fill, memory.copy, table.* …)
-// count as one regardless of length. Counts depend only on the module bytes
+// then-arm. Instructions whose work grows with an operand are charged in
+// proportion to it, before they run (see docs/metering.md for the measured
+// time per unit):
+//
+//	memory.fill, memory.copy, memory.init   1 + n>>BulkMemoryShift (n bytes)
+//	table.fill, table.copy, table.init      1 + n*TableElementCost (n elements)
+//	memory.grow                             1 + n*MemoryGrowPageCost (n pages)
+//	table.grow                              1 + n*TableGrowElementCost (n elements)
+//
+// A body that uses them gets an i32 local to hold the operand while the
+// charge is made. Counts depend only on the module bytes
 // and the path taken, so they are deterministic across instances, engines
 // and processes.
 //
@@ -44,6 +53,22 @@
 // section, exports, the start function, global initialisers and the name
 // section. The added global is appended after all others and shifts nothing.
 package instrument
+
+// The cost model of instructions whose work grows with an operand; see the
+// package documentation and docs/metering.md.
+const (
+	// BulkMemoryShift: memory.fill, memory.copy and memory.init charge one
+	// unit per 2^BulkMemoryShift bytes.
+	BulkMemoryShift = 4
+	// TableElementCost is the charge per element of table.fill, table.copy
+	// and table.init.
+	TableElementCost = 1
+	// MemoryGrowPageCost is the charge per 64 KiB page of memory.grow: about
+	// the cost of the host faulting the page in when it is first touched.
+	MemoryGrowPageCost = 4096
+	// TableGrowElementCost is the charge per element of table.grow.
+	TableGrowElementCost = 4
+)
 
 // Names the rewrite adds to a module. They are private to the host: a guest
 // that imports ImportModule itself is refused before instrumentation.

@@ -26,8 +26,38 @@ const (
 	opI64Const           = 0x42
 	opI64Sub             = 0x7d
 	opI64LtS             = 0x53
+	opI64Mul             = 0x7e
+	opI64ShrU            = 0x88
+	opI64ExtendI32U      = 0xad
+	opMemoryGrow         = 0x40
+	opMisc               = 0xfc
 	blockEmpty           = 0x40
 )
+
+// bulkCharge says how an instruction whose work grows with its length
+// operand (an i32 on top of the stack) is charged: the operand is shifted
+// right by shift, then multiplied by mul. grow is true for memory.grow and
+// table.grow, which are charged after they run and only when they succeed,
+// since a failed grow does no work whatever its operand. ok is false for
+// every other instruction.
+func bulkCharge(op byte, imm []byte) (shift, mul int64, grow, ok bool) {
+	if op == opMemoryGrow {
+		return 0, MemoryGrowPageCost, true, true
+	}
+	if op != opMisc {
+		return 0, 0, false, false
+	}
+	sub, _ := newReader(imm).u32("0xFC sub-opcode")
+	switch sub {
+	case 8, 10, 11: // memory.init, memory.copy, memory.fill
+		return BulkMemoryShift, 1, false, true
+	case 12, 14, 17: // table.init, table.copy, table.fill
+		return 0, TableElementCost, false, true
+	case 15: // table.grow
+		return 0, TableGrowElementCost, true, true
+	}
+	return 0, 0, false, false
+}
 
 func (m *module) rewriteCode(p []byte) ([]byte, error) {
 	r := newReader(p)
@@ -66,17 +96,21 @@ type edit struct {
 	at    int    // offset in the body
 	end   int    // for editRemap: end of the LEB index being replaced
 	kind  byte   // what to insert
-	cost  int64  // for charges
+	cost  int64  // for charges; for editBulk, the multiplier
+	shift int64  // for editBulk
 	index uint32 // for editRemap
 }
 
 const (
-	editEntry  = iota // charge from the global into the local, and check
-	editLoop          // charge the local and check
-	editCharge        // charge the local only (merge points)
-	editFlush         // store the local into the global (before calls and exits)
-	editReload        // load the local from the global (after calls)
-	editRemap         // replace a function index
+	editEntry      = iota // charge from the global into the local, and check
+	editLoop              // charge the local and check
+	editCharge            // charge the local only (merge points)
+	editFlush             // store the local into the global (before calls and exits)
+	editReload            // load the local from the global (after calls)
+	editRemap             // replace a function index
+	editBulk              // charge the length operand on the stack and check
+	editGrowSave          // save a grow's operand, leaving it on the stack
+	editGrowCharge        // after a grow: charge the saved operand if it succeeded
 )
 
 // rewriteBody inserts fuel charges into one function body and remaps the
@@ -115,6 +149,9 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		return nil, fmt.Errorf("%d locals: too many to add the fuel local", nlocals)
 	}
 	fuelLocal := uint32(nlocals)
+	lengthLocal := fuelLocal + 1 // i32s, added only when the body has bulk instructions
+	resultLocal := fuelLocal + 2
+	bulk := false
 	codeStart := r.pos()
 
 	// Pass 1: edits and region costs.
@@ -140,6 +177,15 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		imm := body[start+1 : r.pos()]
 		if err := m.checkIndices(op, imm); err != nil {
 			return nil, err
+		}
+		if shift, mul, grow, ok := bulkCharge(op, imm); ok {
+			if grow {
+				edits = append(edits, edit{at: start, kind: editGrowSave},
+					edit{at: r.pos(), kind: editGrowCharge, shift: shift, cost: mul})
+			} else {
+				edits = append(edits, edit{at: start, kind: editBulk, shift: shift, cost: mul})
+			}
+			bulk = true
 		}
 		switch op {
 		case opLocalGet, opLocalSet, opLocalTee:
@@ -202,9 +248,16 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 	// Pass 2: the locals with the fuel local appended, then the code with
 	// the edits applied in order.
 	out := make([]byte, 0, len(body)+12*len(edits)+8)
-	out = appendU32(out, groups+1)
+	if bulk {
+		out = appendU32(out, groups+2)
+	} else {
+		out = appendU32(out, groups+1)
+	}
 	out = append(out, body[newReader(body).skipU32():codeStart]...)
 	out = append(out, 0x01, 0x7e) // one i64
+	if bulk {
+		out = append(out, 0x02, 0x7f) // two i32s
+	}
 	prev := codeStart
 	for _, e := range edits {
 		out = append(out, body[prev:e.at]...)
@@ -234,6 +287,13 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		case editRemap:
 			out = appendU32(out, e.index)
 			prev = e.end
+		case editBulk:
+			out = m.appendBulkCharge(out, e.shift, e.cost, fuelLocal, lengthLocal)
+		case editGrowSave:
+			out = append(out, opLocalTee)
+			out = appendU32(out, lengthLocal)
+		case editGrowCharge:
+			out = m.appendGrowCharge(out, e.cost, fuelLocal, lengthLocal, resultLocal)
 		}
 	}
 	return append(out, body[prev:]...), nil
@@ -267,6 +327,73 @@ func (m *module) appendCheck(out []byte, cost int64, local uint32) []byte {
 	out = appendU32(out, m.refuelIndex)
 	out = m.appendReload(out, local)
 	return append(out, opEnd)
+}
+
+// appendBulkCharge appends, with the instruction's length operand n on the
+// stack:
+//
+//	local.set $n  local.get $f  local.get $n  i64.extend_i32_u
+//	[i64.const shift  i64.shr_u]  [i64.const mul  i64.mul]
+//	i64.sub  <check as in appendCheck>  local.get $n
+//
+// so the charge is made, and refuel called if the counter goes negative,
+// before the instruction runs: an instruction whose charge is over the
+// remaining budget never starts.
+func (m *module) appendBulkCharge(out []byte, shift, mul int64, fuel, length uint32) []byte {
+	out = append(out, opLocalSet)
+	out = appendU32(out, length)
+	out = append(out, opLocalGet)
+	out = appendU32(out, fuel)
+	out = append(out, opLocalGet)
+	out = appendU32(out, length)
+	out = append(out, opI64ExtendI32U)
+	if shift > 0 {
+		out = append(out, opI64Const)
+		out = appendS64(out, shift)
+		out = append(out, opI64ShrU)
+	}
+	if mul != 1 {
+		out = append(out, opI64Const)
+		out = appendS64(out, mul)
+		out = append(out, opI64Mul)
+	}
+	out = append(out, opI64Sub, opLocalTee)
+	out = appendU32(out, fuel)
+	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty)
+	out = m.appendFlush(out, fuel)
+	out = append(out, opCall)
+	out = appendU32(out, m.refuelIndex)
+	out = m.appendReload(out, fuel)
+	out = append(out, opEnd, opLocalGet)
+	return appendU32(out, length)
+}
+
+// appendGrowCharge appends, right after a memory.grow or table.grow whose
+// operand was saved in $n, with its result on the stack:
+//
+//	local.tee $r  i32.const -1  i32.ne
+//	if  local.get $f  local.get $n  i64.extend_i32_u  i64.const mul  i64.mul
+//	    i64.sub  <check as in appendCheck>  end
+//	local.get $r
+func (m *module) appendGrowCharge(out []byte, mul int64, fuel, length, result uint32) []byte {
+	out = append(out, opLocalTee)
+	out = appendU32(out, result)
+	out = append(out, 0x41, 0x7f, 0x47, opIf, blockEmpty) // i32.const -1  i32.ne  if
+	out = append(out, opLocalGet)
+	out = appendU32(out, fuel)
+	out = append(out, opLocalGet)
+	out = appendU32(out, length)
+	out = append(out, opI64ExtendI32U, opI64Const)
+	out = appendS64(out, mul)
+	out = append(out, opI64Mul, opI64Sub, opLocalTee)
+	out = appendU32(out, fuel)
+	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty)
+	out = m.appendFlush(out, fuel)
+	out = append(out, opCall)
+	out = appendU32(out, m.refuelIndex)
+	out = m.appendReload(out, fuel)
+	out = append(out, opEnd, opEnd, opLocalGet)
+	return appendU32(out, result)
 }
 
 // appendFlush appends: local.get $f  global.set $fuel

@@ -60,6 +60,9 @@ type module struct {
 	emptyFuncType   int64  // index of an existing (func) type, or -1
 	refuelIndex     uint32 // function index of the added import
 	fuelGlobalIndex uint32 // global index of the added global
+
+	maxTableElements uint32       // Options.MaxTableElements
+	otherImport      *ImportError // the first import that is not a function
 }
 
 // remapFunc maps a function index of the input to the output.
@@ -72,15 +75,60 @@ func (m *module) remapFunc(i uint32) uint32 {
 
 var magic = []byte{0x00, 'a', 's', 'm', 0x01, 0x00, 0x00, 0x00}
 
+// Options configure the rewrite. The zero value adds metering only.
+type Options struct {
+	// MaxTableElements, when set, caps the elements of all the module's
+	// tables together. The rewrite gives each table a maximum: its declared
+	// maximum, lowered to its minimum plus an equal share of what the cap
+	// leaves after every table's minimum. table.grow past it fails inside the
+	// guest (returns -1). A module whose tables' minimums alone exceed the
+	// cap is refused with a *LimitError.
+	// Defaults to 0: tables keep their declared limits.
+	MaxTableElements uint32
+
+	// FunctionImportsOnly refuses, with an *ImportError, a module that
+	// imports a table, a memory, a global or a tag.
+	// Defaults to false: any import is kept.
+	FunctionImportsOnly bool
+}
+
+// ImportError reports an import the host never provides: a table, a memory,
+// a global or a tag. The engine provides functions only.
+type ImportError struct {
+	Module, Name string
+	Kind         string // "table", "memory", "global" or "tag"
+}
+
+func (e *ImportError) Error() string {
+	return fmt.Sprintf("imports %s %s.%s; the host provides functions only (%s and WASI preview1), so guests must define their own tables, memory and globals",
+		e.Kind, e.Module, e.Name, "wasmreconcile")
+}
+
+// LimitError reports a module that needs more than a cap at instantiation.
+type LimitError struct{ Reason string }
+
+func (e *LimitError) Error() string { return e.Reason }
+
+// Instrument returns a metered copy of the module in wasm, with
+// Options{}. See Options.Instrument.
+func Instrument(wasm []byte) ([]byte, error) { return Options{}.Instrument(wasm) }
+
 // Instrument returns a metered copy of the module in wasm. See the package
 // documentation for what it adds. It returns a *MalformedError for bytes it
-// cannot decode and an *UnsupportedError for features it cannot meter; it
-// does not otherwise validate the module (the engine does, on the output).
-func Instrument(wasm []byte) ([]byte, error) {
+// cannot decode, an *UnsupportedError for features it cannot meter, an
+// *ImportError for an import other than a function and a *LimitError for
+// tables over MaxTableElements. It does not otherwise validate the module:
+// the engine validates the input with wazero before, and the output again
+// when it compiles it.
+func (o Options) Instrument(wasm []byte) ([]byte, error) {
 	m, err := parse(wasm)
 	if err != nil {
 		return nil, err
 	}
+	if o.FunctionImportsOnly && m.otherImport != nil {
+		return nil, m.otherImport
+	}
+	m.maxTableElements = o.MaxTableElements
 	return m.rewrite()
 }
 
@@ -126,6 +174,8 @@ func parse(wasm []byte) (*module, error) {
 			err = m.scanTypes(s.payload)
 		case secImport:
 			err = m.scanImports(s.payload)
+		case secMemory:
+			err = scanMemories(s.payload)
 		case secFunction:
 			err = m.scanFunctions(s.payload)
 		case secGlobal:
@@ -217,7 +267,8 @@ func (m *module) scanImports(p []byte) error {
 		if string(mod) == ImportModule {
 			return &MalformedError{Reason: fmt.Sprintf("module already imports from %q, which is reserved for the host", ImportModule)}
 		}
-		if _, err := r.name("import name"); err != nil {
+		name, err := r.name("import name")
+		if err != nil {
 			return err
 		}
 		kind, err := r.byte("import kind")
@@ -235,6 +286,7 @@ func (m *module) scanImports(p []byte) error {
 			}
 			m.numFuncImports++
 		case 1: // table
+			m.noteImport(mod, name, "table")
 			if _, err := r.byte("table ref type"); err != nil {
 				return err
 			}
@@ -242,10 +294,12 @@ func (m *module) scanImports(p []byte) error {
 				return err
 			}
 		case 2: // memory
+			m.noteImport(mod, name, "memory")
 			if err := skipLimits(r); err != nil {
 				return err
 			}
 		case 3: // global
+			m.noteImport(mod, name, "global")
 			if err := r.skip(2, "global type"); err != nil {
 				return err
 			}
@@ -257,6 +311,45 @@ func (m *module) scanImports(p []byte) error {
 		}
 	}
 	return nil
+}
+
+// scanMemories refuses 64-bit and shared memories, which the host does not
+// support.
+func scanMemories(p []byte) error {
+	r := newReader(p)
+	n, err := r.u32("memory count")
+	if err != nil {
+		return err
+	}
+	for i := uint32(0); i < n; i++ {
+		flags, err := r.u32("memory limits flags")
+		if err != nil {
+			return err
+		}
+		switch {
+		case flags&4 != 0:
+			return &UnsupportedError{Feature: "64-bit memory (memory64)"}
+		case flags&2 != 0:
+			return &UnsupportedError{Feature: "shared memory (threads)"}
+		case flags > 1:
+			return fmt.Errorf("memory %d: unknown limits flags 0x%x", i, flags)
+		}
+		if _, err := r.u32("memory min"); err != nil {
+			return err
+		}
+		if flags&1 != 0 {
+			if _, err := r.u32("memory max"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *module) noteImport(mod, name []byte, kind string) {
+	if m.otherImport == nil {
+		m.otherImport = &ImportError{Module: string(mod), Name: string(name), Kind: kind}
+	}
 }
 
 func skipLimits(r *reader) error {
@@ -347,6 +440,8 @@ func (m *module) rewriteSection(id byte, p []byte) ([]byte, error) {
 		out, err = m.rewriteStart(p)
 	case secElement:
 		out, err = m.rewriteElements(p)
+	case secTable:
+		out, err = m.rewriteTables(p)
 	case secCode:
 		out, err = m.rewriteCode(p)
 	case secCustom:
@@ -355,11 +450,84 @@ func (m *module) rewriteSection(id byte, p []byte) ([]byte, error) {
 		return p, nil
 	}
 	if err != nil {
-		var u *UnsupportedError
-		if errors.As(err, &u) {
+		var (
+			u *UnsupportedError
+			l *LimitError
+		)
+		if errors.As(err, &u) || errors.As(err, &l) {
 			return nil, err
 		}
 		return nil, &MalformedError{Reason: fmt.Sprintf("section %d: %v", id, err)}
+	}
+	return out, nil
+}
+
+// rewriteTables refuses table types of proposals the host does not support
+// and, under a MaxTableElements cap, gives every table a maximum so that the
+// maximums together fit the cap.
+func (m *module) rewriteTables(p []byte) ([]byte, error) {
+	r := newReader(p)
+	n, err := r.u32("table count")
+	if err != nil {
+		return nil, err
+	}
+	type table struct {
+		ref      byte
+		min, max uint32
+		hasMax   bool
+	}
+	tables := make([]table, 0, min(n, 1024))
+	var sumMin uint64
+	for i := uint32(0); i < n; i++ {
+		ref, err := r.byte("table reference type")
+		if err != nil {
+			return nil, err
+		}
+		switch ref {
+		case 0x70, 0x6f: // funcref, externref
+		case 0x40, 0x63, 0x64:
+			return nil, &UnsupportedError{Feature: fmt.Sprintf("typed function references (table %d of type 0x%02x)", i, ref)}
+		default:
+			return nil, fmt.Errorf("table %d: unknown reference type 0x%02x", i, ref)
+		}
+		flags, err := r.u32("table limits flags")
+		if err != nil {
+			return nil, err
+		}
+		if flags > 1 {
+			return nil, &UnsupportedError{Feature: fmt.Sprintf("table %d limits flags 0x%x (table64 or shared tables)", i, flags)}
+		}
+		t := table{ref: ref, hasMax: flags == 1}
+		if t.min, err = r.u32("table min"); err != nil {
+			return nil, err
+		}
+		if t.hasMax {
+			if t.max, err = r.u32("table max"); err != nil {
+				return nil, err
+			}
+		}
+		sumMin += uint64(t.min)
+		tables = append(tables, t)
+	}
+	if !r.done() {
+		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
+	}
+	if m.maxTableElements == 0 {
+		return p, nil
+	}
+	if sumMin > uint64(m.maxTableElements) {
+		return nil, &LimitError{Reason: fmt.Sprintf("tables need %d elements at instantiation, over the cap of %d; raise --max-table-elements or declare smaller tables", sumMin, m.maxTableElements)}
+	}
+	share := (uint64(m.maxTableElements) - sumMin) / uint64(max(n, 1))
+	out := appendU32(nil, n)
+	for _, t := range tables {
+		limit := uint64(t.min) + share
+		if t.hasMax && uint64(t.max) < limit {
+			limit = uint64(t.max)
+		}
+		out = append(out, t.ref, 0x01)
+		out = appendU32(out, t.min)
+		out = appendU32(out, uint32(limit))
 	}
 	return out, nil
 }

@@ -19,6 +19,7 @@ package meter
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"time"
 
@@ -45,6 +46,7 @@ type Meter struct {
 
 	granted uint64 // fuel handed to the guest so far
 	ctx     context.Context
+	global  api.MutableGlobal // the metered instance's fuel global, once known
 }
 
 // ExhaustedError reports a call stopped because it used its whole budget.
@@ -108,7 +110,10 @@ func (m *Meter) Start(mod api.Module) bool {
 }
 
 // StartGlobal is Start for a fuel global already looked up with Global.
-func (m *Meter) StartGlobal(g api.MutableGlobal) { g.Set(m.grant()) }
+func (m *Meter) StartGlobal(g api.MutableGlobal) {
+	m.global = g
+	g.Set(m.grant())
+}
 
 // Used is the fuel consumed so far by calls into mod metered by m: what was
 // granted minus what is left in the module's fuel global (which is negative
@@ -154,23 +159,70 @@ func refuel(ctx context.Context, mod api.Module, _ []uint64) {
 	if m == nil {
 		panic(fmt.Errorf("metered module called without a meter in its context; this is a host bug"))
 	}
+	m.check()
+	g, _ := fuelGlobal(mod)
+	m.global = g
+	g.Set(uint64(m.cover(int64(g.Get()))))
+	// Yield so that a guest spinning on this P cannot starve other
+	// goroutines, and so that a pending GC stop-the-world proceeds.
+	runtime.Gosched()
+}
+
+// check panics with *StoppedError when the call's context has ended or its
+// deadline has passed.
+func (m *Meter) check() {
 	if err := m.ctx.Err(); err != nil {
 		panic(&StoppedError{Err: err})
 	}
 	if !m.Deadline.IsZero() && !time.Now().Before(m.Deadline) {
 		panic(&StoppedError{Err: context.DeadlineExceeded})
 	}
-	g, _ := fuelGlobal(mod)
-	left := int64(g.Get())
-	for left < 0 {
-		n := m.grant()
-		if n == 0 {
-			panic(&ExhaustedError{Used: uint64(int64(m.granted) - left), Budget: m.Budget})
-		}
-		left += int64(n)
+}
+
+// cover grants from the budget what a counter of left needs to be
+// non-negative again plus the next slice, and returns the new counter. It
+// panics with *ExhaustedError when the budget cannot cover the deficit: a
+// charge over what remains never runs.
+func (m *Meter) cover(left int64) int64 {
+	if left >= 0 {
+		return left
 	}
-	g.Set(uint64(left))
-	// Yield so that a guest spinning on this P cannot starve other
-	// goroutines, and so that a pending GC stop-the-world proceeds.
-	runtime.Gosched()
+	deficit := uint64(-left)
+	if rem := m.Budget - m.granted; deficit > rem {
+		panic(&ExhaustedError{Used: m.granted + deficit, Budget: m.Budget})
+	}
+	m.granted += deficit
+	return int64(m.grant())
+}
+
+// Charge bills units of work that the host does for the guest (in a host
+// function) to the call metered by the Meter in ctx, after checking the
+// call's context and deadline. It panics with *StoppedError or
+// *ExhaustedError, as refuel does, which stops the call: a host function
+// calls it on entry, before the work, and between steps when it works long.
+// It does nothing when ctx carries no Meter.
+func Charge(ctx context.Context, units uint64) {
+	m := FromContext(ctx)
+	if m == nil {
+		return
+	}
+	m.check()
+	if m.global == nil || units == 0 {
+		return
+	}
+	units = min(units, math.MaxInt64/2)
+	left := int64(m.global.Get()) - int64(units)
+	if left < 0 {
+		left = m.cover(left)
+	}
+	m.global.Set(uint64(left))
+}
+
+// Check panics with *StoppedError when the call metered by the Meter in ctx
+// has been canceled or is past its deadline. A host function that loops
+// calls it between steps.
+func Check(ctx context.Context) {
+	if m := FromContext(ctx); m != nil {
+		m.check()
+	}
 }

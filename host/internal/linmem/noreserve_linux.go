@@ -1,0 +1,5 @@
+package linmem
+
+import "syscall"
+
+const mapNoReserve = syscall.MAP_NORESERVE

@@ -1,0 +1,5 @@
+//go:build unix && !linux
+
+package linmem
+
+const mapNoReserve = 0
