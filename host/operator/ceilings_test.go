@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -58,9 +59,9 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 
 // TestReconcileModuleCeilings: a ReconcileModule whose spec.limits exceed
 // the operator's ceilings loads with the limits clamped; its status says
-// so (LimitsClamped, effectiveLimits) with a Warning Event, and its calls
-// run under the clamped limits. Limits within the ceilings clear the
-// condition.
+// so (LimitsClamped, effectiveLimits) with one Warning Event, not repeated
+// by a reload that clamps the same, and its calls run under the clamped
+// limits. Limits within the ceilings clear the condition.
 func TestReconcileModuleCeilings(t *testing.T) {
 	e := newEnv(t)
 	ceilings := engine.Limits{Fuel: 100_000, Timeout: 2 * time.Second, MemoryLimitPages: 512}
@@ -123,6 +124,36 @@ func TestReconcileModuleCeilings(t *testing.T) {
 		}
 		return fmt.Errorf("none yet")
 	})
+
+	// A reload that clamps the same (a new config) records no second
+	// Event. (An Event recorded late would make this pass wrongly, never
+	// fail wrongly.)
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Config = &apiextensionsv1.JSON{Raw: []byte(`{"reloaded":true}`)}
+	})
+	testenv.Eventually(t, 2*time.Minute, "the new config loaded", func() error {
+		rm := &v1alpha1.ReconcileModule{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: "widget"}, rm); err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(rm.Status.Conditions, modulecontroller.ConditionLoading); rm.Status.ObservedGeneration != rm.Generation || c == nil || c.Status != metav1.ConditionFalse {
+			return fmt.Errorf("observedGeneration %d of %d, Loading %+v", rm.Status.ObservedGeneration, rm.Generation, c)
+		}
+		return nil
+	})
+	var events corev1.EventList
+	if err := e.c.List(ctx, &events); err != nil {
+		t.Fatal(err)
+	}
+	n := int32(0)
+	for _, ev := range events.Items {
+		if ev.InvolvedObject.UID == got.UID && ev.Reason == modulecontroller.ReasonLimitsClamped {
+			n += max(ev.Count, 1)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d LimitsClamped Events, want 1: the clamps did not change", n)
+	}
 
 	// Limits within the ceilings: nothing clamped, the condition clears.
 	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
