@@ -3,6 +3,8 @@ package protocol
 import (
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
 )
 
 // GuestError is a reconcile failure the guest reported in its response
@@ -73,6 +75,56 @@ func Truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// Elide cuts s to at most n bytes by removing its middle, on rune
+// boundaries, marking the cut with " … ": the head and the tail stay. Below
+// 10 bytes it keeps the head only, as Truncate, and below 4 nothing.
+func Elide(s string, n int) string {
+	const mark = " … "
+	if len(s) <= n {
+		return s
+	}
+	if n < 2*len(mark) { // no room for both ends
+		if n < len(" …") {
+			return ""
+		}
+		return Truncate(s, n)
+	}
+	keep := n - len(mark)
+	head := keep / 2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	tail := len(s) - (keep - head)
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + mark + s[tail:]
+}
+
+// maxNoteReason is the most of a trap's Reason (wazero's description and
+// the wasm stack trace) that Note keeps, so that the guest's stderr has
+// room.
+const maxNoteReason = 256
+
+// Note is the note of the Warning Event for a failed reconcile: err's
+// message within MaxEventMessageBytes. A trap's message ends with the
+// guest's stderr, whose first lines (a Go panic's cause) and last lines
+// (the failing goroutine) matter most: Note cuts the trap's Reason to 256
+// bytes and the stderr in its middle (Elide), so that both ends stay. Any
+// other message is cut at its end (Cap).
+func Note(err error) string {
+	trap, ok := err.(*engine.TrapError)
+	if !ok || trap.Stderr == "" || len(err.Error()) <= MaxEventMessageBytes {
+		return Cap(err.Error())
+	}
+	t := *trap
+	t.Reason = Truncate(t.Reason, maxNoteReason)
+	t.Stderr = "x"
+	room := MaxEventMessageBytes - (len(t.Error()) - len(t.Stderr)) // what is left for the stderr
+	t.Stderr = Elide(trap.Stderr, room)
+	return Cap(t.Error())
 }
 
 // CallName names the reconcile of obj in messages, the same way in the

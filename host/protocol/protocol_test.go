@@ -284,3 +284,63 @@ func TestMessagesFitAnEvent(t *testing.T) {
 		t.Errorf("a refusal quoting a 5000-byte label: %d bytes", len(err.Error()))
 	}
 }
+
+func TestElideKeepsHeadAndTail(t *testing.T) {
+	for pad := 0; pad < 4; pad++ { // every alignment of the two-byte runes
+		s := "HEAD" + strings.Repeat("x", pad) + strings.Repeat("é", 1000) + "TAIL"
+		for _, n := range []int{10, 11, 64, 1023, 1024} {
+			got := protocol.Elide(s, n)
+			if len(got) > n || !utf8.ValidString(got) {
+				t.Fatalf("pad %d, n %d: %d bytes (valid UTF-8: %v)", pad, n, len(got), utf8.ValidString(got))
+			}
+			if !strings.HasPrefix(got, "HE") || !strings.HasSuffix(got, "IL") || !strings.Contains(got, " … ") {
+				t.Fatalf("pad %d, n %d: %q lost an end or the mark", pad, n, got)
+			}
+			if n >= 64 && len(got) < n-1 {
+				t.Errorf("pad %d, n %d: %d bytes, more cut than a rune needs", pad, n, len(got))
+			}
+		}
+	}
+	if got := protocol.Elide("short", 5); got != "short" {
+		t.Errorf("a string that fits was cut: %q", got)
+	}
+	for n := 0; n < 10; n++ { // too small for both ends: the head, or nothing
+		if got := protocol.Elide(strings.Repeat("x", 50), n); len(got) > n {
+			t.Errorf("n %d: %q", n, got)
+		}
+	}
+}
+
+// TestNoteKeepsBothEndsOfAStderr: a trap with a long stderr and a long wasm
+// stack trace gives a note within an Event's limit that holds the trap's
+// header, the head and the tail of the stderr, and the advice at the end.
+func TestNoteKeepsBothEndsOfAStderr(t *testing.T) {
+	stderr := "panic: STDERR-HEAD\n" + strings.Repeat("goroutine frame line\n", 300) + "STDERR-TAIL"
+	trap := &engine.TrapError{Module: "m", Call: "reconcile ns/o", Reason: "wasm error: unreachable\nwasm stack trace:\n" + strings.Repeat("\tmain.f()\n", 200), Stderr: stderr}
+	note := protocol.Note(trap)
+	if len(note) > protocol.MaxEventMessageBytes || !utf8.ValidString(note) {
+		t.Fatalf("note of %d bytes (valid UTF-8: %v)", len(note), utf8.ValidString(note))
+	}
+	for _, want := range []string{"module[m] reconcile ns/o: guest trapped: wasm error: unreachable", "guest stderr:\npanic: STDERR-HEAD", "STDERR-TAIL", "fix the guest"} {
+		if !strings.Contains(note, want) {
+			t.Errorf("the note lacks %q:\n%s", want, note)
+		}
+	}
+	if len(note) < protocol.MaxEventMessageBytes-8 {
+		t.Errorf("the note is %d bytes; the stderr could have kept more", len(note))
+	}
+
+	// A short trap is as its message; other errors are capped at the end.
+	short := &engine.TrapError{Module: "m", Call: "c", Reason: "r", Stderr: "s"}
+	if protocol.Note(short) != short.Error() {
+		t.Errorf("a short trap's note differs from its message")
+	}
+	guest := &protocol.GuestError{Module: "m", Call: "c", Message: strings.Repeat("m", 3000)}
+	if protocol.Note(guest) != guest.Error() {
+		t.Errorf("a guest error's note differs from its (capped) message")
+	}
+	other := errors.New(strings.Repeat("o", 3000) + "END")
+	if got := protocol.Note(other); len(got) > protocol.MaxEventMessageBytes || strings.HasSuffix(got, "END") {
+		t.Errorf("another error's note: %d bytes", len(got))
+	}
+}

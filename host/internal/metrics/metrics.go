@@ -42,6 +42,12 @@ type Metrics struct {
 	Reloads *prometheus.CounterVec
 	// CompileSeconds observes how long loading new bytes took.
 	CompileSeconds *prometheus.HistogramVec
+	// GuestLogDropped counts guest log lines dropped over the per-call log
+	// budget (engine.Limits.MaxLogLines, MaxLogBytes).
+	GuestLogDropped *prometheus.CounterVec
+	// EventsDropped counts guest Events dropped over the Event budget, by
+	// the bucket that refused them (object, module).
+	EventsDropped *prometheus.CounterVec
 
 	modules *moduleCollector
 }
@@ -110,6 +116,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time to instrument, compile and validate a module's new bytes.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 12),
 		}, []string{"module"}),
+		GuestLogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_guest_log_lines_dropped_total",
+			Help: "Guest log lines dropped because a call went over its log budget (--max-log-lines, --max-log-bytes), by module.",
+		}, []string{"module"}),
+		EventsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_events_dropped_total",
+			Help: "Guest Events dropped over the Event budget, by module and the token bucket that refused them: object (--event-object-qps, --event-object-burst) or module (--event-module-qps, --event-module-burst).",
+		}, []string{"module", "reason"}),
 		modules: newModuleCollector(),
 	}
 	var err error
@@ -123,6 +137,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.Damped = promreg.Register(reg, m.Damped, &err)
 	m.Reloads = promreg.Register(reg, m.Reloads, &err)
 	m.CompileSeconds = promreg.Register(reg, m.CompileSeconds, &err)
+	m.GuestLogDropped = promreg.Register(reg, m.GuestLogDropped, &err)
+	m.EventsDropped = promreg.Register(reg, m.EventsDropped, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	if err != nil {
 		return nil, err
@@ -134,7 +150,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.modules}
+		m.ChildOperations, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and
@@ -154,12 +170,19 @@ func (m *Metrics) Init(module string) {
 	m.FuelUsed.WithLabelValues(module)
 	m.StormsDetected.WithLabelValues(module)
 	m.Damped.WithLabelValues(module)
+	m.GuestLogDropped.WithLabelValues(module)
+	m.EventsDropped.WithLabelValues(module, "object")
+	m.EventsDropped.WithLabelValues(module, "module")
 }
 
-// ObserveCall records one guest call's fuel, duration and preemption.
+// ObserveCall records one guest call's fuel, duration, preemption and
+// dropped log lines.
 func (m *Metrics) ObserveCall(module string, res engine.Result, kind protocol.Kind) {
 	m.FuelUsed.WithLabelValues(module).Observe(float64(res.Fuel))
 	m.GuestDuration.WithLabelValues(module).Observe(res.Duration.Seconds())
+	if res.LogDropped > 0 {
+		m.GuestLogDropped.WithLabelValues(module).Add(float64(res.LogDropped))
+	}
 	switch kind {
 	case protocol.FuelExhausted:
 		m.Preemptions.WithLabelValues(module, "fuel").Inc()

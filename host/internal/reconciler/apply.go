@@ -8,10 +8,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/subset"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
@@ -25,7 +27,7 @@ import (
 //   - the status, when it differs from the observed one (after the
 //     children, so that a status such as Ready=True is not written when
 //     the children it describes could not be);
-//   - the guest's Events;
+//   - the guest's Events, those within the Event budget (EventBudget);
 //   - the finalizer's removal, when the object is being deleted and the
 //     guest answered Finalized without error.
 //
@@ -48,9 +50,7 @@ func (r *Reconciler) apply(ctx context.Context, call string, obj *unstructured.U
 			return wrote, err
 		}
 	}
-	for _, e := range resp.Events { // checked by protocol: at most MaxEvents, valid types
-		r.opts.Recorder.Eventf(obj, nil, string(e.Type), e.Reason, "Reconcile", "%s", e.Message)
-	}
+	r.recordEvents(ctx, obj, resp.Events)
 	if deleting && resp.Finalized && resp.Error == nil {
 		if err := r.patchFinalizer(ctx, obj, false); err != nil {
 			return wrote, &protocol.ApplyError{Module: r.name, Call: call, What: "removing finalizer " + r.finalizer, Err: err}
@@ -58,6 +58,27 @@ func (r *Reconciler) apply(ctx context.Context, call string, obj *unstructured.U
 		wrote = true
 	}
 	return wrote, nil
+}
+
+// recordEvents records the guest's Events on obj (checked by protocol: at
+// most MaxEvents, valid types, notes the API server accepts), dropping and
+// counting those over the Event budget, with one log line per response
+// that had some dropped.
+func (r *Reconciler) recordEvents(ctx context.Context, obj *unstructured.Unstructured, events []abi.Event) {
+	key := types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	now := r.opts.Now()
+	dropped := 0
+	for _, e := range events {
+		if reason := r.events.allow(key, now); reason != "" {
+			r.opts.Metrics.EventsDropped.WithLabelValues(r.name, reason).Inc()
+			dropped++
+			continue
+		}
+		r.opts.Recorder.Eventf(obj, nil, string(e.Type), e.Reason, "Reconcile", "%s", e.Message)
+	}
+	if dropped > 0 {
+		log.FromContext(ctx).V(1).Info("guest Events dropped over the Event budget", "dropped", dropped, "of", len(events))
+	}
 }
 
 // syncChildren applies the desired children that would change something and

@@ -84,6 +84,9 @@ type Options struct {
 	Paused func() bool
 	// Storm configures storm damping; see StormOptions for the defaults.
 	Storm StormOptions
+	// Events is the budget of the guest's Events; see EventBudget for the
+	// defaults.
+	Events EventBudget
 	// Now returns the wall clock passed to guests as Request.Now.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -102,6 +105,7 @@ type Reconciler struct {
 	opts      Options
 
 	storms *stormTracker
+	events *eventLimiter
 	stats  *Stats
 
 	mu       sync.Mutex
@@ -140,6 +144,7 @@ func New(opts Options) (*Reconciler, error) {
 		rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
 		opts:     opts,
 		storms:   newStormTracker(opts.Storm),
+		events:   newEventLimiter(opts.Events),
 		stats:    opts.Stats,
 		attempts: map[types.NamespacedName]int{},
 		penalty:  make(chan struct{}, 1),
@@ -351,6 +356,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	case skipGone:
 		r.forget(o.key)
 		r.storms.forget(o.key)
+		r.events.forget(o.key)
 		return ctrl.Result{}, nil
 	case skipNotOurs:
 		r.forget(o.key)
@@ -385,7 +391,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	r.failed(o.key)
 	r.stats.setLastError(fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error()))
 	if o.obj != nil {
-		r.warn(o.obj, string(kind), o.err.Error())
+		r.warn(o.obj, string(kind), protocol.Note(o.err))
 	}
 	log.FromContext(ctx).Info("reconcile failed", "result", kind, "error", o.err.Error())
 	if protocol.Terminal(o.err) {
@@ -395,7 +401,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 }
 
 // warn records a Warning Event on obj, its message cut to what the API
-// server accepts.
+// server accepts (protocol.Note cuts an error's message better).
 func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
 	r.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", protocol.Cap(msg))
 }

@@ -13,8 +13,14 @@
 //	"recurse"  unbounded Go recursion
 //	"panic"    the handler panics (the SDK recovers it into a retryable error)
 //	"exit"     os.Exit(3) — the instance dies
+//	"stderr"   writes spec.bytes bytes to stderr, from "STDERR-HEAD" to
+//	           "STDERR-TAIL", then os.Exit(3) — a trap with a long stderr
 //	"big"      a response of spec.bytes bytes
 //	"events"   a Normal and a Warning event, no status
+//	"log"      logs spec.lines lines at info level, then "ok"
+//	"flood"    spec.events Events (reasons Flood1, Flood2, …), status.now =
+//	           the request's now (so the object changes every second), and
+//	           requeueAfterSeconds: 1 — a guest that floods its object
 //	"child"    a ConfigMap child, although the manifest owns nothing
 //	"config"   status.config is the module configuration it was given
 //	"read"     reads ConfigMap spec.configMap and lists ConfigMaps matching
@@ -26,6 +32,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 
@@ -82,6 +89,12 @@ func reconcile(req *guest.Request) *guest.Response {
 		m["boom"] = 1
 	case "exit":
 		os.Exit(3)
+	case "stderr":
+		n, _ := obj.NestedInt64("spec", "bytes")
+		const head, tail = "STDERR-HEAD\n", "\nSTDERR-TAIL"
+		fill := max(int(n)-len(head)-len(tail), 0)
+		os.Stderr.WriteString(head + strings.Repeat("stderr line of the guest\n", fill/25+1)[:fill] + tail)
+		os.Exit(3)
 	case "big":
 		n, _ := obj.NestedInt64("spec", "bytes")
 		ok["summary"] = strings.Repeat("x", int(n))
@@ -91,6 +104,19 @@ func reconcile(req *guest.Request) *guest.Response {
 			{Type: "Normal", Reason: "Hello", Message: "normal event from the guest"},
 			{Type: "Warning", Reason: "Careful", Message: "warning event from the guest"},
 		}}
+	case "log":
+		n, _ := obj.NestedInt64("spec", "lines")
+		for i := int64(1); i <= n; i++ {
+			guest.Infof("line %d of %d", i, n)
+		}
+		return &guest.Response{Status: ok}
+	case "flood":
+		n, _ := obj.NestedInt64("spec", "events")
+		resp := &guest.Response{Status: map[string]any{"now": req.Now}, RequeueAfterSeconds: 1}
+		for i := int64(1); i <= n; i++ {
+			resp.Events = append(resp.Events, guest.Event{Type: "Normal", Reason: fmt.Sprintf("Flood%d", i), Message: fmt.Sprintf("event %d of %d", i, n)})
+		}
+		return resp
 	case "read":
 		st := map[string]any{"observedGeneration": obj.Generation()}
 		cm, found, err := guest.Get("v1", "ConfigMap", obj.Namespace(), obj.NestedString("spec", "configMap"))
