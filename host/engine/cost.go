@@ -18,20 +18,23 @@ import (
 const (
 	// HostCallCost is charged by every host function call, WASI included:
 	// the exit from machine code into Go and back.
-	HostCallCost = 256
+	HostCallCost = 1024
 	// HostByteCost is charged per byte a host function reads from or writes
 	// to guest memory, or hands on (a log line, a random buffer, a write to
 	// stderr).
 	HostByteCost = 1
+	// RandomByteCost is charged per byte of random_get: the source makes
+	// each.
+	RandomByteCost = 4
 	// IovecCost is charged per iovec of fd_read, fd_write, fd_pread and
 	// fd_pwrite, and per subscription of poll_oneoff.
-	IovecCost = 16
+	IovecCost = 128
+	// CacheReadCost is charged by every cache_read on top of its bytes and
+	// objects: it decodes and checks the request.
+	CacheReadCost = 4096
 	// LogLineCost is charged per guest log line on top of its bytes: the
 	// logger formats and writes it.
 	LogLineCost = 2048
-	// CacheObjectCost is charged per object a cache_read returns: the cache
-	// copies it and the host encodes it.
-	CacheObjectCost = 4096
 )
 
 // wasiMeter charges WASI host functions. It is a wazero function listener
@@ -70,7 +73,7 @@ func wasiWork(mod api.Module, name string, params []uint64) uint64 {
 		if len(params) < 2 {
 			return 0
 		}
-		return uint64(uint32(params[1])) * HostByteCost
+		return uint64(uint32(params[1])) * RandomByteCost
 	case "poll_oneoff":
 		if len(params) < 3 {
 			return 0
@@ -99,8 +102,10 @@ func iovecWork(mod api.Module, iovs, count uint32) uint64 {
 	if !ok {
 		return work
 	}
+	var bytes uint64
 	for i := uint32(0); i < count; i++ {
-		work += uint64(binary.LittleEndian.Uint32(buf[i*8+4:])) * HostByteCost
+		bytes += uint64(binary.LittleEndian.Uint32(buf[i*8+4:]))
 	}
-	return work
+	// No call moves more than the guest's memory; lengths past it fail.
+	return work + min(bytes, uint64(mem.Size()))*HostByteCost
 }

@@ -52,7 +52,7 @@ func instantiateHostModule(ctx context.Context, rt wazero.Runtime) error {
 // guest memory is an ABI violation and stops the call.
 func cacheRead(ctx context.Context, mod api.Module, stack []uint64) {
 	reqPtr, reqLen, buf, limit := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
-	meter.Charge(ctx, HostCallCost+uint64(reqLen)*HostByteCost)
+	meter.Charge(ctx, CacheReadCost+uint64(reqLen)*HostByteCost)
 	req, ok := mod.Memory().Read(reqPtr, reqLen)
 	if !ok {
 		panic(&ABIError{Reason: fmt.Sprintf("cache_read request at %d+%d is outside guest memory", reqPtr, reqLen)})

@@ -125,7 +125,7 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	st := m.newCallState()
 	callCtx := withCallState(meter.WithMeter(ctx, fuel), st)
 	fuel.StartGlobal(inst.fuel)
-	inst.mem.Enter()
+	inst.mem.Enter(ctx, fuel.Deadline)
 	out, err := fn(callCtx, inst)
 	inst.mem.Exit()
 	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start), LogDropped: st.droppedLines}
@@ -242,7 +242,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	start := time.Now()
 	st := m.newCallState()
 	ctx = withCallState(meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.InitTimeout)}), st)
-	alloc := &linmem.Allocator{}
+	alloc := &linmem.Allocator{Ctx: ctx, Deadline: start.Add(m.limits.InitTimeout)}
 	mod, err := m.runtime.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), m.compiled, cfg)
 	alloc.Memory.Exit() // the instantiation's call (see linmem.Allocator)
 	st.reportDropped(ctx, m.name, "_initialize")

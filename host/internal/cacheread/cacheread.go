@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -24,6 +25,15 @@ type Backend interface {
 	Get(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (map[string]any, error)
 	List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]map[string]any, error)
 }
+
+// ObjectCost is the fuel a read charges per object it returns, on top of
+// the engine's per-byte charge: the cache copies the object and the host
+// encodes it. See docs/metering.md.
+const ObjectCost = 32768
+
+// MaxResult caps the encoded result of one read; a list that grows past it
+// stops encoding and answers abi.CacheError.
+const MaxResult = 16 << 20
 
 // Reader serves one module's reads.
 type Reader struct {
@@ -85,13 +95,25 @@ func (r *Reader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []b
 		if err != nil {
 			return abi.CacheError, []byte(err.Error())
 		}
-		for i := range objs {
-			objs[i] = protocol.StripManagedFields(objs[i])
+		// Encode one object at a time, charging each (which also checks the
+		// call's deadline and context), so a list over a big cache stops
+		// on time.
+		out := []byte{'['}
+		for i, o := range objs {
+			meter.Charge(ctx, ObjectCost)
+			b, err := json.Marshal(protocol.StripManagedFields(o))
+			if err != nil {
+				return abi.CacheError, []byte("encoding the result: " + err.Error())
+			}
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, b...)
+			if len(out) > MaxResult {
+				return abi.CacheError, []byte(fmt.Sprintf("result of more than %d bytes (%d of %d objects encoded) is over the limit of one read; narrow the list with a namespace or label selector", MaxResult, i+1, len(objs)))
+			}
 		}
-		if objs == nil {
-			objs = []map[string]any{}
-		}
-		return encode(objs)
+		return abi.CacheOK, append(out, ']')
 	}
 	return abi.CacheBadRequest, []byte(fmt.Sprintf("unknown op %q; want get or list", req.Op))
 }

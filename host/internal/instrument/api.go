@@ -58,8 +58,8 @@ package instrument
 // package documentation and docs/metering.md.
 const (
 	// BulkMemoryShift: memory.fill, memory.copy and memory.init charge one
-	// unit per 2^BulkMemoryShift bytes.
-	BulkMemoryShift = 4
+	// unit per 2^BulkMemoryShift bytes (8).
+	BulkMemoryShift = 3
 	// TableElementCost is the charge per element of table.fill, table.copy
 	// and table.init.
 	TableElementCost = 1

@@ -371,28 +371,33 @@ func (m *module) appendBulkCharge(out []byte, shift, mul int64, fuel, length uin
 // appendGrowCharge appends, right after a memory.grow or table.grow whose
 // operand was saved in $n, with its result on the stack:
 //
-//	local.tee $r  i32.const -1  i32.ne
+//	local.tee $r  i32.const -1  i32.ne  local.get $n  i32.const 0  i32.ne  i32.and
 //	if  local.get $f  local.get $n  i64.extend_i32_u  i64.const mul  i64.mul
-//	    i64.sub  <check as in appendCheck>  end
+//	    i64.sub  local.set $f  <flush>  call $refuel  <reload>  end
 //	local.get $r
+//
+// A grow that added pages always calls refuel, whatever the counter: the host
+// faults the new pages in while growing (package linmem), which takes real
+// time, so the deadline is checked right after.
 func (m *module) appendGrowCharge(out []byte, mul int64, fuel, length, result uint32) []byte {
 	out = append(out, opLocalTee)
 	out = appendU32(out, result)
-	out = append(out, 0x41, 0x7f, 0x47, opIf, blockEmpty) // i32.const -1  i32.ne  if
+	out = append(out, 0x41, 0x7f, 0x47, opLocalGet) // i32.const -1  i32.ne  local.get $n
+	out = appendU32(out, length)
+	out = append(out, 0x41, 0x00, 0x47, 0x71, opIf, blockEmpty) // i32.const 0  i32.ne  i32.and  if
 	out = append(out, opLocalGet)
 	out = appendU32(out, fuel)
 	out = append(out, opLocalGet)
 	out = appendU32(out, length)
 	out = append(out, opI64ExtendI32U, opI64Const)
 	out = appendS64(out, mul)
-	out = append(out, opI64Mul, opI64Sub, opLocalTee)
+	out = append(out, opI64Mul, opI64Sub, opLocalSet)
 	out = appendU32(out, fuel)
-	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty)
 	out = m.appendFlush(out, fuel)
 	out = append(out, opCall)
 	out = appendU32(out, m.refuelIndex)
 	out = m.appendReload(out, fuel)
-	out = append(out, opEnd, opEnd, opLocalGet)
+	out = append(out, opEnd, opLocalGet)
 	return appendU32(out, result)
 }
 

@@ -212,10 +212,10 @@ func Charge(ctx context.Context, units uint64) {
 	}
 	units = min(units, math.MaxInt64/2)
 	left := int64(m.global.Get()) - int64(units)
+	m.global.Set(uint64(left)) // so that Used counts the charge if cover panics
 	if left < 0 {
-		left = m.cover(left)
+		m.global.Set(uint64(m.cover(left)))
 	}
-	m.global.Set(uint64(left))
 }
 
 // Check panics with *StoppedError when the call metered by the Meter in ctx
