@@ -162,6 +162,9 @@ Flags:
 	fs.DurationVar(&opts.Storm.Backoff, "storm-backoff", time.Minute, "while an object is quiescent, call its guest at most this often until it changes")
 	fs.BoolVar(&opts.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
 	registerResponseLimits(fs, &opts.ResponseLimits)
+	var guestLimits guestLimitFlags
+	guestLimits.register(fs)
+	registerEventBudget(fs, &opts.Events)
 	var ceilings ceilingFlags
 	ceilings.register(fs)
 	zapOpts.BindFlags(fs)
@@ -183,6 +186,9 @@ Flags:
 	opts.Modules = modules
 	mo.Namespaces = namespaces
 	opts.Limits.MemoryLimitPages = uint32(memLimit)
+	if err := guestLimits.apply(&opts.Limits); err != nil {
+		return err
+	}
 	var err error
 	if opts.Ceilings, err = ceilings.ceilings(); err != nil {
 		return err

@@ -33,12 +33,16 @@ type limitFlags struct {
 	cacheDir string
 	crds     string
 	response protocol.Limits
+	guest    guestLimitFlags
 	ceilings ceilingFlags
 }
 
 // options returns the offline options: the scopes of the kinds in --crds.
 func (l *limitFlags) options() (offline.Options, error) {
 	if _, err := l.ceilings.ceilings(); err != nil {
+		return offline.Options{}, err
+	}
+	if err := l.guest.apply(&engine.Limits{}); err != nil {
 		return offline.Options{}, err
 	}
 	if l.crds == "" {
@@ -61,6 +65,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&l.cacheDir, "compilation-cache-dir", def, `directory that keeps compiled modules between runs; "" keeps them in memory only`)
 	registerResponseLimits(fs, &l.response)
+	l.guest.register(fs)
 	l.ceilings.register(fs)
 	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files: tells the children rules which custom kinds are cluster-scoped (built-in kinds are known; other kinds are taken as namespaced)")
 }
@@ -80,7 +85,8 @@ func (l *limitFlags) limits() (engine.Limits, error) {
 		return engine.Limits{}, fmt.Errorf("--timeout must be positive")
 	}
 	// Zero fields take the module's manifest defaults, then the engine's.
-	return engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true}, nil
+	limits := engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true}
+	return limits, l.guest.apply(&limits)
 }
 
 func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, func(), error) {
@@ -116,7 +122,8 @@ func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, fun
 const invokeUsage = `Usage: operator invoke --module M.wasm --object OBJ.yaml [flags]
 
 Runs one reconcile of a module offline, with no cluster, and prints the
-response as JSON with fuelConsumed and durationMs. The response is checked by
+response as JSON with fuelConsumed and durationMs, and the guest's log lines
+on stderr ("guest: LEVEL: message"). The response is checked by
 the same rules as in a cluster (docs/abi.md, "Response rules"). Exits 0 on
 success, 1 when the guest reports an error, hits a limit or returns a
 response the cluster would refuse (the JSON then has an "error" with a
@@ -179,6 +186,7 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usage("%v", err)
 	}
+	opts.Log = offline.NewLogger(stderr, "")
 	ctx := context.Background()
 	m, done, err := lf.load(ctx, module)
 	if err != nil {
@@ -233,8 +241,9 @@ const testUsage = `Usage: operator test [flags] M.wasm CASES_DIR
 Runs a module's test cases offline and deterministically: each *.yaml file in
 CASES_DIR gives the input a guest observes and what its response must contain
 (see package host/modtest). Prints PASS or FAIL per case with the fuel used
-and a diff, then "N passed, N failed". Exits 1 if any case fails, 2 on bad
-flags or unreadable files.
+and a diff, then "N passed, N failed"; with -v, also the guest's log lines
+of each case on stderr ("CASE: guest: LEVEL: message"). Exits 1 if any case
+fails, 2 on bad flags or unreadable files.
 
 Flags:
 `
@@ -244,10 +253,12 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, testUsage); fs.PrintDefaults() }
 	var (
-		lf    limitFlags
-		junit string
+		lf      limitFlags
+		junit   string
+		verbose bool
 	)
 	fs.StringVar(&junit, "junit", "", "also write a JUnit XML report to this file")
+	fs.BoolVar(&verbose, "v", false, "print the guest's log lines of each case on stderr")
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -281,6 +292,9 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	var results []modtest.Result
 	passed := 0
 	for _, c := range cases {
+		if verbose {
+			opts.Log = offline.NewLogger(stderr, c.Name+": ")
+		}
 		o := offline.Run(ctx, m, c.Input, opts)
 		noteUnknownScopes(stderr, o)
 		r := modtest.Result{Case: c, Outcome: o, Diff: c.Check(o)}

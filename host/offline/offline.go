@@ -11,6 +11,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
@@ -35,6 +37,11 @@ type Options struct {
 	// Limits bound the response, as in the cluster; see protocol.Limits
 	// for the defaults.
 	Limits protocol.Limits
+	// Log receives the guest's log lines, as the reconcile's logger does
+	// in the cluster (a logger named "guest"; debug lines at V(1)), within
+	// the same per-call budget (engine.Limits.MaxLogLines, MaxLogBytes).
+	// NewLogger writes them to a terminal. Defaults to discarding them.
+	Log logr.Logger
 }
 
 // Outcome is the result of one run.
@@ -71,6 +78,9 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	// children and the related objects.
 	objects := append(append([]map[string]any{in.Object}, in.Children...), in.Related...)
 	ctx = engine.WithCacheReader(ctx, cacheread.New(m.Manifest(), cacheread.MemoryBackend{Objects: objects}))
+	if opts.Log.GetSink() != nil {
+		ctx = logr.NewContext(ctx, opts.Log)
+	}
 	res, err := m.Reconcile(ctx, call, req)
 	out := Outcome{Fuel: res.Fuel, Duration: res.Duration, Err: err}
 	if err != nil {

@@ -109,6 +109,9 @@ type Options struct {
 	ModuleConfig map[string]map[string]any
 	// Storm configures reconcile-storm damping for every module.
 	Storm StormOptions
+	// Events is the budget of every module's guest Events (docs/abi.md,
+	// "Events and logs"): token buckets per object and per module.
+	Events EventBudget
 	// ResponseLimits bound every module's responses (docs/abi.md, "Response
 	// rules"); `operator test` takes the same limits. See protocol.Limits
 	// for the defaults.
@@ -157,6 +160,33 @@ type StormOptions struct {
 	// Disabled turns damping off. Defaults to false.
 	Disabled bool
 }
+
+// EventBudget bounds the Events a module's guest records: every Event takes
+// a token from its object's bucket and one from the module's, and an Event
+// either cannot pay for is dropped and counted
+// (wasmreconcile_events_dropped_total). The host's own Warning Events are
+// not budgeted. Zero fields take the stated defaults.
+type EventBudget struct {
+	// ObjectQPS is the refill rate of each object's bucket, in Events per
+	// second. Defaults to 0.1 (one per 10 s).
+	ObjectQPS float64
+	// ObjectBurst is the size of each object's bucket. Defaults to 10.
+	ObjectBurst int
+	// ModuleQPS is the refill rate of the module's bucket. Defaults to 10.
+	ModuleQPS float64
+	// ModuleBurst is the size of the module's bucket. Defaults to 100.
+	ModuleBurst int
+	// Disabled records every Event. Defaults to false.
+	Disabled bool
+}
+
+// Defaults of EventBudget.
+const (
+	DefaultEventObjectQPS   = reconciler.DefaultEventObjectQPS
+	DefaultEventObjectBurst = reconciler.DefaultEventObjectBurst
+	DefaultEventModuleQPS   = reconciler.DefaultEventModuleQPS
+	DefaultEventModuleBurst = reconciler.DefaultEventModuleBurst
+)
 
 // RateLimit configures a module's workqueue: per-object exponential backoff
 // for failures, combined (the slower wins) with an overall token bucket.
@@ -253,7 +283,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig,
-		Storm: reconciler.StormOptions(opts.Storm), ResponseLimits: opts.ResponseLimits,
+		Storm: reconciler.StormOptions(opts.Storm), ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		LastEvent: lastEvent, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
 		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,

@@ -68,6 +68,9 @@ type Options struct {
 	// Storm configures storm damping for every module; see
 	// reconciler.StormOptions for the defaults.
 	Storm reconciler.StormOptions
+	// Events is the budget of every module's guest Events; see
+	// reconciler.EventBudget for the defaults.
+	Events reconciler.EventBudget
 	// ResponseLimits bound every module's responses; see protocol.Limits
 	// for the defaults.
 	ResponseLimits protocol.Limits
@@ -478,6 +481,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, ResponseLimits: s.opts.ResponseLimits,
+			Events: s.opts.Events,
 		})
 		if err != nil {
 			return "", err
@@ -755,6 +759,15 @@ func mergeLimits(base, override engine.Limits) engine.Limits {
 	}
 	if override.FreshInstancePerCall {
 		base.FreshInstancePerCall = true
+	}
+	if override.MaxLogLines != 0 {
+		base.MaxLogLines = override.MaxLogLines
+	}
+	if override.MaxLogBytes != 0 {
+		base.MaxLogBytes = override.MaxLogBytes
+	}
+	if override.MaxTableElements != 0 {
+		base.MaxTableElements = override.MaxTableElements
 	}
 	return base
 }

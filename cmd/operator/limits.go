@@ -1,0 +1,47 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+)
+
+// guestLimitFlags are the per-call limits on a guest's logs and tables,
+// with the same names and defaults for run, invoke and test. Zero takes
+// the engine's default.
+type guestLimitFlags struct {
+	logLines      int
+	logBytes      int
+	tableElements uint64
+}
+
+func (g *guestLimitFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&g.logLines, "max-log-lines", engine.DefaultMaxLogLines, "most log lines a guest may write in one call; further lines are dropped, counted (wasmreconcile_guest_log_lines_dropped_total) and reported in one line at the end of the call (0: the default)")
+	fs.IntVar(&g.logBytes, "max-log-bytes", engine.DefaultMaxLogBytes, "most log bytes a guest may write in one call, counted like --max-log-lines (0: the default)")
+	fs.Uint64Var(&g.tableElements, "max-table-elements", engine.DefaultMaxTableElements, "most elements of a guest's tables, all tables together (about 8 bytes each); a module whose tables need more is refused at load, and table.grow past it fails in the guest (0: the default)")
+}
+
+// apply sets the flags' limits in l.
+func (g *guestLimitFlags) apply(l *engine.Limits) error {
+	if g.logLines < 0 || g.logBytes < 0 {
+		return fmt.Errorf("--max-log-lines and --max-log-bytes must not be negative")
+	}
+	if g.tableElements > math.MaxUint32 {
+		return fmt.Errorf("--max-table-elements %d is over %d", g.tableElements, uint64(math.MaxUint32))
+	}
+	l.MaxLogLines, l.MaxLogBytes, l.MaxTableElements = g.logLines, g.logBytes, uint32(g.tableElements)
+	return nil
+}
+
+// registerEventBudget registers the budget of the guests' Events (operator
+// run only: offline, nothing is recorded).
+func registerEventBudget(fs *flag.FlagSet, b *operator.EventBudget) {
+	fs.Float64Var(&b.ObjectQPS, "event-object-qps", operator.DefaultEventObjectQPS, "refill rate, in Events per second, of each object's Event bucket: a guest's Events over it are dropped and counted (wasmreconcile_events_dropped_total{reason=\"object\"})")
+	fs.IntVar(&b.ObjectBurst, "event-object-burst", operator.DefaultEventObjectBurst, "size of each object's Event bucket: the Events an object that has recorded none for a while may record at once")
+	fs.Float64Var(&b.ModuleQPS, "event-module-qps", operator.DefaultEventModuleQPS, "refill rate, in Events per second, of each module's Event bucket, shared by its objects (reason=\"module\")")
+	fs.IntVar(&b.ModuleBurst, "event-module-burst", operator.DefaultEventModuleBurst, "size of each module's Event bucket")
+	fs.BoolVar(&b.Disabled, "no-event-budget", false, "record every Event a guest returns")
+}
