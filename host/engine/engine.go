@@ -89,21 +89,24 @@ func New(opts Options) (*Engine, error) {
 // instrument returns the metered rewrite of wasm, from cache when the same
 // bytes were instrumented before.
 func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) ([]byte, error) {
-	key := fmt.Sprintf("%s/%d", digest, l.MaxTableElements)
+	key := fmt.Sprintf("%s/%d/%d", digest, l.MaxTableElements, l.MaxCallDepth)
 	e.mu.Lock()
 	out, ok := e.instrumented[key]
 	e.mu.Unlock()
 	if ok {
 		return out, nil
 	}
-	// Validate the input first, so that the rewrite can never turn an
-	// invalid module into a valid one: the instrumenter only decodes what it
-	// must change.
-	if err := validate(ctx, wasm); err != nil {
+	// The instrumenter runs first: it refuses malformed bytes in
+	// microseconds, some of which take wazero's decoder seconds and
+	// gigabytes (a huge LEB count; see docs/metering.md). Then wazero
+	// validates the input itself, so that the rewrite, which decodes only
+	// what it must change, can never turn an invalid module into a valid
+	// one.
+	out, err := instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true}.Instrument(wasm)
+	if err != nil {
 		return nil, err
 	}
-	out, err := instrument.Options{MaxTableElements: l.MaxTableElements, FunctionImportsOnly: true}.Instrument(wasm)
-	if err != nil {
+	if err := validate(ctx, wasm); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -133,5 +134,8 @@ type StackOverflowError struct {
 }
 
 func (e *StackOverflowError) Error() string {
+	if strings.HasPrefix(e.Reason, "call depth") {
+		return fmt.Sprintf("module[%s] %s: stack overflow: %s; look for unbounded recursion in the guest, or raise --max-call-depth", e.Module, e.Call, e.Reason)
+	}
 	return fmt.Sprintf("module[%s] %s: stack overflow; look for unbounded recursion in the guest", e.Module, e.Call)
 }

@@ -80,6 +80,13 @@ type Limits struct {
 	// the guest (returns -1).
 	// Defaults to 100,000 (about 800 KB of references).
 	MaxTableElements uint32
+
+	// MaxCallDepth caps how deep the guest's calls may nest. A call that
+	// would go deeper stops with a *StackOverflowError. Without it, wazero
+	// grows the call stack to about 100 MB by doubling copies, outside the
+	// memory cap and not interruptible by the deadline.
+	// Defaults to 50,000.
+	MaxCallDepth uint32
 }
 
 // Defaults for Limits.
@@ -95,6 +102,7 @@ const (
 	DefaultMaxLogLines      = 100
 	DefaultMaxLogBytes      = 64 << 10
 	DefaultMaxTableElements = 100_000
+	DefaultMaxCallDepth     = 50_000
 )
 
 // withDefaults returns l with zero fields replaced by their defaults, or an
@@ -138,6 +146,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.MaxTableElements == 0 {
 		l.MaxTableElements = DefaultMaxTableElements
+	}
+	if l.MaxCallDepth == 0 {
+		l.MaxCallDepth = DefaultMaxCallDepth
 	}
 	return l, nil
 }

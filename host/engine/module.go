@@ -154,6 +154,10 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 		errors.As(err, &fuelErr) || errors.As(err, &memErr) || errors.As(err, &stackErr) {
 		return err // already classified, e.g. by newInstance
 	}
+	var depth *meter.DepthError
+	if errors.As(err, &depth) {
+		return &StackOverflowError{Module: m.name, Call: call, Reason: fmt.Sprintf("call depth over limits.maxCallDepth of %d", m.limits.MaxCallDepth)}
+	}
 	if errors.As(err, &exhausted) {
 		return &FuelExhaustedError{Module: m.name, Call: call, Used: exhausted.Used, Budget: exhausted.Budget}
 	}

@@ -68,7 +68,16 @@ const (
 	MemoryGrowPageCost = 4096
 	// TableGrowElementCost is the charge per element of table.grow.
 	TableGrowElementCost = 4
+	// TailCallExtraCost is charged by return_call and
+	// return_call_indirect on top of their one unit: replacing a frame costs
+	// about four instructions.
+	TailCallExtraCost = 3
 )
+
+// DepthExceeded is the value the rewrite stores in the fuel global before it
+// calls refuel when a call would exceed Options.MaxCallDepth. A real fuel
+// counter never holds it: charges are bounded far below 2^63.
+const DepthExceeded = -1 << 63
 
 // Names the rewrite adds to a module. They are private to the host: a guest
 // that imports ImportModule itself is refused before instrumentation.

@@ -111,6 +111,8 @@ const (
 	editBulk              // charge the length operand on the stack and check
 	editGrowSave          // save a grow's operand, leaving it on the stack
 	editGrowCharge        // after a grow: charge the saved operand if it succeeded
+	editDepthIn           // before a call: depth++
+	editDepthOut          // after a call: depth--
 )
 
 // rewriteBody inserts fuel charges into one function body and remaps the
@@ -171,6 +173,9 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		if op != opBlock && op != opLoop && op != opElse && op != opEnd {
 			edits[region].cost++ // structural markers compile to no code and are free
 		}
+		if op == opReturnCall || op == opReturnCallIndirect {
+			edits[region].cost += TailCallExtraCost // a frame replaced costs more than a branch
+		}
 		if err := skipInstruction(r, op); err != nil {
 			return nil, err
 		}
@@ -195,10 +200,16 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 			}
 		case opCall, opCallIndirect:
 			edits = append(edits, edit{at: start, kind: editFlush})
+			if m.maxCallDepth > 0 {
+				edits = append(edits, edit{at: start, kind: editDepthIn})
+			}
 			if op == opCall {
 				edits = m.appendRemap(edits, start, r.pos(), imm)
 			}
 			edits = append(edits, edit{at: r.pos(), kind: editReload})
+			if m.maxCallDepth > 0 {
+				edits = append(edits, edit{at: r.pos(), kind: editDepthOut})
+			}
 		case opReturnCall, opReturnCallIndirect, opReturn:
 			edits = append(edits, edit{at: start, kind: editFlush})
 			if op == opReturnCall {
@@ -267,6 +278,13 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 			out = append(out, opGlobalGet)
 			out = appendU32(out, m.fuelGlobalIndex)
 			out = m.appendCheck(out, e.cost, fuelLocal)
+			if m.maxCallDepth > 0 {
+				out = m.appendDepthCheck(out)
+			}
+		case editDepthIn:
+			out = m.appendDepthAdd(out, 0x6a) // i32.add
+		case editDepthOut:
+			out = m.appendDepthAdd(out, 0x6b) // i32.sub
 		case editLoop:
 			out = append(out, opLocalGet)
 			out = appendU32(out, fuelLocal)
@@ -399,6 +417,39 @@ func (m *module) appendGrowCharge(out []byte, mul int64, fuel, length, result ui
 	out = m.appendReload(out, fuel)
 	out = append(out, opEnd, opLocalGet)
 	return appendU32(out, result)
+}
+
+// depthGlobal is the global index of the call depth, right after the fuel
+// global.
+func (m *module) depthGlobal() uint32 { return m.fuelGlobalIndex + 1 }
+
+// appendDepthAdd appends: global.get $d  i32.const 1  <op>  global.set $d
+func (m *module) appendDepthAdd(out []byte, op byte) []byte {
+	out = append(out, opGlobalGet)
+	out = appendU32(out, m.depthGlobal())
+	out = append(out, 0x41, 0x01, op, opGlobalSet)
+	return appendU32(out, m.depthGlobal())
+}
+
+// appendDepthCheck appends, at a function entry:
+//
+//	global.get $d  i32.const max  i32.gt_s
+//	if  i64.const DepthExceeded  global.set $fuel  call $refuel  end
+//
+// Every call and call_indirect counts on the way in and out alike, host
+// functions included, so the depth never goes below zero.
+func (m *module) appendDepthCheck(out []byte) []byte {
+	out = append(out, opGlobalGet)
+	out = appendU32(out, m.depthGlobal())
+	out = append(out, 0x41)
+	out = appendS64(out, int64(m.maxCallDepth))           // s32 and s64 LEB agree below 2^31
+	out = append(out, 0x4a, opIf, blockEmpty, opI64Const) // i32.gt_s
+	out = appendS64(out, DepthExceeded)
+	out = append(out, opGlobalSet)
+	out = appendU32(out, m.fuelGlobalIndex)
+	out = append(out, opCall)
+	out = appendU32(out, m.refuelIndex)
+	return append(out, opEnd)
 }
 
 // appendFlush appends: local.get $f  global.set $fuel

@@ -62,6 +62,7 @@ type module struct {
 	fuelGlobalIndex uint32 // global index of the added global
 
 	maxTableElements uint32       // Options.MaxTableElements
+	maxCallDepth     uint32       // Options.MaxCallDepth
 	otherImport      *ImportError // the first import that is not a function
 }
 
@@ -85,6 +86,15 @@ type Options struct {
 	// cap is refused with a *LimitError.
 	// Defaults to 0: tables keep their declared limits.
 	MaxTableElements uint32
+
+	// MaxCallDepth, when set, caps the depth of calls between the module's
+	// functions: a call that would go deeper stops the call, as refuel
+	// does, with the fuel global set to DepthExceeded. The rewrite keeps the
+	// depth in an added global, incremented before and decremented after
+	// every call and call_indirect (tail calls replace a frame and count
+	// nothing); every function entry checks it.
+	// Defaults to 0: no cap (wazero's own stack ceiling applies).
+	MaxCallDepth uint32
 
 	// FunctionImportsOnly refuses, with an *ImportError, a module that
 	// imports a table, a memory, a global or a tag.
@@ -129,6 +139,7 @@ func (o Options) Instrument(wasm []byte) ([]byte, error) {
 		return nil, m.otherImport
 	}
 	m.maxTableElements = o.MaxTableElements
+	m.maxCallDepth = o.MaxCallDepth
 	return m.rewrite()
 }
 
@@ -576,7 +587,11 @@ func (m *module) rewriteGlobals(p []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := appendU32(nil, n+1)
+	added := uint32(1)
+	if m.maxCallDepth > 0 {
+		added = 2
+	}
+	out := appendU32(nil, n+added)
 	for i := uint32(0); i < n; i++ {
 		gt, err := r.bytes(2, "global type")
 		if err != nil {
@@ -590,8 +605,13 @@ func (m *module) rewriteGlobals(p []byte) ([]byte, error) {
 	if !r.done() {
 		return nil, fmt.Errorf("%d trailing bytes", len(p)-r.pos())
 	}
-	// (global (mut i64) (i64.const 0))
-	return append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b), nil
+	// (global (mut i64) (i64.const 0)), then the depth global
+	// (global (mut i32) (i32.const 0)) when calls are capped.
+	out = append(out, 0x7e, 0x01, 0x42, 0x00, 0x0b)
+	if m.maxCallDepth > 0 {
+		out = append(out, 0x7f, 0x01, 0x41, 0x00, 0x0b)
+	}
+	return out, nil
 }
 
 // copyConstExpr copies a constant expression, remapping ref.func.

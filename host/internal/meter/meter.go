@@ -65,6 +65,12 @@ type StoppedError struct{ Err error }
 func (e *StoppedError) Error() string { return "stopped: " + e.Err.Error() }
 func (e *StoppedError) Unwrap() error { return e.Err }
 
+// DepthError reports a call stopped because it went deeper than the
+// instrumenter's MaxCallDepth.
+type DepthError struct{}
+
+func (e *DepthError) Error() string { return "call depth limit exceeded" }
+
 type ctxKey struct{}
 
 // WithMeter returns a context that carries m; calls into instrumented
@@ -159,9 +165,13 @@ func refuel(ctx context.Context, mod api.Module, _ []uint64) {
 	if m == nil {
 		panic(fmt.Errorf("metered module called without a meter in its context; this is a host bug"))
 	}
-	m.check()
 	g, _ := fuelGlobal(mod)
 	m.global = g
+	if int64(g.Get()) == instrument.DepthExceeded {
+		g.Set(0) // the counter was overwritten: Used reports what was granted
+		panic(&DepthError{})
+	}
+	m.check()
 	g.Set(uint64(m.cover(int64(g.Get()))))
 	// Yield so that a guest spinning on this P cannot starve other
 	// goroutines, and so that a pending GC stop-the-world proceeds.
