@@ -96,7 +96,7 @@ func TestAdversarial(t *testing.T) {
 	e := newEngine(t)
 	cache := adversarialCache()
 	const timeout = 200 * time.Millisecond
-	const lateBound = 2 * time.Second // under two busy loops on two cores; see BenchmarkAdversarialDeadline
+	const lateBound = 2 * time.Second // under two busy loops on two cores; see BenchmarkAdversarialTimeouts
 	for _, c := range adversarialCases(t) {
 		t.Run(c.Category+"/"+c.Name, func(t *testing.T) {
 			runtimeGC()
@@ -156,12 +156,12 @@ func procStatus(t testing.TB, field string) int64 {
 	return 0
 }
 
-// BenchmarkAdversarialDeadline is the deadline table of `make bench`: every
+// BenchmarkAdversarialTimeouts is the deadline table of `make bench`: every
 // adversarial guest that runs (not the load cases) is called rounds times
 // under a 200 ms timeout, interleaved, and the benchmark prints, per
 // category, the worst guest's p99 call time and its lateness past the
 // timeout, against the goal of 250 ms. Run it on an idle machine.
-func BenchmarkAdversarialDeadline(b *testing.B) {
+func BenchmarkAdversarialTimeouts(b *testing.B) {
 	const (
 		timeout = 200 * time.Millisecond
 		goal    = 250 * time.Millisecond
