@@ -16,11 +16,13 @@ type guestLimitFlags struct {
 	logLines      int
 	logBytes      int
 	tableElements uint64
+	callDepth     uint64
 }
 
 func (g *guestLimitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.logLines, "max-log-lines", engine.DefaultMaxLogLines, "most log lines a guest may write in one call; further lines are dropped, counted (wasmreconcile_guest_log_lines_dropped_total) and reported in one line at the end of the call (0: the default)")
 	fs.IntVar(&g.logBytes, "max-log-bytes", engine.DefaultMaxLogBytes, "most log bytes a guest may write in one call, counted like --max-log-lines (0: the default)")
+	fs.Uint64Var(&g.callDepth, "max-call-depth", engine.DefaultMaxCallDepth, "most nested calls in a guest; a call that would go deeper stops with StackOverflow (0: the default)")
 	fs.Uint64Var(&g.tableElements, "max-table-elements", engine.DefaultMaxTableElements, "most elements of a guest's tables, all tables together (about 8 bytes each); a module whose tables need more is refused at load, and table.grow past it fails in the guest (0: the default)")
 }
 
@@ -32,7 +34,11 @@ func (g *guestLimitFlags) apply(l *engine.Limits) error {
 	if g.tableElements > math.MaxUint32 {
 		return fmt.Errorf("--max-table-elements %d is over %d", g.tableElements, uint64(math.MaxUint32))
 	}
+	if g.callDepth > math.MaxInt32 {
+		return fmt.Errorf("--max-call-depth %d is over %d", g.callDepth, math.MaxInt32)
+	}
 	l.MaxLogLines, l.MaxLogBytes, l.MaxTableElements = g.logLines, g.logBytes, uint32(g.tableElements)
+	l.MaxCallDepth = uint32(g.callDepth)
 	return nil
 }
 

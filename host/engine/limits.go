@@ -108,6 +108,9 @@ const (
 // withDefaults returns l with zero fields replaced by their defaults, or an
 // error naming the first invalid field.
 func (l Limits) withDefaults() (Limits, error) {
+	if l.MaxCallDepth > 1<<31-1 {
+		return l, fmt.Errorf("limits.maxCallDepth %d is over %d", l.MaxCallDepth, 1<<31-1)
+	}
 	if l.Timeout < 0 || l.InitTimeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 || l.MaxLogLines < 0 || l.MaxLogBytes < 0 {
 		return l, fmt.Errorf("limits must not be negative: %+v", l)
 	}

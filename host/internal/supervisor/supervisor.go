@@ -769,5 +769,8 @@ func mergeLimits(base, override engine.Limits) engine.Limits {
 	if override.MaxTableElements != 0 {
 		base.MaxTableElements = override.MaxTableElements
 	}
+	if override.MaxCallDepth != 0 {
+		base.MaxCallDepth = override.MaxCallDepth
+	}
 	return base
 }
