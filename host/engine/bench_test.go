@@ -19,9 +19,11 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/linmem"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -44,7 +46,11 @@ func newBaseline(b *testing.B, wasm []byte, closeOnDone bool) *baseline {
 	if err := instantiateHostModule(ctx, rt); err != nil {
 		b.Fatal(err)
 	}
-	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions(abi.ExportInitialize).WithName(""))
+	// The same memory backend as the engine's (package linmem), so that the
+	// ratios measure the instrumentation, not wazero's default memory.
+	alloc := &linmem.Allocator{}
+	mod, err := rt.InstantiateWithConfig(experimental.WithMemoryAllocator(ctx, alloc), wasm, wazero.NewModuleConfig().WithStartFunctions(abi.ExportInitialize).WithName(""))
+	alloc.Memory.Exit()
 	if err != nil {
 		b.Fatal(err)
 	}
