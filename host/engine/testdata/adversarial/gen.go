@@ -185,6 +185,13 @@ var cases = []Case{
 	{Name: "abi-reconcile-wrong-signature", Category: "abi", Load: true, Contains: `export "wr_reconcile" has signature`, raw: "reconcile-sig"},
 	{Name: "abi-no-memory-export", Category: "abi", Load: true, Contains: `missing required export "memory"`, raw: "no-memory"},
 	{Name: "abi-initialize-traps", Category: "abi", Load: true, Contains: "loading failed", raw: "init-trap"},
+	{Name: "abi-memory64", Category: "abi", Load: true, Contains: "64-bit memory", raw: "memory64"},
+	{Name: "abi-shared-memory", Category: "abi", Load: true, Contains: "shared memory", raw: "shared"},
+	{Name: "abi-exceptions", Category: "abi", Load: true, Contains: "exception handling", raw: "exceptions"},
+	{Name: "abi-version-v2", Category: "abi", Load: true, Contains: "declares ABI v2, but this host supports only ABI v1", raw: "v2"},
+	{Name: "abi-manifest-not-json", Category: "abi", Load: true, Contains: "manifest is not valid JSON", raw: "bad-manifest"},
+	{Name: "abi-manifest-packed-zero", Category: "abi", Load: true, Contains: "packed 0", raw: "manifest-zero"},
+	{Name: "abi-manifest-too-big", Category: "abi", Load: true, Contains: "maxResponseBytes", raw: "manifest-big"},
 	{Name: "abi-initialize-spins", Category: "abi", Load: true, Contains: "fuel exhausted", raw: "init-spin"},
 }
 
@@ -239,6 +246,23 @@ func raw(c Case) string {
 		return strings.Replace(m, `(memory (export "memory") 1)`, `(memory 1)`, 1)
 	case "init-trap":
 		return strings.Replace(m, `(func (export "_initialize"))`, `(func (export "_initialize") unreachable)`, 1)
+	case "memory64":
+		m = strings.Replace(m, `(memory (export "memory") 1)`, `(memory (export "memory") i64 1)`, 1)
+		return strings.ReplaceAll(m, `(data (i32.const`, `(data (i64.const`)
+	case "shared":
+		return strings.Replace(m, `(memory (export "memory") 1)`, `(memory (export "memory") 1 2 shared)`, 1)
+	case "exceptions":
+		return strings.Replace(m, `(global $heap`, `(tag $e) (func $throws (throw $e)) (global $heap`, 1)
+	case "v2":
+		return strings.Replace(m, `(func (export "wr_abi_v1"))`, `(func (export "wr_abi_v2"))`, 1)
+	case "bad-manifest":
+		// the manifest is "{", the first byte of the document at 1024
+		return strings.Replace(m, `(func (export "wr_manifest") (result i64) (i64.const `, `(func (export "wr_manifest") (result i64) (return (i64.const 4398046511105)) (i64.const `, 1)
+	case "manifest-zero":
+		return strings.Replace(m, `(func (export "wr_manifest") (result i64) (i64.const `, `(func (export "wr_manifest") (result i64) (return (i64.const 0)) (i64.const `, 1)
+	case "manifest-big":
+		return strings.Replace(strings.Replace(m, `(memory (export "memory") 1)`, `(memory (export "memory") 80)`, 1),
+			`(func (export "wr_manifest") (result i64) (i64.const `, `(func (export "wr_manifest") (result i64) (return (i64.const 0x0000000000500000)) (i64.const `, 1)
 	case "init-spin":
 		return strings.Replace(m, `(func (export "_initialize"))`, `(func (export "_initialize") (loop $l (br $l)))`, 1)
 	}
@@ -263,7 +287,7 @@ func main() {
 		if err := os.WriteFile(wat, []byte(text), 0o644); err != nil {
 			panic(err)
 		}
-		args := []string{wat, "-o", c.Name + ".wasm", "--enable-tail-call"}
+		args := []string{wat, "-o", c.Name + ".wasm", "--enable-tail-call", "--enable-memory64", "--enable-threads", "--enable-exceptions"}
 		if out, err := exec.Command("wat2wasm", args...).CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n%s", wat, err, out)
 			os.Exit(1)
