@@ -336,3 +336,40 @@ func BenchmarkCostModel(b *testing.B) {
 		fmt.Printf("%-28s %12.3f %9.1fx\n", name, v, v/spin)
 	}
 }
+
+// TestLoopsHonourCancel: a guest looping in a bulk instruction, a host
+// function or a WASI call stops when the caller's context is canceled, long
+// before its own timeout: the host checks the context at every charge.
+func TestLoopsHonourCancel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs guests until canceled")
+	}
+	e := newEngine(t)
+	cache := adversarialCache()
+	for _, name := range []string{"memory-fill-64mib", "table-fill-loop", "log-4kib-loop", "cache-read-loop", "random-get-64kib-loop", "fd-write-stderr-loop", "poll-oneoff-loop", "spin"} {
+		t.Run(name, func(t *testing.T) {
+			wasm, err := os.ReadFile(filepath.Join("testdata/adversarial", name+".wasm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bg := context.Background()
+			m, err := e.Load(bg, name, wasm, engine.Limits{Fuel: 1 << 40, Timeout: time.Minute, MaxInstances: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(bg)
+			ctx, cancel := context.WithCancel(engine.WithCacheReader(bg, cache))
+			timer := time.AfterFunc(100*time.Millisecond, cancel)
+			defer timer.Stop()
+			start := time.Now()
+			_, err = m.Reconcile(ctx, "reconcile default/cancel", []byte(`{}`))
+			took := time.Since(start)
+			if kind := protocol.KindOf(err); kind != protocol.Canceled {
+				t.Fatalf("kind %s, want Canceled: %v", kind, err)
+			}
+			if took > 10*time.Second { // the timeout is a minute; under load a cancel is still noticed in milliseconds
+				t.Errorf("took %s to notice a cancel", took)
+			}
+		})
+	}
+}
