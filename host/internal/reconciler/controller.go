@@ -7,7 +7,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -33,10 +32,11 @@ type ControllerOptions struct {
 // NewController returns an unmanaged controller named after the module that
 // watches the module's kind, its owned kinds (a change to a child
 // reconciles its controller) and opts.Requeue, and calls r. Informers of the
-// kinds the module reads are started too, with no handler, so that a
-// guest's read never waits for a cold cache. The caller runs it with Start
-// and stops it by cancelling the context; several controllers of one name
-// may exist one after another.
+// kinds the module reads are started too, with a handler that does nothing,
+// so that a guest's read never waits for a cold cache. The caller runs it
+// with Start and stops it by cancelling the context, which also removes its
+// handlers from the manager's shared informers; several controllers of one
+// name may exist one after another.
 func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (crcontroller.Controller, error) {
 	workers := opts.MaxConcurrentReconciles
 	if workers == 0 {
@@ -65,20 +65,22 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
-	watches := []source.Source{source.Kind(mgr.GetCache(), client.Object(obj), &handler.EnqueueRequestForObject{})}
+	// Informer sources, not source.Kind: a stopped controller's handlers
+	// must leave the shared informers (see informerSource).
+	watches := []source.Source{&informerSource{cache: mgr.GetCache(), obj: obj, handler: &handler.EnqueueRequestForObject{}}}
 	if opts.Requeue != nil {
 		watches = append(watches, source.Channel(opts.Requeue, &handler.EnqueueRequestForObject{}))
 	}
 	for _, gvk := range r.owns {
 		child := &unstructured.Unstructured{}
 		child.SetGroupVersionKind(gvk)
-		watches = append(watches, source.Kind(mgr.GetCache(), client.Object(child),
-			handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), obj, handler.OnlyControllerOwner())))
+		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: child,
+			handler: handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), obj, handler.OnlyControllerOwner())})
 	}
 	for _, g := range r.manifest.Reads {
 		read := &unstructured.Unstructured{}
 		read.SetGroupVersionKind(gvkOf(g))
-		watches = append(watches, source.Kind(mgr.GetCache(), client.Object(read), handler.Funcs{}))
+		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: read, handler: handler.Funcs{}})
 	}
 	for _, w := range watches {
 		if err := c.Watch(w); err != nil {

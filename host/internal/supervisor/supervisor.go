@@ -306,7 +306,7 @@ func (s *Supervisor) NeedLeaderElection() bool { return true }
 
 // Start runs the controllers of every module applied so far, and of every
 // module applied later, and checks their load health, until ctx is done;
-// then it stops them.
+// then it stops them, and returns once they and the health loop have.
 func (s *Supervisor) Start(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -319,17 +319,30 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}
 	s.goroutines.Add(1)
 	s.mu.Unlock()
+	healthDone := make(chan struct{})
 	go func() {
 		defer s.goroutines.Done()
+		defer close(healthDone)
 		s.healthLoop(ctx)
 	}()
 	<-ctx.Done()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var stopped []chan struct{}
 	for _, r := range s.modules {
+		if r.stopped != nil {
+			stopped = append(stopped, r.stopped)
+		}
 		s.stopController(r)
 	}
 	s.ctx = nil
+	s.mu.Unlock()
+	// Return once the controllers and the health loop have: the manager
+	// stops the caches they read only after its runnables return. Their
+	// running calls end at once, cancelled.
+	for _, ch := range stopped {
+		<-ch
+	}
+	<-healthDone
 	return nil
 }
 
@@ -528,17 +541,18 @@ func (s *Supervisor) requeueAll(r *running) {
 	}
 	ctx, rec, ch, stopped := s.ctx, r.rec, r.requeue, r.stopped
 	ctx, cancel := context.WithCancel(ctx)
-	s.goroutines.Add(1)
+	s.goroutines.Add(2)
+	go func() { // the controller stopping ends the requeue
+		defer s.goroutines.Done()
+		select {
+		case <-stopped:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	go func() {
 		defer s.goroutines.Done()
 		defer cancel()
-		go func() { // the controller stopping ends the requeue
-			select {
-			case <-stopped:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if err := rec.RequeueAll(ctx, ch); err != nil && ctx.Err() == nil {
 			s.opts.Log.Info("requeue after reload failed; objects are reconciled on their next event", "module", rec.Name(), "error", err.Error())
 		}
@@ -647,18 +661,32 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		delete(s.modules, name)
 	}
 	s.mu.Unlock()
+	// The versions are retired by goroutines of the supervisor's, like every
+	// other retirement, so that the wait below covers them all.
+	var mu sync.Mutex
 	var errs []error
 	for _, v := range versions {
-		errs = append(errs, v.Retire(ctx))
+		s.goroutines.Add(1)
+		go func() {
+			defer s.goroutines.Done()
+			if err := v.Retire(context.Background()); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
 	}
 	done := make(chan struct{})
 	go func() { s.goroutines.Wait(); close(done) }()
+	var late error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("supervisor: goroutines still running at close: %w", ctx.Err()))
+		late = fmt.Errorf("supervisor: goroutines still running at close: %w", ctx.Err())
 	}
-	return errors.Join(errs...)
+	mu.Lock()
+	defer mu.Unlock()
+	return errors.Join(append(errs, late)...)
 }
 
 // startController starts r's controller under s.ctx. s.mu is held.
@@ -694,6 +722,7 @@ func (s *Supervisor) startController(r *running) {
 	go func() {
 		defer s.goroutines.Done()
 		defer close(stopped)
+		defer cancel() // a controller that fails to start releases its sources too
 		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
 			s.opts.Log.Error(err, "controller stopped", "module", r.spec.Name)
 		}
