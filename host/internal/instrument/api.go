@@ -36,7 +36,7 @@
 // proportion to it, before they run (see docs/metering.md for the measured
 // time per unit):
 //
-//	memory.fill, memory.copy, memory.init   1 + n>>BulkMemoryShift (n bytes)
+//	memory.fill, memory.copy, memory.init   1 + n>>BulkMemoryShift (n bytes; 1 up to BulkMemoryFreeBytes)
 //	table.fill, table.copy, table.init      1 + n*TableElementCost (n elements)
 //	memory.grow                             1 + n*MemoryGrowPageCost (n pages)
 //	table.grow                              1 + n*TableGrowElementCost (n elements)
@@ -60,6 +60,11 @@ const (
 	// BulkMemoryShift: memory.fill, memory.copy and memory.init charge one
 	// unit per 2^BulkMemoryShift bytes (8).
 	BulkMemoryShift = 3
+	// BulkMemoryFreeBytes: memory.fill, memory.copy and memory.init of at
+	// most this many bytes are charged their one unit only. A loop of them
+	// still charges its own instructions, about six units per 1 KiB moved,
+	// so a refuel (and a deadline check) comes at least every few ms.
+	BulkMemoryFreeBytes = 1024
 	// TableElementCost is the charge per element of table.fill, table.copy
 	// and table.init.
 	TableElementCost = 1

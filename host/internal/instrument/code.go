@@ -40,23 +40,23 @@ const (
 // table.grow, which are charged after they run and only when they succeed,
 // since a failed grow does no work whatever its operand. ok is false for
 // every other instruction.
-func bulkCharge(op byte, imm []byte) (shift, mul int64, grow, ok bool) {
+func bulkCharge(op byte, imm []byte) (shift, mul, free int64, grow, ok bool) {
 	if op == opMemoryGrow {
-		return 0, MemoryGrowPageCost, true, true
+		return 0, MemoryGrowPageCost, 0, true, true
 	}
 	if op != opMisc {
-		return 0, 0, false, false
+		return 0, 0, 0, false, false
 	}
 	sub, _ := newReader(imm).u32("0xFC sub-opcode")
 	switch sub {
 	case 8, 10, 11: // memory.init, memory.copy, memory.fill
-		return BulkMemoryShift, 1, false, true
+		return BulkMemoryShift, 1, BulkMemoryFreeBytes, false, true
 	case 12, 14, 17: // table.init, table.copy, table.fill
-		return 0, TableElementCost, false, true
+		return 0, TableElementCost, 0, false, true
 	case 15: // table.grow
-		return 0, TableGrowElementCost, true, true
+		return 0, TableGrowElementCost, 0, true, true
 	}
-	return 0, 0, false, false
+	return 0, 0, 0, false, false
 }
 
 func (m *module) rewriteCode(p []byte) ([]byte, error) {
@@ -98,6 +98,7 @@ type edit struct {
 	kind  byte   // what to insert
 	cost  int64  // for charges; for editBulk, the multiplier
 	shift int64  // for editBulk
+	free  int64  // for editBulk: lengths up to it are not charged
 	index uint32 // for editRemap
 }
 
@@ -183,12 +184,12 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		if err := m.checkIndices(op, imm); err != nil {
 			return nil, err
 		}
-		if shift, mul, grow, ok := bulkCharge(op, imm); ok {
+		if shift, mul, free, grow, ok := bulkCharge(op, imm); ok {
 			if grow {
 				edits = append(edits, edit{at: start, kind: editGrowSave},
 					edit{at: r.pos(), kind: editGrowCharge, shift: shift, cost: mul})
 			} else {
-				edits = append(edits, edit{at: start, kind: editBulk, shift: shift, cost: mul})
+				edits = append(edits, edit{at: start, kind: editBulk, shift: shift, cost: mul, free: free})
 			}
 			bulk = true
 		}
@@ -306,7 +307,7 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 			out = appendU32(out, e.index)
 			prev = e.end
 		case editBulk:
-			out = m.appendBulkCharge(out, e.shift, e.cost, fuelLocal, lengthLocal)
+			out = m.appendBulkCharge(out, e.shift, e.cost, e.free, fuelLocal, lengthLocal)
 		case editGrowSave:
 			out = append(out, opLocalTee)
 			out = appendU32(out, lengthLocal)
@@ -350,16 +351,29 @@ func (m *module) appendCheck(out []byte, cost int64, local uint32) []byte {
 // appendBulkCharge appends, with the instruction's length operand n on the
 // stack:
 //
-//	local.set $n  local.get $f  local.get $n  i64.extend_i32_u
-//	[i64.const shift  i64.shr_u]  [i64.const mul  i64.mul]
-//	i64.sub  <check as in appendCheck>  local.get $n
+//	local.tee $n  [local.get $n  i32.const free  i32.gt_u  if]
+//	  local.get $f  local.get $n  i64.extend_i32_u
+//	  [i64.const shift  i64.shr_u]  [i64.const mul  i64.mul]
+//	  i64.sub  <check as in appendCheck>
+//	[end]
 //
 // so the charge is made, and refuel called if the counter goes negative,
 // before the instruction runs: an instruction whose charge is over the
-// remaining budget never starts.
-func (m *module) appendBulkCharge(out []byte, shift, mul int64, fuel, length uint32) []byte {
-	out = append(out, opLocalSet)
+// remaining budget never starts. Memory instructions of at most
+// BulkMemoryFreeBytes skip the charge (free > 0): the Go runtime's memmove
+// and memclr are bulk instructions of a few bytes, frequent enough that the
+// charge doubled their cost, and at that size the instruction costs no more
+// than the one unit it is already charged plus the instructions around it.
+func (m *module) appendBulkCharge(out []byte, shift, mul, free int64, fuel, length uint32) []byte {
+	out = append(out, opLocalTee)
 	out = appendU32(out, length)
+	if free > 0 {
+		out = append(out, opLocalGet)
+		out = appendU32(out, length)
+		out = append(out, 0x41)
+		out = appendS64(out, free)                // s32 and s64 LEB agree below 2^31
+		out = append(out, 0x4b, opIf, blockEmpty) // i32.gt_u  if
+	}
 	out = append(out, opLocalGet)
 	out = appendU32(out, fuel)
 	out = append(out, opLocalGet)
@@ -382,8 +396,11 @@ func (m *module) appendBulkCharge(out []byte, shift, mul int64, fuel, length uin
 	out = append(out, opCall)
 	out = appendU32(out, m.refuelIndex)
 	out = m.appendReload(out, fuel)
-	out = append(out, opEnd, opLocalGet)
-	return appendU32(out, length)
+	out = append(out, opEnd)
+	if free > 0 {
+		out = append(out, opEnd)
+	}
+	return out
 }
 
 // appendGrowCharge appends, right after a memory.grow or table.grow whose
