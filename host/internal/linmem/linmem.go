@@ -35,7 +35,9 @@ const (
 // Memory is one linear memory. It implements experimental.LinearMemory.
 type Memory struct {
 	mu       sync.Mutex
-	buf      []byte // the whole reservation: len == the maximum
+	buf      []byte // the whole reservation (len == the maximum), or the Go slice of the fallback
+	max      uint64 // the maximum
+
 	mapped   bool   // buf is an mmap reservation, not Go heap
 	calls    int    // Enter without Exit
 	freed    bool   // Free was called
@@ -48,14 +50,15 @@ type Memory struct {
 	deadline time.Time
 }
 
-// New reserves max bytes. When the platform cannot map memory, or max is
-// zero, it falls back to a Go slice with capacity max, which the Go runtime
-// also backs lazily for large sizes.
+// New reserves max bytes. When the platform cannot map memory (or the
+// kernel refuses the reservation), it falls back to a Go slice that grows by
+// copying, as wazero's own memory does: slower to grow, but it never asks
+// for the maximum at once.
 func New(max uint64) *Memory {
 	if buf, ok := mmap(max); ok {
-		return &Memory{buf: buf, mapped: true}
+		return &Memory{buf: buf, max: max, mapped: true}
 	}
-	return &Memory{buf: make([]byte, max)}
+	return &Memory{max: max}
 }
 
 // Reallocate implements experimental.LinearMemory: it returns the first size
@@ -74,8 +77,17 @@ func New(max uint64) *Memory {
 func (m *Memory) Reallocate(size uint64) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.released || size > uint64(len(m.buf)) {
+	if m.released || size > m.max {
 		return nil
+	}
+	if !m.mapped {
+		if size > uint64(cap(m.buf)) {
+			grown := make([]byte, size, min(max(2*size, 1<<20), m.max))
+			copy(grown, m.buf)
+			m.buf = grown
+		}
+		m.buf = m.buf[:size]
+		return m.buf
 	}
 	for m.touched < size {
 		if m.ctx != nil && m.ctx.Err() != nil || !m.deadline.IsZero() && !time.Now().Before(m.deadline) {
