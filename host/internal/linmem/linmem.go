@@ -34,9 +34,9 @@ const (
 
 // Memory is one linear memory. It implements experimental.LinearMemory.
 type Memory struct {
-	mu       sync.Mutex
-	buf      []byte // the whole reservation (len == the maximum), or the Go slice of the fallback
-	max      uint64 // the maximum
+	mu  sync.Mutex
+	buf []byte // the whole reservation (len == the maximum), or the Go slice of the fallback
+	max uint64 // the maximum
 
 	mapped   bool   // buf is an mmap reservation, not Go heap
 	calls    int    // Enter without Exit

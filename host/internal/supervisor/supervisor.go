@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,11 @@ type Options struct {
 	// KeepVersions is how many versions of each module stay compiled,
 	// counting the one serving, so that a rollback is instant. Defaults to 3.
 	KeepVersions int
+	// StopTimeout bounds how long Start, once its context ends, waits for
+	// the module controllers to stop before it returns (Close still waits
+	// for them). Keep it under the manager's GracefulShutdownTimeout.
+	// Defaults to 10 seconds.
+	StopTimeout time.Duration
 	// ModuleConfig is the config of modules whose Spec carries none, by
 	// module name. Defaults to none.
 	ModuleConfig map[string]map[string]any
@@ -117,6 +123,9 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 10 * time.Second
+	}
 	if o.KeepVersions <= 0 {
 		o.KeepVersions = 3
 	}
@@ -327,22 +336,44 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}()
 	<-ctx.Done()
 	s.mu.Lock()
-	var stopped []chan struct{}
-	for _, r := range s.modules {
+	stopped := map[string]chan struct{}{}
+	for name, r := range s.modules {
 		if r.stopped != nil {
-			stopped = append(stopped, r.stopped)
+			stopped[name] = r.stopped
 		}
 		s.stopController(r)
 	}
 	s.ctx = nil
 	s.mu.Unlock()
-	// Return once the controllers and the health loop have: the manager
-	// stops the caches they read only after its runnables return. Their
-	// running calls end at once, cancelled.
-	for _, ch := range stopped {
-		<-ch
+	// Return once the controllers and the health loop have, so that the
+	// manager stops the caches they read after them; their running calls
+	// end at once, cancelled. The wait is bounded well inside the manager's
+	// graceful-shutdown timeout: a controller that takes longer is logged
+	// and left to Close, which waits for every goroutine.
+	deadline := time.NewTimer(s.opts.StopTimeout)
+	defer deadline.Stop()
+	for name, ch := range stopped {
+		select {
+		case <-ch:
+		case <-deadline.C:
+			var late []string
+			for n, c := range stopped {
+				select {
+				case <-c:
+				default:
+					late = append(late, n)
+				}
+			}
+			sort.Strings(late)
+			s.opts.Log.Info("module controllers still stopping; Close waits for them", "modules", late, "waited", s.opts.StopTimeout.String())
+			return nil
+		}
+		delete(stopped, name)
 	}
-	<-healthDone
+	select {
+	case <-healthDone:
+	case <-deadline.C:
+	}
 	return nil
 }
 
