@@ -373,3 +373,32 @@ func TestLoopsHonourCancel(t *testing.T) {
 		})
 	}
 }
+
+// TestAdversarialInterpreter runs the looping guests on wazero's
+// interpreter, which the operator can serve from while it compiles: the
+// charges and checks must hold there too.
+func TestAdversarialInterpreter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs guests until stopped")
+	}
+	e, err := engine.New(engine.Options{Interpreter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := adversarialCache()
+	const timeout = 200 * time.Millisecond
+	for _, c := range adversarialCases(t) {
+		if c.Load || (c.Category != "bulk" && c.Category != "host" && c.Category != "wasi" && c.Category != "table") {
+			continue
+		}
+		t.Run(c.Category+"/"+c.Name, func(t *testing.T) {
+			kind, err, took := runAdversarial(t, e, c, timeout, cache)
+			if !slices.Contains(c.Expect, string(kind)) {
+				t.Fatalf("kind %s, want one of %v: %v", kind, c.Expect, err)
+			}
+			if took > timeout+2*time.Second {
+				t.Errorf("call took %s with a %s timeout", took, timeout)
+			}
+		})
+	}
+}
