@@ -32,6 +32,8 @@ type informerSource struct {
 
 	cancel context.CancelFunc // ends Start's goroutine and removes the handler
 	synced chan error         // Start's outcome: nil once the handler has synced
+	done   chan struct{}      // closed when Start's goroutine has returned, after err is set
+	err    error              // Start's outcome, once done is closed
 }
 
 var _ source.SyncingSource = (*informerSource)(nil)
@@ -48,7 +50,13 @@ func (s *informerSource) Start(ctx context.Context, queue workqueue.TypedRateLim
 	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.synced = make(chan error, 1) // buffered: the goroutine never waits for WaitForSync
-	go func() { s.synced <- s.run(ctx, queue) }()
+	s.done = make(chan struct{})
+	go func() {
+		err := s.run(ctx, queue)
+		s.err = err
+		s.synced <- err
+		close(s.done)
+	}()
 	return nil
 }
 
@@ -97,6 +105,9 @@ func (s *informerSource) run(ctx context.Context, queue workqueue.TypedRateLimit
 func (s *informerSource) WaitForSync(ctx context.Context) error {
 	select {
 	case err := <-s.synced:
+		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
+			return nil // the source gave up because the controller stopped
+		}
 		return err
 	case <-ctx.Done():
 		s.cancel()

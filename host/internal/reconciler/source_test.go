@@ -160,7 +160,10 @@ func TestInformerSourceStoppedBeforeItsInformer(t *testing.T) {
 	if err := src.WaitForSync(ctx); err != nil {
 		t.Errorf("WaitForSync after the controller stopped: %v, want nil", err)
 	}
-	if err := <-src.synced; err == nil { // the source's goroutine has returned
+	// WaitForSync may have taken the outcome from synced itself, so wait
+	// for the goroutine through done.
+	<-src.done
+	if src.err == nil {
 		t.Error("a source stopped before its informer reported success")
 	}
 	if registered, added := c.informer.state(); len(registered) != 0 || added != 0 {
