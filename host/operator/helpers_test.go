@@ -102,6 +102,11 @@ func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts oper
 	if opts.CompilationCacheDir == "" {
 		opts.CompilationCacheDir = compilationCache
 	}
+	if mo.GracefulShutdownTimeout == 0 {
+		// Under -race on a loaded 2-core machine a compile the stopping
+		// operator cannot interrupt outlasts the default 30 s.
+		mo.GracefulShutdownTimeout = 2 * time.Minute
+	}
 	op, err := operator.New(cfg, mo, opts)
 	if err != nil {
 		t.Fatalf("operator.New: %v", err)

@@ -480,6 +480,9 @@ type ManagerOptions struct {
 	// takes controller-runtime's defaults (15 s, 10 s, 2 s). A takeover after
 	// a crash takes up to LeaseDuration.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// GracefulShutdownTimeout bounds how long the manager waits for its
+	// runnables to stop. Zero takes controller-runtime's default (30 s).
+	GracefulShutdownTimeout time.Duration
 
 	// MetricsBindAddress serves Prometheus metrics. "0" disables it.
 	// Defaults to ":8080".
@@ -563,7 +566,12 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 			cacheOptions.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
+	var graceful *time.Duration
+	if mo.GracefulShutdownTimeout > 0 {
+		graceful = &mo.GracefulShutdownTimeout
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		GracefulShutdownTimeout: graceful,
 		Scheme:                  scheme,
 		LeaderElection:          mo.LeaderElection,
 		LeaderElectionID:        mo.LeaderElectionID,
