@@ -330,31 +330,65 @@ func (m *module) appendRemap(edits []edit, start, end int, imm []byte) []edit {
 
 // appendCheck appends, with the counter on the stack:
 //
-//	i64.const cost  i64.sub  local.tee $f  i64.const 0  i64.lt_s
-//	if  local.get $f  global.set $fuel  call $refuel  global.get $fuel  local.set $f  end
+//	i64.const cost  i64.sub  <test>
 func (m *module) appendCheck(out []byte, cost int64, local uint32) []byte {
 	if cost < 1 {
 		cost = 1
 	}
 	out = append(out, opI64Const)
 	out = appendS64(out, cost)
-	out = append(out, opI64Sub, opLocalTee)
+	out = append(out, opI64Sub)
+	return m.appendTest(out, local)
+}
+
+// appendTest appends, with the new counter on the stack:
+//
+//	local.tee $f  i64.const 0  i64.lt_s  if  <refuel>  end
+func (m *module) appendTest(out []byte, local uint32) []byte {
+	out = append(out, opLocalTee)
 	out = appendU32(out, local)
 	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty)
+	out = m.appendRefuel(out, local)
+	return append(out, opEnd)
+}
+
+// appendRefuel appends: <flush>  call $refuel  <reload>
+func (m *module) appendRefuel(out []byte, local uint32) []byte {
 	out = m.appendFlush(out, local)
 	out = append(out, opCall)
 	out = appendU32(out, m.refuelIndex)
-	out = m.appendReload(out, local)
-	return append(out, opEnd)
+	return m.appendReload(out, local)
+}
+
+// appendScaledCharge appends the counter less the operand saved in $n,
+// shifted right by shift and multiplied by mul:
+//
+//	local.get $f  local.get $n  i64.extend_i32_u
+//	[i64.const shift  i64.shr_u]  [i64.const mul  i64.mul]  i64.sub
+func (m *module) appendScaledCharge(out []byte, shift, mul int64, fuel, length uint32) []byte {
+	out = append(out, opLocalGet)
+	out = appendU32(out, fuel)
+	out = append(out, opLocalGet)
+	out = appendU32(out, length)
+	out = append(out, opI64ExtendI32U)
+	if shift > 0 {
+		out = append(out, opI64Const)
+		out = appendS64(out, shift)
+		out = append(out, opI64ShrU)
+	}
+	if mul != 1 {
+		out = append(out, opI64Const)
+		out = appendS64(out, mul)
+		out = append(out, opI64Mul)
+	}
+	return append(out, opI64Sub)
 }
 
 // appendBulkCharge appends, with the instruction's length operand n on the
 // stack:
 //
 //	local.tee $n  [local.get $n  i32.const free  i32.gt_u  if]
-//	  local.get $f  local.get $n  i64.extend_i32_u
-//	  [i64.const shift  i64.shr_u]  [i64.const mul  i64.mul]
-//	  i64.sub  <check as in appendCheck>
+//	  <scaled charge>  <test>
 //	[end]
 //
 // so the charge is made, and refuel called if the counter goes negative,
@@ -374,29 +408,8 @@ func (m *module) appendBulkCharge(out []byte, shift, mul, free int64, fuel, leng
 		out = appendS64(out, free)                // s32 and s64 LEB agree below 2^31
 		out = append(out, 0x4b, opIf, blockEmpty) // i32.gt_u  if
 	}
-	out = append(out, opLocalGet)
-	out = appendU32(out, fuel)
-	out = append(out, opLocalGet)
-	out = appendU32(out, length)
-	out = append(out, opI64ExtendI32U)
-	if shift > 0 {
-		out = append(out, opI64Const)
-		out = appendS64(out, shift)
-		out = append(out, opI64ShrU)
-	}
-	if mul != 1 {
-		out = append(out, opI64Const)
-		out = appendS64(out, mul)
-		out = append(out, opI64Mul)
-	}
-	out = append(out, opI64Sub, opLocalTee)
-	out = appendU32(out, fuel)
-	out = append(out, opI64Const, 0x00, opI64LtS, opIf, blockEmpty)
-	out = m.appendFlush(out, fuel)
-	out = append(out, opCall)
-	out = appendU32(out, m.refuelIndex)
-	out = m.appendReload(out, fuel)
-	out = append(out, opEnd)
+	out = m.appendScaledCharge(out, shift, mul, fuel, length)
+	out = m.appendTest(out, fuel)
 	if free > 0 {
 		out = append(out, opEnd)
 	}
@@ -407,8 +420,7 @@ func (m *module) appendBulkCharge(out []byte, shift, mul, free int64, fuel, leng
 // operand was saved in $n, with its result on the stack:
 //
 //	local.tee $r  i32.const -1  i32.ne  local.get $n  i32.const 0  i32.ne  i32.and
-//	if  local.get $f  local.get $n  i64.extend_i32_u  i64.const mul  i64.mul
-//	    i64.sub  local.set $f  <flush>  call $refuel  <reload>  end
+//	if  <scaled charge>  local.set $f  <refuel>  end
 //	local.get $r
 //
 // A grow that added pages always calls refuel, whatever the counter: the host
@@ -420,18 +432,10 @@ func (m *module) appendGrowCharge(out []byte, mul int64, fuel, length, result ui
 	out = append(out, 0x41, 0x7f, 0x47, opLocalGet) // i32.const -1  i32.ne  local.get $n
 	out = appendU32(out, length)
 	out = append(out, 0x41, 0x00, 0x47, 0x71, opIf, blockEmpty) // i32.const 0  i32.ne  i32.and  if
-	out = append(out, opLocalGet)
+	out = m.appendScaledCharge(out, 0, mul, fuel, length)
+	out = append(out, opLocalSet)
 	out = appendU32(out, fuel)
-	out = append(out, opLocalGet)
-	out = appendU32(out, length)
-	out = append(out, opI64ExtendI32U, opI64Const)
-	out = appendS64(out, mul)
-	out = append(out, opI64Mul, opI64Sub, opLocalSet)
-	out = appendU32(out, fuel)
-	out = m.appendFlush(out, fuel)
-	out = append(out, opCall)
-	out = appendU32(out, m.refuelIndex)
-	out = m.appendReload(out, fuel)
+	out = m.appendRefuel(out, fuel)
 	out = append(out, opEnd, opLocalGet)
 	return appendU32(out, result)
 }

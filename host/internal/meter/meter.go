@@ -227,12 +227,3 @@ func Charge(ctx context.Context, units uint64) {
 		m.global.Set(uint64(m.cover(left)))
 	}
 }
-
-// Check panics with *StoppedError when the call metered by the Meter in ctx
-// has been canceled or is past its deadline. A host function that loops
-// calls it between steps.
-func Check(ctx context.Context) {
-	if m := FromContext(ctx); m != nil {
-		m.check()
-	}
-}
