@@ -77,6 +77,33 @@ type ReconcileModuleSpec struct {
 	// +optional
 	// +kubebuilder:default=false
 	Paused bool `json:"paused,omitempty"`
+
+	// ServiceAccountName names the ServiceAccount, in serviceAccountNamespace,
+	// whose identity the module's writes (children, status, finalizers,
+	// Events) and cache reads are made with: the operator impersonates it,
+	// so the module's rights are exactly that account's RBAC. Defaults to
+	// the operator's --default-service-account; when that is empty too, the
+	// module runs with the operator's own identity (single-tenant; see
+	// docs/security.md).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// ServiceAccountNamespace is the namespace of serviceAccountName.
+	// Defaults to the operator's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ServiceAccountNamespace string `json:"serviceAccountNamespace,omitempty"`
+
+	// ReadNamespaces are the namespaces, beyond the reconciled object's
+	// own, whose objects the guest may read through cache_read; "*" is
+	// every namespace. Defaults to none: a guest reads only its object's
+	// namespace (and cluster-scoped kinds it declares).
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=set
+	ReadNamespaces []string `json:"readNamespaces,omitempty"`
 }
 
 // Source is where a module's bytes come from: exactly one of file,

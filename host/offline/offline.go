@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
@@ -42,6 +43,10 @@ type Options struct {
 	// the same per-call budget (engine.Limits.MaxLogLines, MaxLogBytes).
 	// NewLogger writes them to a terminal. Defaults to discarding them.
 	Log logr.Logger
+	// ReadNamespaces are the namespaces beyond the object's own the guest
+	// may read through cache_read, as ReconcileModule spec.readNamespaces
+	// grants in the cluster ("*" for every namespace). Defaults to none.
+	ReadNamespaces []string
 }
 
 // Outcome is the result of one run.
@@ -77,7 +82,12 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	// Reads are served from what the guest was given: the object, its
 	// children and the related objects.
 	objects := append(append([]map[string]any{in.Object}, in.Children...), in.Related...)
-	ctx = engine.WithCacheReader(ctx, cacheread.New(m.Manifest(), cacheread.MemoryBackend{Objects: objects}))
+	// They are scoped as in the cluster: the object's namespace, and the
+	// namespaces granted.
+	reads := cacheread.New(m.Manifest(), cacheread.MemoryBackend{Objects: objects},
+		cacheread.Options{Namespaces: opts.ReadNamespaces, Scopes: opts.Scopes})
+	ns, _, _ := unstructured.NestedString(in.Object, "metadata", "namespace")
+	ctx = engine.WithCacheReader(ctx, reads.For(ns))
 	if opts.Log.GetSink() != nil {
 		ctx = logr.NewContext(ctx, opts.Log)
 	}

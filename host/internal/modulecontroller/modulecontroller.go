@@ -282,6 +282,7 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
 		Config:                  cfg,
 		Paused:                  spec.Paused,
+		ReadNamespaces:          spec.ReadNamespaces,
 		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
 		RateLimit:               ratelimit.Options{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
 		Check: func(m *engine.Module) error {

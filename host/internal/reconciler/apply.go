@@ -103,7 +103,7 @@ func (r *Reconciler) syncChildren(ctx context.Context, call string, obj *unstruc
 		if exists && subset.Contains(d.Object, o.Object) {
 			continue // applying would change nothing
 		}
-		err := r.opts.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.name), client.ForceOwnership)
+		err := r.opts.Writer.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.name), client.ForceOwnership)
 		if apierrors.IsInvalid(err) {
 			return wrote, &protocol.InvalidResponseError{Module: r.name, Call: call,
 				Reason: fmt.Sprintf("the API server refused child %s: %v", childName(d), err)}
@@ -117,7 +117,7 @@ func (r *Reconciler) syncChildren(ctx context.Context, call string, obj *unstruc
 	}
 	for _, o := range byKey { // observed but no longer desired
 		uid := o.GetUID()
-		err := r.opts.Client.Delete(ctx, o, client.Preconditions{UID: &uid})
+		err := r.opts.Writer.Delete(ctx, o, client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return wrote, &protocol.ApplyError{Module: r.name, Call: call, What: "pruning child " + childName(o), Err: err}
 		}
@@ -141,7 +141,7 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 	patch.SetGroupVersionKind(r.gvk)
 	patch.SetNamespace(obj.GetNamespace())
 	patch.SetName(obj.GetName())
-	err := r.opts.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch),
+	err := r.opts.Writer.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch),
 		client.FieldOwner(r.name), client.ForceOwnership)
 	if apierrors.IsInvalid(err) {
 		return false, &protocol.InvalidResponseError{Module: r.name, Call: call,
@@ -164,7 +164,7 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, obj *unstructured.Unstr
 	} else {
 		controllerutil.RemoveFinalizer(obj, r.finalizer)
 	}
-	if err := r.opts.Client.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.opts.Writer.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil

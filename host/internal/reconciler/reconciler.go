@@ -63,8 +63,21 @@ type Options struct {
 	// objects from the cache only with client.CacheOptions{Unstructured:
 	// true}, as package operator configures it.
 	Client client.Client
+	// Writer makes every write of the module: children, status and
+	// finalizers. Defaults to Client. Give it a client that impersonates
+	// the module's identity, so that the module's rights are exactly that
+	// identity's RBAC (docs/security.md).
+	Writer client.Client
 	// Recorder records Events on reconciled objects. Required.
 	Recorder recorder.EventRecorder
+	// ReadNamespaces are the namespaces beyond the reconciled object's own
+	// that the guest may read through cache_read ("*": every namespace).
+	// Defaults to none.
+	ReadNamespaces []string
+	// Authorize, when set, authorizes each of the guest's cache reads for
+	// the module's identity; see cacheread.Options.Authorize. Defaults to
+	// nil: the operator's identity, which reads every kind it watches.
+	Authorize func(ctx context.Context, verb string, gvk schema.GroupVersionKind, namespace string) error
 	// Metrics receive the reconcile metrics. Required.
 	Metrics *metrics.Metrics
 	// Stats accumulate the module's statistics. Defaults to a new Stats;
@@ -136,6 +149,12 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.Stats == nil {
 		opts.Stats = &Stats{}
 	}
+	if opts.Writer == nil {
+		opts.Writer = opts.Client
+	}
+	if opts.Scopes == nil {
+		opts.Scopes = protocol.Builtin
+	}
 	m := v.Module.Manifest()
 	r := &Reconciler{
 		name:     v.Module.Name(),
@@ -155,7 +174,8 @@ func New(opts Options) (*Reconciler, error) {
 	if m.Finalizer {
 		r.finalizer = FinalizerPrefix + r.name
 	}
-	r.reads = cacheread.New(m, cacheread.ClientBackend{Reader: opts.Client})
+	r.reads = cacheread.New(m, cacheread.ClientBackend{Reader: opts.Client},
+		cacheread.Options{Namespaces: opts.ReadNamespaces, Scopes: opts.Scopes, Authorize: opts.Authorize})
 	opts.Metrics.Init(r.name)
 	return r, nil
 }
@@ -285,7 +305,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		return o
 	}
 	o.called = true
-	o.res, o.err = r.call(ctx, module, call, request)
+	o.res, o.err = r.call(ctx, module, call, key.Namespace, request)
 	if o.err != nil {
 		return o
 	}
@@ -312,7 +332,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 // spinning module occupies at most one CPU however many workers it has, and
 // the other modules keep the rest. The first call that finishes without
 // preemption lifts it.
-func (r *Reconciler) call(ctx context.Context, module *engine.Module, call string, request []byte) (engine.Result, error) {
+func (r *Reconciler) call(ctx context.Context, module *engine.Module, call, namespace string, request []byte) (engine.Result, error) {
 	if r.suspect.Load() {
 		select {
 		case r.penalty <- struct{}{}:
@@ -321,7 +341,7 @@ func (r *Reconciler) call(ctx context.Context, module *engine.Module, call strin
 			return engine.Result{}, &engine.CanceledError{Module: r.name, Call: call}
 		}
 	}
-	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.reads), call, request)
+	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.reads.For(namespace)), call, request)
 	switch kind := protocol.KindOf(err); {
 	case kind.Preempted():
 		if !r.suspect.Swap(true) {

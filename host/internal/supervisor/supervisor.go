@@ -180,6 +180,14 @@ type Spec struct {
 	// Synced, CacheStale and Fresh), in the leader. Defaults to logging
 	// them.
 	OnHealth func(HealthEvent)
+	// ServiceAccount, "namespace/name", is the identity the module's writes
+	// and cache reads are made with (impersonated). Defaults to "": the
+	// operator's own identity.
+	ServiceAccount string
+	// ReadNamespaces are the namespaces beyond the reconciled object's own
+	// that the guest may read through cache_read; "*" is every namespace.
+	// Defaults to none.
+	ReadNamespaces []string
 }
 
 // HealthEvent is a change in a module's load health: a Warning when a
@@ -525,7 +533,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, ResponseLimits: s.opts.ResponseLimits,
-			Events: s.opts.Events,
+			Events: s.opts.Events, ReadNamespaces: spec.ReadNamespaces,
 		})
 		if err != nil {
 			return "", err
@@ -786,9 +794,11 @@ func sameKinds(a, b *engine.Module) error {
 }
 
 // controllerSettingsEqual reports whether a and b need the same controller:
-// the same config, concurrency and rate limits (the bytes may differ).
+// the same config, concurrency, rate limits, identity and read scope (the
+// bytes may differ).
 func controllerSettingsEqual(a, b Spec) bool {
-	return reflect.DeepEqual(a.Config, b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit
+	return reflect.DeepEqual(a.Config, b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit &&
+		a.ServiceAccount == b.ServiceAccount && reflect.DeepEqual(a.ReadNamespaces, b.ReadNamespaces)
 }
 
 // mergeLimits returns base with the non-zero fields of override.
