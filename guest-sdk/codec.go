@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
 )
 
@@ -63,6 +64,21 @@ func decodeRequest(data []byte) (*Request, error) {
 			if req.Now, ok = v.(string); !ok {
 				return nil, fieldError(k, "a string", v)
 			}
+		case "childFailures":
+			list, ok := v.([]any)
+			if !ok {
+				return nil, fieldError(k, "an array of objects", v)
+			}
+			req.ChildFailures = make([]abi.ChildFailure, len(list))
+			for i, e := range list {
+				f, ok := e.(map[string]any)
+				if !ok {
+					return nil, fieldError(fmt.Sprintf("%s[%d]", k, i), "an object", e)
+				}
+				str := func(key string) string { s, _ := f[key].(string); return s }
+				req.ChildFailures[i] = abi.ChildFailure{APIVersion: str("apiVersion"), Kind: str("kind"), Namespace: str("namespace"),
+					Name: str("name"), Reason: str("reason"), Message: str("message")}
+			}
 		}
 	}
 	return req, nil
@@ -97,7 +113,7 @@ func encodeResponse(r *Response) ([]byte, error) {
 		}
 		m["error"] = e
 	}
-	if len(r.Children) > 0 {
+	if r.Children != nil { // nil leaves the children alone; [] deletes them all
 		m["children"] = r.Children
 	}
 	if r.Finalized {

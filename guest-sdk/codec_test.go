@@ -15,6 +15,7 @@ func TestEncodeResponseMatchesEncodingJSON(t *testing.T) {
 		{Error: &Error{Message: "m", Terminal: true}, Finalized: true},
 		{Events: []Event{{Type: "Normal", Reason: "R", Message: "é & \u2028"}}, Children: []map[string]any{{"kind": "ConfigMap"}}},
 		{Status: map[string]any{"struct": cond}}, // falls back to encoding/json
+		{Children: NoChildren()},                 // [] deletes every child: it must be sent
 	} {
 		got, err := encodeResponse(r)
 		if err != nil {
@@ -35,7 +36,8 @@ func TestEncodeResponseMatchesEncodingJSON(t *testing.T) {
 
 func TestDecodeRequestMatchesEncodingJSON(t *testing.T) {
 	in := `{"object":{"metadata":{"name":"w","generation":2},"spec":{"size":3}},"children":[{"kind":"ConfigMap"}],` +
-		`"related":[],"finalizing":true,"config":{"a":"b"},"attempt":4,"now":"2026-01-01T00:00:00Z","unknown":1}`
+		`"related":[],"finalizing":true,"config":{"a":"b"},"attempt":4,"now":"2026-01-01T00:00:00Z","unknown":1,` +
+		`"childFailures":[{"apiVersion":"v1","kind":"ConfigMap","namespace":"ns","name":"c","reason":"Conflict","message":"taken"}]}`
 	got, err := decodeRequest([]byte(in))
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +49,7 @@ func TestDecodeRequestMatchesEncodingJSON(t *testing.T) {
 	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("fast %+v\nencoding/json %+v", *got, want)
 	}
-	for _, bad := range []string{`[]`, `{"attempt":"x"}`, `{"attempt":1.5}`, `{"object":[]}`, `{"children":[1]}`, `{"finalizing":"yes"}`, `{"now":3}`, `{`} {
+	for _, bad := range []string{`[]`, `{"attempt":"x"}`, `{"attempt":1.5}`, `{"object":[]}`, `{"children":[1]}`, `{"childFailures":[1]}`, `{"childFailures":{}}`, `{"finalizing":"yes"}`, `{"now":3}`, `{`} {
 		if _, err := decodeRequest([]byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
 		} else if json.Unmarshal([]byte(bad), &want) == nil && !strings.Contains(bad, "1.5") {

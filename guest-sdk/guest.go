@@ -39,7 +39,16 @@ type (
 	Event            = abi.Event
 	Error            = abi.Error
 	ManifestLimits   = abi.ManifestLimits
+	ChildFailure     = abi.ChildFailure
 )
+
+// ChildFailureConflict is the ChildFailure.Reason of a desired child whose
+// name is taken by an object the module did not create.
+const ChildFailureConflict = abi.ChildFailureConflict
+
+// NoChildren is a Response.Children that deletes every child: an empty,
+// non-nil list. A nil Children leaves the children alone.
+func NoChildren() []map[string]any { return []map[string]any{} }
 
 // GVK is a short constructor for a GroupVersionKind.
 func GVK(group, version, kind string) GroupVersionKind {

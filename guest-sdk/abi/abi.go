@@ -195,7 +195,37 @@ type Request struct {
 	// have no clock of their own; use Now for timestamps such as a condition's
 	// lastTransitionTime.
 	Now string `json:"now"`
+	// ChildFailures are the desired children the host could not write in
+	// the previous reconcile of this object: a name already taken by an
+	// object this module did not create (ChildFailureConflict), or a write
+	// the API server refused (Invalid, Forbidden, ...). The host never
+	// writes a status computed without knowledge of a child's failure: when
+	// a child fails and the response was not computed from a request that
+	// listed that failure, the status is not written and the guest is
+	// called again at once, with the failure here. Empty when every child
+	// was written.
+	ChildFailures []ChildFailure `json:"childFailures,omitempty"`
 }
+
+// ChildFailure is a desired child the host could not write.
+type ChildFailure struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Namespace is "" for a cluster-scoped child.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	// Reason is ChildFailureConflict, or the API server's reason for
+	// refusing the write (Invalid, Forbidden, ...).
+	Reason string `json:"reason"`
+	// Message says what happened, with the API server's message.
+	Message string `json:"message"`
+}
+
+// ChildFailureConflict is the ChildFailure.Reason of a desired child whose
+// name is taken by an object this module did not create: the host never
+// adopts, overwrites or deletes such an object. Rename the child, or have
+// the object removed.
+const ChildFailureConflict = "Conflict"
 
 // Response is what a guest returns from ExportReconcile.
 type Response struct {
@@ -212,11 +242,16 @@ type Response struct {
 	// Status anyway (so guests can surface the failure in a condition), records
 	// a Warning Event, and retries with backoff unless Error.Terminal is set.
 	Error *Error `json:"error,omitempty"`
-	// Children are the desired children, of the Manifest.Owns kinds. The
-	// host applies each with server-side apply (field manager = module
-	// name), sets the object as their controller owner, and deletes
-	// observed children that are no longer desired.
-	Children []map[string]any `json:"children,omitempty"`
+	// Children are the desired children, of the Manifest.Owns kinds, or nil
+	// to leave the children as they are. When non-nil (an empty list
+	// included), the host creates the desired children that do not exist,
+	// updates the ones that differ with server-side apply (field manager =
+	// module name), marks each with the label wasmreconcile.io/module and
+	// the object as its controller, and deletes the observed children that
+	// are no longer desired. A name taken by an object the module did not
+	// create is never written (see ChildFailures). Absent or null: children
+	// are left alone; []: every child is deleted.
+	Children []map[string]any `json:"children,omitzero"`
 	// Finalized, in answer to a Finalizing request, lets the host remove
 	// the finalizer so that deletion proceeds.
 	Finalized bool `json:"finalized,omitempty"`

@@ -448,5 +448,10 @@ func validateManifest(m abi.Manifest) error {
 			}
 		}
 	}
+	for i, g := range m.Owns {
+		if g.Group == m.For.Group && g.Kind == m.For.Kind {
+			return fmt.Errorf("owns[%d] is the reconciled kind %s itself: a module cannot own objects of the kind it reconciles (its children would be reconciled as owners, and pruning one would delete an owner); remove it from owns", i, g.Kind)
+		}
+	}
 	return nil
 }

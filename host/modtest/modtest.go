@@ -54,13 +54,18 @@ type Case struct {
 
 // Expect is what a case requires of the response.
 type Expect struct {
-	Status              map[string]any   `json:"status,omitempty"`
-	Children            []map[string]any `json:"children,omitempty"`
-	Events              []EventExpect    `json:"events,omitempty"`
-	RequeueAfterSeconds *int64           `json:"requeueAfterSeconds,omitempty"`
-	Finalized           *bool            `json:"finalized,omitempty"`
-	Error               *ErrorExpect     `json:"error,omitempty"`
-	MaxFuel             uint64           `json:"maxFuel,omitempty"`
+	Status map[string]any `json:"status,omitempty"`
+	// Children are the desired children the response must list, all of
+	// them; [] requires an empty list (which deletes every child).
+	Children []map[string]any `json:"children,omitempty"`
+	// KeepChildren, when true, requires a response without children: the
+	// children are left as they are.
+	KeepChildren        bool          `json:"keepChildren,omitempty"`
+	Events              []EventExpect `json:"events,omitempty"`
+	RequeueAfterSeconds *int64        `json:"requeueAfterSeconds,omitempty"`
+	Finalized           *bool         `json:"finalized,omitempty"`
+	Error               *ErrorExpect  `json:"error,omitempty"`
+	MaxFuel             uint64        `json:"maxFuel,omitempty"`
 }
 
 // EventExpect matches one Event of the response.
@@ -160,7 +165,7 @@ func (c Case) Check(o offline.Outcome) []string {
 		add("error: want none, got %s: %s", kind, msg)
 	}
 	if o.Response == nil {
-		if c.Expect.Status != nil || c.Expect.Children != nil || c.Expect.Events != nil {
+		if c.Expect.Status != nil || c.Expect.Children != nil || c.Expect.KeepChildren || c.Expect.Events != nil {
 			add("response: the call failed, so status, children and events cannot match")
 		}
 		return diff
@@ -173,8 +178,13 @@ func (c Case) Check(o offline.Outcome) []string {
 			diff = append(diff, subset.Diff("status", c.Expect.Status, r.Status)...)
 		}
 	}
+	if c.Expect.KeepChildren && r.Children != nil {
+		add("children: want none (the children left alone), got a list of %d, which deletes every child it does not name", len(r.Children))
+	}
 	if c.Expect.Children != nil {
-		if len(c.Expect.Children) != len(r.Children) {
+		if r.Children == nil {
+			add("children: want a list of %d, got none (which leaves the children alone)", len(c.Expect.Children))
+		} else if len(c.Expect.Children) != len(r.Children) {
 			add("children: want %d, got %d", len(c.Expect.Children), len(r.Children))
 		}
 		for _, want := range c.Expect.Children {

@@ -2,8 +2,10 @@ package protocol
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 )
 
@@ -56,6 +58,46 @@ func (e *ApplyError) Error() string {
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }
+
+// ChildrenError reports desired children the host did not write: names
+// taken by objects the module did not create (abi.ChildFailureConflict),
+// and writes the API server refused. The other children were written. Its
+// Kind is InvalidResponse when the API server refused a child as invalid,
+// ApplyFailed when it refused one for another reason, and ChildConflict
+// when every failure is a conflict.
+type ChildrenError struct {
+	Module   string
+	Call     string
+	Failures []abi.ChildFailure
+}
+
+// Kind is the outcome a reconcile that ended with e takes.
+func (e *ChildrenError) Kind() Kind {
+	kind := ChildConflict
+	for _, f := range e.Failures {
+		switch f.Reason {
+		case abi.ChildFailureConflict:
+		case "Invalid":
+			return InvalidResponse
+		default:
+			kind = ApplyFailed
+		}
+	}
+	return kind
+}
+
+func (e *ChildrenError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "module[%s] %s: %d of the desired children not written", e.Module, e.Call, len(e.Failures))
+	for i, f := range e.Failures {
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		b.WriteString(sep + f.Message)
+	}
+	return Cap(b.String())
+}
 
 // Cap cuts a message to what an Event's note holds (MaxEventMessageBytes),
 // on a rune boundary, marking the cut. The messages of this package are cut

@@ -27,6 +27,11 @@ const (
 	// failed for another reason (a conflict, RBAC, the API server's
 	// health). Retried with backoff.
 	ApplyFailed Kind = "ApplyFailed"
+	// ChildConflict: a desired child's name is taken by an object the
+	// module did not create; the host did not write it (it never adopts,
+	// overwrites or deletes such an object). Retried with backoff: the
+	// object may be removed, or the guest may rename the child.
+	ChildConflict Kind = "ChildConflict"
 	// FuelExhausted: the call used its whole fuel budget.
 	FuelExhausted Kind = "FuelExhausted"
 	// DeadlineExceeded: the call ran past its timeout.
@@ -47,7 +52,7 @@ const (
 )
 
 // Kinds lists every Kind, Success first.
-var Kinds = []Kind{Success, ReconcileFailed, InvalidResponse, ApplyFailed, FuelExhausted, DeadlineExceeded,
+var Kinds = []Kind{Success, ReconcileFailed, InvalidResponse, ApplyFailed, ChildConflict, FuelExhausted, DeadlineExceeded,
 	MemoryLimit, StackOverflow, GuestTrapped, ABIViolation, Canceled, InvalidModule}
 
 // Preempted reports whether k is a call the host stopped for running too
@@ -63,6 +68,7 @@ func KindOf(err error) Kind {
 		return Success
 	}
 	var (
+		children *ChildrenError
 		guest    *GuestError
 		invalid  *InvalidResponseError
 		apply    *ApplyError
@@ -75,6 +81,8 @@ func KindOf(err error) Kind {
 		abiErr   *engine.ABIError
 	)
 	switch {
+	case errors.As(err, &children):
+		return children.Kind()
 	case errors.As(err, &guest):
 		return ReconcileFailed
 	case errors.As(err, &invalid):

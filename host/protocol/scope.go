@@ -1,9 +1,38 @@
 package protocol
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 )
+
+// CheckOwnership refuses a manifest whose owned kinds no reconcile could
+// write: a namespaced reconciled kind owning a cluster-scoped kind (an
+// object in a namespace cannot be the controller of one outside every
+// namespace, and would escape the namespace rule). A cluster-scoped kind
+// may own cluster-scoped kinds, and namespaced kinds in any namespace
+// (each child names its namespace). Kinds scopes does not know are not
+// checked here (their CRD may be installed later); each response's
+// children are checked again.
+func CheckOwnership(m abi.Manifest, scopes Scopes) error {
+	if scopes == nil {
+		scopes = Builtin
+	}
+	forNamespaced, known := scopes.Namespaced(schema.GroupKind{Group: m.For.Group, Kind: m.For.Kind})
+	if !known || !forNamespaced {
+		return nil
+	}
+	for i, g := range m.Owns {
+		gk := schema.GroupKind{Group: g.Group, Kind: g.Kind}
+		if namespaced, known := scopes.Namespaced(gk); known && !namespaced {
+			return fmt.Errorf("owns[%d] is %s, a cluster-scoped kind, but the reconciled kind %s is namespaced: a namespaced object cannot own a cluster-scoped one; remove it from owns, or reconcile a cluster-scoped kind", i, gk, m.For.Kind)
+		}
+	}
+	return nil
+}
 
 // Scopes tells whether the objects of a kind live in a namespace. The
 // children rules need it: a namespaced owner cannot own a cluster-scoped

@@ -75,6 +75,23 @@ static void names(sbuf *b, const jval *list) {
   sb_lit(b, "]");
 }
 
+/* failures writes the request's childFailures as a sorted array of
+   "Kind/name:Reason". */
+static void failures(sbuf *b, const jval *list) {
+  size_t n = list && list->t == J_ARR ? list->n : 0;
+  char **s = calloc(n + 1, sizeof(char *));
+  for (size_t k = 0; k < n; k++) {
+    const char *kind = jstr(jget(list->items[k], "kind")), *name = jstr(jget(list->items[k], "name")),
+               *reason = jstr(jget(list->items[k], "reason"));
+    s[k] = malloc(strlen(kind) + strlen(name) + strlen(reason) + 3);
+    strcpy(s[k], kind); strcat(s[k], "/"); strcat(s[k], name); strcat(s[k], ":"); strcat(s[k], reason);
+  }
+  qsort(s, n, sizeof(char *), cmpstr);
+  sb_lit(b, "[");
+  for (size_t k = 0; k < n; k++) { if (k) sb_lit(b, ","); sb_str(b, s[k], strlen(s[k])); }
+  sb_lit(b, "]");
+}
+
 static long long num(const jval *v) { return v && v->t == J_NUM ? (long long)v->num : 0; }
 
 static sbuf out;
@@ -117,6 +134,7 @@ EXPORT("wr_reconcile") uint64_t wr_reconcile(const char *ptr, uint32_t len) {
     if (cfg && cfg->t == J_OBJ) sb_val(&out, cfg); else sb_lit(&out, "{}");
     sb_lit(&out, ",\"children\":"); names(&out, jget(req, "children"));
     sb_lit(&out, ",\"related\":"); names(&out, jget(req, "related"));
+    sb_lit(&out, ",\"childFailures\":"); failures(&out, jget(req, "childFailures"));
     sb_lit(&out, "}}");
     return respond();
   }
@@ -176,6 +194,14 @@ EXPORT("wr_reconcile") uint64_t wr_reconcile(const char *ptr, uint32_t len) {
                  "\"requeueAfterSeconds\":42}");
     return respond();
   }
+  if (!strcmp(op, "statusonly")) { /* no children field: the children are left alone */
+    sb_lit(&out, "{\"status\":{\"phase\":\"statusonly\"}}");
+    return respond();
+  }
+  if (!strcmp(op, "prune")) { /* an empty list: every child is deleted */
+    sb_lit(&out, "{\"status\":{\"phase\":\"prune\"},\"children\":[]}");
+    return respond();
+  }
   if (!strcmp(op, "retry")) {
     long long attempt = num(jget(req, "attempt"));
     sb_lit(&out, "{\"status\":{\"phase\":\"retrying\",\"attempt\":"); sb_int(&out, attempt);
@@ -186,7 +212,7 @@ EXPORT("wr_reconcile") uint64_t wr_reconcile(const char *ptr, uint32_t len) {
   if (!strcmp(op, "terminal")) return fail("tck: terminal error requested", 1);
   if (!strcmp(op, "finalize")) {
     if (!finalizing) return fail("tck: finalize op without finalizing", 1);
-    sb_lit(&out, "{\"finalized\":true}");
+    sb_lit(&out, "{\"finalized\":true,\"children\":[]}");
     return respond();
   }
   if (!strcmp(op, "big")) {

@@ -43,7 +43,8 @@ func Reconcile(req *guest.Request) *guest.Response {
 	if req.Finalizing {
 		if len(req.Children) > 0 {
 			return &guest.Response{
-				Events: []guest.Event{{Type: "Normal", Reason: "TearingDown", Message: fmt.Sprintf("deleting %d children before the WebApp goes", len(req.Children))}},
+				Children: guest.NoChildren(), // an empty list deletes every child; nil would leave them
+				Events:   []guest.Event{{Type: "Normal", Reason: "TearingDown", Message: fmt.Sprintf("deleting %d children before the WebApp goes", len(req.Children))}},
 			}
 		}
 		return &guest.Response{Finalized: true}

@@ -34,6 +34,10 @@ type Metrics struct {
 	StatusWrites *prometheus.CounterVec
 	// ChildOperations counts children applied and pruned.
 	ChildOperations *prometheus.CounterVec
+	// ApplyFailures counts writes the API server refused, and desired
+	// children not written for a conflict, by module, target (child,
+	// prune, status, finalizer) and reason (the API server's, or Conflict).
+	ApplyFailures *prometheus.CounterVec
 	// StormsDetected counts objects found in a reconcile storm.
 	StormsDetected *prometheus.CounterVec
 	// Damped counts reconciles of quiescent objects answered without a call.
@@ -99,6 +103,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_child_operations_total",
 			Help: "Children written by module and operation (apply, prune); an unchanged child is not applied and not counted.",
 		}, []string{"module", "operation"}),
+		ApplyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_apply_failures_total",
+			Help: "Writes of a module the API server refused, and desired children not written because their name is taken by an object the module did not create, by module, target (child, prune, status, finalizer) and reason (the API server's reason such as Invalid or Forbidden, or Conflict).",
+		}, []string{"module", "target", "reason"}),
 		StormsDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_storms_detected_total",
 			Help: "Objects that entered a reconcile storm (many reconciles that changed nothing) and were made quiescent, by module.",
@@ -133,6 +141,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.Preemptions = promreg.Register(reg, m.Preemptions, &err)
 	m.StatusWrites = promreg.Register(reg, m.StatusWrites, &err)
 	m.ChildOperations = promreg.Register(reg, m.ChildOperations, &err)
+	m.ApplyFailures = promreg.Register(reg, m.ApplyFailures, &err)
 	m.StormsDetected = promreg.Register(reg, m.StormsDetected, &err)
 	m.Damped = promreg.Register(reg, m.Damped, &err)
 	m.Reloads = promreg.Register(reg, m.Reloads, &err)
@@ -150,7 +159,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
+		m.ChildOperations, m.ApplyFailures, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and

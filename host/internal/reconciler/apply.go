@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -18,46 +20,83 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
-// apply writes what a valid response asks for, in this order, and reports
-// whether it wrote anything:
-//   - children, only from a response without error (a failed reconcile
-//     must not prune what it could not compute): desired children that
-//     would change are applied with server-side apply, and observed
-//     children no longer desired are deleted;
-//   - the status, when it differs from the observed one (after the
-//     children, so that a status such as Ready=True is not written when
-//     the children it describes could not be);
+// applied is what apply did.
+type applied struct {
+	wrote    bool               // something was written
+	synced   bool               // the children were synced (the response had children)
+	failures []abi.ChildFailure // desired children not written
+	untold   bool               // a failure the request did not list: the status was withheld
+}
+
+// apply writes what a valid response asks for, in this order:
+//   - children, only from a response without error that has children (nil
+//     children leave them alone; a failed reconcile must not prune what it
+//     could not compute): desired children that do not exist are created,
+//     the module's children that would change are applied with server-side
+//     apply, and the module's children no longer desired are deleted. A
+//     child whose name is taken by an object the module did not create is
+//     not written (a failure of reason Conflict); every other child is
+//     still written when one fails;
+//   - the status, when it differs from the observed one, unless a child
+//     failed that told (the request's ChildFailures) does not list: a
+//     status computed without knowing of the failure could claim success
+//     over it, so it waits for the next call, which lists the failure;
 //   - the guest's Events, those within the Event budget (EventBudget);
-//   - the finalizer's removal, when the object is being deleted and the
-//     guest answered Finalized without error.
+//   - the finalizer's removal, when the object is being deleted, the guest
+//     answered Finalized without error, and every child was written.
 //
-// The API server refusing a child or the status as invalid is an
-// *protocol.InvalidResponseError (terminal: the same response would be
-// refused again); any other failure is an *protocol.ApplyError.
-func (r *Reconciler) apply(ctx context.Context, call string, obj *unstructured.Unstructured, observed []*unstructured.Unstructured, resp *protocol.Response, deleting bool) (bool, error) {
-	wrote := false
-	if resp.Error == nil {
-		w, err := r.syncChildren(ctx, call, obj, resp, observed)
-		wrote = wrote || w
-		if err != nil {
-			return wrote, err
-		}
+// Its error is a *protocol.ChildrenError when children failed, an
+// *protocol.InvalidResponseError when the API server refused the status as
+// invalid, and an *protocol.ApplyError for any other failed write.
+func (r *Reconciler) apply(ctx context.Context, call string, obj *unstructured.Unstructured, observed []*unstructured.Unstructured, resp *protocol.Response, deleting bool, told []abi.ChildFailure) (applied, error) {
+	var a applied
+	if resp.Error == nil && resp.Children != nil {
+		a.synced = true
+		a.wrote, a.failures = r.syncChildren(ctx, obj, resp.Desired, observed)
+		a.untold = !allTold(a.failures, told)
 	}
-	if resp.Status != nil {
-		w, err := r.applyStatus(ctx, call, obj, resp.Status)
-		wrote = wrote || w
-		if err != nil {
-			return wrote, err
+	var err error
+	if len(a.failures) > 0 {
+		err = &protocol.ChildrenError{Module: r.name, Call: call, Failures: a.failures}
+	}
+	switch {
+	case resp.Status == nil:
+	case a.untold:
+		log.FromContext(ctx).Info("status not written: children failed that the guest has not seen yet; calling it again with Request.childFailures", "failures", len(a.failures))
+	default:
+		w, serr := r.applyStatus(ctx, call, obj, resp.Status)
+		a.wrote = a.wrote || w
+		if serr != nil && err == nil {
+			err = serr
 		}
 	}
 	r.recordEvents(ctx, obj, resp.Events)
-	if deleting && resp.Finalized && resp.Error == nil {
-		if err := r.patchFinalizer(ctx, obj, false); err != nil {
-			return wrote, &protocol.ApplyError{Module: r.name, Call: call, What: "removing finalizer " + r.finalizer, Err: err}
+	if deleting && resp.Finalized && resp.Error == nil && len(a.failures) == 0 && err == nil {
+		if ferr := r.patchFinalizer(ctx, obj, false); ferr != nil {
+			r.applyFailed(ctx, "finalizer", ferr)
+			return a, &protocol.ApplyError{Module: r.name, Call: call, What: "removing finalizer " + r.finalizer, Err: ferr}
 		}
-		wrote = true
+		a.wrote = true
 	}
-	return wrote, nil
+	return a, err
+}
+
+// allTold reports whether every failure is listed in told (by child and
+// reason).
+func allTold(failures, told []abi.ChildFailure) bool {
+	key := func(f abi.ChildFailure) string {
+		return f.APIVersion + "/" + f.Kind + "/" + f.Namespace + "/" + f.Name + "/" + f.Reason
+	}
+	seen := make(map[string]bool, len(told))
+	for _, f := range told {
+		seen[key(f)] = true
+	}
+	for _, f := range failures {
+		if !seen[key(f)] {
+			return false
+		}
+	}
+	return true
 }
 
 // recordEvents records the guest's Events on obj (checked by protocol: at
@@ -81,10 +120,12 @@ func (r *Reconciler) recordEvents(ctx context.Context, obj *unstructured.Unstruc
 	}
 }
 
-// syncChildren applies the desired children that would change something and
-// deletes the observed children that are no longer desired.
-func (r *Reconciler) syncChildren(ctx context.Context, call string, obj *unstructured.Unstructured, resp *protocol.Response, observed []*unstructured.Unstructured) (bool, error) {
+// syncChildren writes the desired children and prunes the module's
+// children that are no longer desired (see apply), and returns whether it
+// wrote anything and the children it could not write or prune.
+func (r *Reconciler) syncChildren(ctx context.Context, obj *unstructured.Unstructured, desired, observed []*unstructured.Unstructured) (bool, []abi.ChildFailure) {
 	wrote := false
+	var failures []abi.ChildFailure
 	logger := log.FromContext(ctx)
 	byKey := map[string]*unstructured.Unstructured{}
 	for _, o := range observed {
@@ -95,39 +136,164 @@ func (r *Reconciler) syncChildren(ctx context.Context, call string, obj *unstruc
 		APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Name: obj.GetName(), UID: obj.GetUID(),
 		Controller: &yes, BlockOwnerDeletion: &yes,
 	}}
-	for _, d := range resp.Desired { // the response's own objects: set in place
+	for _, d := range desired { // the response's own objects: set in place
 		d.SetOwnerReferences(owner)
+		labels := d.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[ModuleLabel] = r.name
+		d.SetLabels(labels)
 		k := childKey(d)
 		o, exists := byKey[k]
 		delete(byKey, k)
-		if exists && subset.Contains(d.Object, o.Object) {
-			continue // applying would change nothing
+		w, f := r.writeChild(ctx, obj, d, o, exists)
+		wrote = wrote || w
+		if f != nil {
+			failures = append(failures, *f)
 		}
-		err := r.opts.Writer.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.name), client.ForceOwnership)
-		if apierrors.IsInvalid(err) {
-			return wrote, &protocol.InvalidResponseError{Module: r.name, Call: call,
-				Reason: fmt.Sprintf("the API server refused child %s: %v", childName(d), err)}
-		}
-		if err != nil {
-			return wrote, &protocol.ApplyError{Module: r.name, Call: call, What: "child " + childName(d), Err: err}
-		}
-		wrote = true
-		r.opts.Metrics.ChildOperations.WithLabelValues(r.name, "apply").Inc()
-		logger.V(1).Info("child applied", "child", childName(d))
 	}
-	for _, o := range byKey { // observed but no longer desired
+	for _, o := range byKey { // the module's children no longer desired
 		uid := o.GetUID()
 		err := r.opts.Writer.Delete(ctx, o, client.Preconditions{UID: &uid})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return wrote, &protocol.ApplyError{Module: r.name, Call: call, What: "pruning child " + childName(o), Err: err}
-		}
-		if err == nil {
+		switch {
+		case err == nil:
 			wrote = true
 			r.opts.Metrics.ChildOperations.WithLabelValues(r.name, "prune").Inc()
+			logger.V(1).Info("child pruned", "child", childName(o))
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err): // gone, or replaced by another object
+		default:
+			r.applyFailed(ctx, "prune", err)
+			failures = append(failures, failure(o, err, "deleting it"))
 		}
-		logger.V(1).Info("child pruned", "child", childName(o))
 	}
-	return wrote, nil
+	return wrote, failures
+}
+
+// writeChild writes desired child d of obj: an update of o, the module's
+// child of that name, when it exists (exists) and d would change it, and
+// otherwise a create, which never replaces an object. A name taken by an
+// object that is not the module's child of obj is a Conflict failure.
+func (r *Reconciler) writeChild(ctx context.Context, obj, d, o *unstructured.Unstructured, exists bool) (bool, *abi.ChildFailure) {
+	logger := log.FromContext(ctx)
+	if !exists {
+		// The cache knows of every object of the owned kinds: one of this
+		// name that is not ours is a conflict, without asking the API server.
+		cached := &unstructured.Unstructured{}
+		cached.SetGroupVersionKind(d.GroupVersionKind())
+		err := r.opts.Client.Get(ctx, client.ObjectKeyFromObject(d), cached)
+		switch {
+		case err == nil && !r.ours(cached, obj):
+			return false, r.conflict(ctx, d, cached)
+		case err == nil:
+			o, exists = cached, true // ours, and not yet in the controller index
+		case !apierrors.IsNotFound(err):
+			r.applyFailed(ctx, "child", err)
+			f := failure(d, err, "reading it from the cache")
+			return false, &f
+		}
+	}
+	if exists {
+		if subset.Contains(d.Object, o.Object) {
+			return false, nil // applying would change nothing
+		}
+		// The UID makes the apply a precondition: an object deleted and
+		// created again by someone else meanwhile is not overwritten.
+		d.SetUID(o.GetUID())
+		err := r.opts.Writer.Apply(ctx, client.ApplyConfigurationFromUnstructured(d), client.FieldOwner(r.name), client.ForceOwnership)
+		d.SetUID("")
+		if err != nil {
+			r.applyFailed(ctx, "child", err)
+			f := failure(d, err, "applying it")
+			return false, &f
+		}
+		r.opts.Metrics.ChildOperations.WithLabelValues(r.name, "apply").Inc()
+		logger.V(1).Info("child applied", "child", childName(d))
+		return true, nil
+	}
+	// Create, not apply: a create fails on an existing object, where an
+	// apply would take it over. The create's field ownership is then
+	// turned into the module's apply ownership, so that a field the guest
+	// later drops is removed by its next apply.
+	created := d.DeepCopy()
+	err := r.opts.Writer.Create(ctx, created, client.FieldOwner(r.name))
+	if apierrors.IsAlreadyExists(err) {
+		// Created meanwhile, by us (an earlier reconcile the cache has not
+		// seen yet) or by someone else: ask the API server whose it is.
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(d.GroupVersionKind())
+		if gerr := r.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(d), live); gerr != nil {
+			r.applyFailed(ctx, "child", gerr)
+			f := failure(d, gerr, "reading it after its create found it existing")
+			return false, &f
+		}
+		if !r.ours(live, obj) {
+			return false, r.conflict(ctx, d, live)
+		}
+		return r.writeChild(ctx, obj, d, live, true)
+	}
+	if err != nil {
+		r.applyFailed(ctx, "child", err)
+		f := failure(d, err, "creating it")
+		return false, &f
+	}
+	if patch, perr := csaupgrade.UpgradeManagedFieldsPatch(created, sets.New(r.name), r.name); perr == nil && patch != nil {
+		if perr := r.opts.Writer.Patch(ctx, created, client.RawPatch(types.JSONPatchType, patch)); perr != nil && !apierrors.IsConflict(perr) && !apierrors.IsNotFound(perr) {
+			// The child exists and is ours; only a later field removal is
+			// affected. Say so, and carry on.
+			logger.Info("child created, but its field ownership could not be made the module's apply ownership", "child", childName(d), "error", perr.Error())
+		}
+	}
+	r.opts.Metrics.ChildOperations.WithLabelValues(r.name, "apply").Inc()
+	logger.V(1).Info("child created", "child", childName(d))
+	return true, nil
+}
+
+// conflict reports desired child d, whose name is taken by existing, an
+// object that is not the module's child of the reconciled object.
+func (r *Reconciler) conflict(ctx context.Context, d, existing *unstructured.Unstructured) *abi.ChildFailure {
+	holder := "no controller"
+	if ref := metav1.GetControllerOfNoCopy(existing); ref != nil {
+		holder = fmt.Sprintf("controller %s %s", ref.Kind, ref.Name)
+		if existing.GetLabels()[ModuleLabel] != r.name {
+			if m := existing.GetLabels()[ModuleLabel]; m != "" {
+				holder += ", made by module " + m
+			} else {
+				holder += ", not made by a module"
+			}
+		}
+	}
+	r.opts.Metrics.ApplyFailures.WithLabelValues(r.name, "child", abi.ChildFailureConflict).Inc()
+	log.FromContext(ctx).Error(nil, "desired child not written: its name is taken by an object this module did not create", "child", childName(d), "holder", holder)
+	return &abi.ChildFailure{
+		APIVersion: d.GetAPIVersion(), Kind: d.GetKind(), Namespace: d.GetNamespace(), Name: d.GetName(),
+		Reason: abi.ChildFailureConflict,
+		Message: fmt.Sprintf("%s exists and was not created by module %s for this object (%s); it is never adopted, overwritten or deleted: rename the child, or remove the object",
+			childName(d), r.name, holder),
+	}
+}
+
+// failure reports that doing what to child c failed with err.
+func failure(c *unstructured.Unstructured, err error, what string) abi.ChildFailure {
+	reason := string(apierrors.ReasonForError(err))
+	if reason == "" {
+		reason = "Failed"
+	}
+	return abi.ChildFailure{
+		APIVersion: c.GetAPIVersion(), Kind: c.GetKind(), Namespace: c.GetNamespace(), Name: c.GetName(),
+		Reason: reason, Message: fmt.Sprintf("%s: %s: the API server answered %s", childName(c), what, err.Error()),
+	}
+}
+
+// applyFailed counts and logs a write the API server refused; target is
+// child, prune, status or finalizer.
+func (r *Reconciler) applyFailed(ctx context.Context, target string, err error) {
+	reason := string(apierrors.ReasonForError(err))
+	if reason == "" {
+		reason = "Failed"
+	}
+	r.opts.Metrics.ApplyFailures.WithLabelValues(r.name, target, reason).Inc()
+	log.FromContext(ctx).Error(err, "write refused", "target", target, "reason", reason)
 }
 
 // applyStatus writes desired as the object's status unless it already is,
@@ -143,6 +309,9 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 	patch.SetName(obj.GetName())
 	err := r.opts.Writer.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch),
 		client.FieldOwner(r.name), client.ForceOwnership)
+	if err != nil {
+		r.applyFailed(ctx, "status", err)
+	}
 	if apierrors.IsInvalid(err) {
 		return false, &protocol.InvalidResponseError{Module: r.name, Call: call,
 			Reason: fmt.Sprintf("the API server refused the status: %v; make the module's status match the CRD's schema", err)}

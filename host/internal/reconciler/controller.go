@@ -72,6 +72,9 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 		watches = append(watches, source.Channel(opts.Requeue, &handler.EnqueueRequestForObject{}))
 	}
 	for _, gvk := range r.owns {
+		if err := IndexChildren(context.Background(), mgr.GetCache(), gvk); err != nil {
+			return nil, fmt.Errorf("module[%s]: %w", r.name, err)
+		}
 		child := &unstructured.Unstructured{}
 		child.SetGroupVersionKind(gvk)
 		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: child,

@@ -68,6 +68,10 @@ type Options struct {
 	// the module's identity, so that the module's rights are exactly that
 	// identity's RBAC (docs/security.md).
 	Writer client.Client
+	// APIReader reads live from the API server: whose a child is, when its
+	// create finds it existing but the cache has not seen it yet. Defaults
+	// to Client; the operator passes its manager's APIReader.
+	APIReader client.Reader
 	// Recorder records Events on reconciled objects. Required.
 	Recorder recorder.EventRecorder
 	// ReadNamespaces are the namespaces beyond the reconciled object's own
@@ -122,7 +126,8 @@ type Reconciler struct {
 	stats  *Stats
 
 	mu       sync.Mutex
-	attempts map[types.NamespacedName]int // consecutive failed reconciles
+	attempts map[types.NamespacedName]int                // consecutive failed reconciles
+	failures map[types.NamespacedName][]abi.ChildFailure // children the last sync could not write
 
 	suspect atomic.Bool   // the last finished call was preempted
 	penalty chan struct{} // capacity 1: serialises a suspect module's calls
@@ -152,6 +157,9 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.Writer == nil {
 		opts.Writer = opts.Client
 	}
+	if opts.APIReader == nil {
+		opts.APIReader = opts.Client
+	}
 	if opts.Scopes == nil {
 		opts.Scopes = protocol.Builtin
 	}
@@ -166,6 +174,7 @@ func New(opts Options) (*Reconciler, error) {
 		events:   newEventLimiter(opts.Events),
 		stats:    opts.Stats,
 		attempts: map[types.NamespacedName]int{},
+		failures: map[types.NamespacedName][]abi.ChildFailure{},
 		penalty:  make(chan struct{}, 1),
 	}
 	for _, g := range m.Owns {
@@ -201,6 +210,7 @@ type outcome struct {
 	res    engine.Result //
 	err    error         // why it failed; nil on success
 	wrote  bool          // something was written (status, child, finalizer)
+	untold bool          // children failed that the guest has not seen: call it again at once
 
 	requeueAfter time.Duration // success: the guest's requeueAfterSeconds
 	damped       time.Duration // skipStorm: how long to wait
@@ -292,13 +302,15 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	for i, c := range observed {
 		children[i] = c.Object
 	}
+	told := r.failuresOf(key)
 	request, err := protocol.EncodeRequest(abi.Request{
-		Object:     obj.Object,
-		Children:   children,
-		Finalizing: deleting,
-		Config:     r.opts.Config,
-		Attempt:    r.attempt(key),
-		Now:        protocol.FormatNow(r.opts.Now()),
+		Object:        obj.Object,
+		Children:      children,
+		Finalizing:    deleting,
+		Config:        r.opts.Config,
+		Attempt:       r.attempt(key),
+		Now:           protocol.FormatNow(r.opts.Now()),
+		ChildFailures: told,
 	})
 	if err != nil {
 		o.err = &engine.ABIError{Module: r.name, Call: call, Reason: "encoding the request: " + err.Error()}
@@ -314,8 +326,14 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		o.err = err
 		return o
 	}
-	wrote, err := r.apply(ctx, call, obj, observed, resp, deleting)
-	o.wrote = o.wrote || wrote
+	a, err := r.apply(ctx, call, obj, observed, resp, deleting, told)
+	o.wrote, o.untold = o.wrote || a.wrote, a.untold
+	switch {
+	case a.synced:
+		r.setFailures(key, a.failures)
+	case resp.Children == nil && resp.Error == nil:
+		r.setFailures(key, nil) // the guest no longer asks for the children that failed
+	}
 	switch {
 	case err != nil:
 		o.err = err
@@ -375,6 +393,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	switch o.skip {
 	case skipGone:
 		r.forget(o.key)
+		r.setFailures(o.key, nil)
 		r.storms.forget(o.key)
 		r.events.forget(o.key)
 		return ctrl.Result{}, nil
@@ -413,7 +432,17 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	if o.obj != nil {
 		r.warn(o.obj, string(kind), protocol.Note(o.err))
 	}
-	log.FromContext(ctx).Info("reconcile failed", "result", kind, "error", o.err.Error())
+	switch kind {
+	case protocol.ApplyFailed, protocol.ChildConflict:
+		log.FromContext(ctx).Error(o.err, "reconcile failed: the API server refused a write", "result", kind)
+	default:
+		log.FromContext(ctx).Info("reconcile failed", "result", kind, "error", o.err.Error())
+	}
+	if o.untold {
+		// The guest has not seen the failure: call it again, with it in
+		// Request.childFailures, before anything is terminal.
+		return ctrl.Result{}, o.err
+	}
 	if protocol.Terminal(o.err) {
 		return ctrl.Result{}, reconcile.TerminalError(o.err)
 	}
@@ -436,6 +465,22 @@ func (r *Reconciler) failed(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.attempts[key]++
+}
+
+func (r *Reconciler) failuresOf(key types.NamespacedName) []abi.ChildFailure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failures[key]
+}
+
+func (r *Reconciler) setFailures(key types.NamespacedName, f []abi.ChildFailure) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(f) == 0 {
+		delete(r.failures, key)
+	} else {
+		r.failures[key] = f
+	}
 }
 
 func (r *Reconciler) forget(key types.NamespacedName) {

@@ -15,7 +15,9 @@
 //	children    desired children of both owned kinds, two events and a requeue
 //	retry       a retryable error, with a status explaining it
 //	terminal    a terminal error
-//	finalize    finalized = true when finalizing, else an error
+//	statusonly  a status and no children field: the children are left alone
+//	prune       an empty children list: every child is deleted
+//	finalize    finalized = true and no children when finalizing, else an error
 //	big         a response of spec.bytes bytes
 //	emit        the response is spec.response, as is: the protocol's rules
 //	            (docs/abi.md, "Response rules") are checked on what the
@@ -52,6 +54,16 @@ func names(objs []map[string]any) []any {
 	return out
 }
 
+// failures lists the request's childFailures as "Kind/name:Reason", sorted.
+func failures(fs []guest.ChildFailure) []any {
+	out := []any{}
+	for _, f := range fs {
+		out = append(out, f.Kind+"/"+f.Name+":"+f.Reason)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].(string) < out[j].(string) })
+	return out
+}
+
 func reconcile(req *guest.Request) *guest.Response {
 	obj := guest.Object(req.Object)
 	ns := obj.Namespace()
@@ -74,8 +86,12 @@ func reconcile(req *guest.Request) *guest.Response {
 		}
 		return &guest.Response{Status: map[string]any{
 			"attempt": req.Attempt, "now": req.Now, "finalizing": req.Finalizing, "config": cfg,
-			"children": names(req.Children), "related": names(req.Related),
+			"children": names(req.Children), "related": names(req.Related), "childFailures": failures(req.ChildFailures),
 		}}
+	case "statusonly": // no children: they are left alone
+		return &guest.Response{Status: map[string]any{"phase": "statusonly"}}
+	case "prune": // an empty list: every child is deleted
+		return &guest.Response{Status: map[string]any{"phase": "prune"}, Children: guest.NoChildren()}
 	case "log":
 		guest.Debugf("tck debug line")
 		guest.Infof("tck info line")
@@ -138,7 +154,7 @@ func reconcile(req *guest.Request) *guest.Response {
 		if !req.Finalizing {
 			return guest.TerminalErrorf("tck: finalize op without finalizing")
 		}
-		return &guest.Response{Finalized: true, Children: []map[string]any{}}
+		return &guest.Response{Finalized: true, Children: guest.NoChildren()}
 	case "big":
 		n, _ := obj.NestedInt64("spec", "bytes")
 		return &guest.Response{Status: map[string]any{"blob": strings.Repeat("x", int(n))}}
