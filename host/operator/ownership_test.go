@@ -1,0 +1,341 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// The ownership tests run the claim test guest
+// (modules/internal/testguests/claim): it answers each Responder with its
+// spec.response and adds status.childFailures, what the host told it.
+
+var responderKind = schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}
+
+// claimFile writes the claim guest of a manifest variant (see the guest's
+// documentation) to a file and returns its path.
+func claimFile(t *testing.T, variant string) string {
+	t.Helper()
+	if variant == "" {
+		return testwasm.BuildFile(t, "./internal/testguests/claim")
+	}
+	path := filepath.Join(t.TempDir(), "claim-"+variant+".wasm")
+	if err := os.WriteFile(path, testwasm.BuildVersion(t, "./internal/testguests/claim", variant), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startClaim runs an operator with the claim guest in e's namespace and
+// returns its metrics registry.
+func startClaim(t *testing.T, e env) *prometheus.Registry {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{claimFile(t, "")}, Registerer: reg})
+	return reg
+}
+
+func responder(ns, name string, response map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"response": response}}}
+	u.SetGroupVersionKind(responderKind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// setResponse replaces a Responder's spec.response, retrying on conflict.
+func setResponse(t *testing.T, e env, name string, response map[string]any) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(responderKind)
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, u); err != nil {
+			return err
+		}
+		if err := unstructured.SetNestedField(u.Object, response, "spec", "response"); err != nil {
+			return err
+		}
+		return e.c.Update(context.Background(), u)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPhase waits until a Responder's status.phase is phase (its response
+// was applied) and returns its status.
+func waitPhase(t *testing.T, e env, name, phase string) map[string]any {
+	t.Helper()
+	var status map[string]any
+	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("Responder %s status.phase %s", name, phase), func() error {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(responderKind)
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, u); err != nil {
+			return err
+		}
+		status, _, _ = unstructured.NestedMap(u.Object, "status")
+		if got, _ := status["phase"].(string); got != phase {
+			return fmt.Errorf("status %v", status)
+		}
+		return nil
+	})
+	return status
+}
+
+// waitEvent waits for a Warning Event of reason on object name whose
+// message contains every one of contains, and returns its message.
+func waitEvent(t *testing.T, e env, name, reason string, contains ...string) string {
+	t.Helper()
+	var msg string
+	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("a %s Event on %s", reason, name), func() error {
+		var events corev1.EventList
+		if err := e.c.List(context.Background(), &events, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+	next:
+		for _, ev := range events.Items {
+			if ev.InvolvedObject.Name != name || ev.Reason != reason || ev.Type != corev1.EventTypeWarning {
+				continue
+			}
+			for _, c := range contains {
+				if !strings.Contains(ev.Message, c) {
+					continue next
+				}
+			}
+			msg = ev.Message
+			return nil
+		}
+		return fmt.Errorf("none yet among %d Events", len(events.Items))
+	})
+	return msg
+}
+
+func configMap(name string, data map[string]any) map[string]any {
+	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}, "data": data}
+}
+
+func getCM(t *testing.T, e env, name string) (*corev1.ConfigMap, bool) {
+	t.Helper()
+	var cm corev1.ConfigMap
+	err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &cm)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cm, true
+}
+
+// TestOwnershipNeverAdopts: a user's ConfigMap whose name a guest emits is
+// neither overwritten, re-parented nor, once the guest stops emitting it,
+// deleted. The host records a ChildConflict Event naming the object and
+// its controller, counts it, and tells the guest in its next request; the
+// guest's status is written only once it has seen the conflict.
+func TestOwnershipNeverAdopts(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	user := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "taken"}, Data: map[string]string{"owner": "user"}}
+	if err := e.c.Create(ctx, user); err != nil {
+		t.Fatal(err)
+	}
+	reg := startClaim(t, e)
+	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{
+		"status":   map[string]any{"phase": "one"},
+		"children": []any{configMap("taken", map[string]any{"owner": "module"}), configMap("free", map[string]any{"k": "v"})},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitEvent(t, e, "r", "ChildConflict", "ConfigMap "+e.ns+"/taken", "no controller")
+	t.Logf("Event: %s", msg)
+	status := waitPhase(t, e, "r", "one")
+	if got := fmt.Sprint(status["childFailures"]); got != "[ConfigMap/taken:Conflict]" {
+		t.Errorf("the first status written has childFailures %s; the guest must have seen the conflict before its status is written", got)
+	}
+	if _, ok := getCM(t, e, "free"); !ok {
+		t.Error("the other child was not created beside the conflict")
+	}
+	cm, _ := getCM(t, e, "taken")
+	if cm.Data["owner"] != "user" || len(cm.OwnerReferences) > 0 || cm.Labels["wasmreconcile.io/module"] != "" {
+		t.Errorf("the user's ConfigMap was adopted: data %v, owners %v, labels %v", cm.Data, cm.OwnerReferences, cm.Labels)
+	}
+	if v := gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "claim", "target": "child", "reason": "Conflict"}); v < 1 {
+		t.Errorf("wasmreconcile_apply_failures_total{reason=Conflict} = %v", v)
+	}
+
+	// The guest stops emitting both: its own child is pruned (a positive
+	// barrier: the prune ran), the user's is not.
+	setResponse(t, e, "r", map[string]any{"status": map[string]any{"phase": "two"}, "children": []any{}})
+	waitPhase(t, e, "r", "two")
+	testenv.Eventually(t, time.Minute, "the module's own child pruned", func() error {
+		if _, ok := getCM(t, e, "free"); ok {
+			return fmt.Errorf("ConfigMap free still exists")
+		}
+		return nil
+	})
+	cm, ok := getCM(t, e, "taken")
+	if !ok || cm.Data["owner"] != "user" {
+		t.Errorf("the user's ConfigMap was deleted or changed: %v", cm)
+	}
+}
+
+// TestOwnershipPrunesOnlyOwn: an object whose controller is the reconciled
+// object but which this module did not create (it lacks the module's
+// mark: made by a user, another module or another tool) is neither passed
+// to the guest as a child nor pruned.
+func TestOwnershipPrunesOnlyOwn(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startClaim(t, e)
+	r := responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "one"}, "children": []any{configMap("mine", nil)}})
+	if err := e.c.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, e, "r", "one")
+	mine, ok := getCM(t, e, "mine")
+	if !ok {
+		t.Fatal("child not created")
+	}
+	if mine.Labels["wasmreconcile.io/module"] != "claim" || len(mine.OwnerReferences) != 1 {
+		t.Fatalf("child lacks the mark or the owner: %v %v", mine.Labels, mine.OwnerReferences)
+	}
+	// Managed by apply: a field the guest drops is removed.
+	for _, f := range mine.ManagedFields {
+		if f.Manager == "claim" && f.Operation != metav1.ManagedFieldsOperationApply {
+			t.Errorf("the create's field ownership was not made apply ownership: %+v", f)
+		}
+	}
+	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "foreign",
+		OwnerReferences: []metav1.OwnerReference{*mine.OwnerReferences[0].DeepCopy()}}}
+	if err := e.c.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	setResponse(t, e, "r", map[string]any{"status": map[string]any{"phase": "two"}, "children": []any{}})
+	waitPhase(t, e, "r", "two")
+	testenv.Eventually(t, time.Minute, "the module's own child pruned", func() error {
+		if _, ok := getCM(t, e, "mine"); ok {
+			return fmt.Errorf("ConfigMap mine still exists")
+		}
+		return nil
+	})
+	if _, ok := getCM(t, e, "foreign"); !ok {
+		t.Error("an object controlled by the owner but not made by the module was pruned")
+	}
+}
+
+// TestChildrenAbsentLeavesThemAlone: a response without children (status
+// only, {}, or children: null) leaves the children as they are; an empty
+// list deletes them.
+func TestChildrenAbsentLeavesThemAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	startClaim(t, e)
+	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "one"}, "children": []any{configMap("c", nil)}})); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, e, "r", "one")
+	if _, ok := getCM(t, e, "c"); !ok {
+		t.Fatal("child not created")
+	}
+	for i, resp := range []map[string]any{
+		{"status": map[string]any{"phase": "status-only"}},
+		{"status": map[string]any{"phase": "null"}, "children": nil},
+	} {
+		setResponse(t, e, "r", resp)
+		waitPhase(t, e, "r", resp["status"].(map[string]any)["phase"].(string))
+		if _, ok := getCM(t, e, "c"); !ok {
+			t.Fatalf("response %d (%v) deleted the children", i, resp)
+		}
+	}
+	setResponse(t, e, "r", map[string]any{"status": map[string]any{"phase": "empty"}, "children": []any{}})
+	waitPhase(t, e, "r", "empty")
+	testenv.Eventually(t, time.Minute, "children: [] deletes the child", func() error {
+		if _, ok := getCM(t, e, "c"); ok {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}
+
+// TestApplyFailureIsLoud: a child the API server refuses gives a Warning
+// Event with the API server's message, a metric, and the failure in the
+// guest's next request; the status the guest wrote without knowing of it
+// (Ready) is never written.
+func TestApplyFailureIsLoud(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	reg := startClaim(t, e)
+	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{
+		"status":   map[string]any{"phase": "Ready"},
+		"children": []any{configMap("bad", map[string]any{"not a valid key!": "v"}), configMap("good", nil)},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitEvent(t, e, "r", "InvalidResponse", "ConfigMap "+e.ns+"/bad", "valid config key")
+	t.Logf("Event: %s", msg)
+	status := waitPhase(t, e, "r", "Ready")
+	if got := fmt.Sprint(status["childFailures"]); got != "[ConfigMap/bad:Invalid]" {
+		t.Errorf("the status was written with childFailures %s: a status computed without knowing of the refused child was written", got)
+	}
+	if _, ok := getCM(t, e, "good"); !ok {
+		t.Error("the valid child was not written beside the refused one")
+	}
+	if v := gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "claim", "target": "child", "reason": "Invalid"}); v < 1 {
+		t.Errorf("wasmreconcile_apply_failures_total{target=child,reason=Invalid} = %v", v)
+	}
+}
+
+// TestImpossibleDeclarationsRefused: modules whose declarations no
+// reconcile could honour are refused at load with errors that say why: a
+// second module for a kind already reconciled, a module owning its own
+// kind, and a namespaced kind owning a cluster-scoped one (asked of the
+// API server's REST mapper, not a list of names).
+func TestImpossibleDeclarationsRefused(t *testing.T) {
+	e := newEnv(t)
+	op, err := operator.New(e.cfg, e.operatorOptions(), operator.Options{
+		Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
+		Modules: []string{claimFile(t, ""), claimFile(t, "second"), claimFile(t, "self"), claimFile(t, "cluster"),
+			testwasm.BuildFile(t, "./internal/testguests/respond")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close(context.Background())
+	if names := op.Names(); len(names) != 1 || names[0] != "claim" {
+		t.Errorf("modules running: %v, want only claim", names)
+	}
+	var all []string
+	for _, err := range op.LoadErrors() {
+		all = append(all, err.Error())
+	}
+	joined := strings.Join(all, "\n")
+	t.Logf("load errors:\n%s", joined)
+	for _, want := range []string{
+		"Responder.test.wasmreconcile.io is already reconciled by module claim",
+		"owns[2] is the reconciled kind Responder itself",
+		"owns[2] is ClusterRole.rbac.authorization.k8s.io, a cluster-scoped kind, but the reconciled kind Responder is namespaced",
+		"owns[1] is ClusterRoleBinding.rbac.authorization.k8s.io, a cluster-scoped kind",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("no load error says %q", want)
+		}
+	}
+}
