@@ -167,6 +167,8 @@ Flags:
 	registerEventBudget(fs, &opts.Events)
 	var ceilings ceilingFlags
 	ceilings.register(fs)
+	var sources sourceFlags
+	sources.register(fs)
 	zapOpts.BindFlags(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")
@@ -191,6 +193,9 @@ Flags:
 	}
 	var err error
 	if opts.Ceilings, err = ceilings.ceilings(); err != nil {
+		return err
+	}
+	if err := sources.apply(&opts); err != nil {
 		return err
 	}
 	for _, mc := range moduleConfigs {

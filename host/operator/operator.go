@@ -78,8 +78,28 @@ type Options struct {
 	// ModuleStatusInterval is how often a ReconcileModule's status
 	// statistics are refreshed. Defaults to 30 s.
 	ModuleStatusInterval time.Duration
-	// ModuleHTTPClient fetches url sources. Defaults to http.DefaultClient.
+	// ModuleHTTPClient fetches url sources. Defaults to a client that
+	// enforces the whole URL policy below (source.NewHTTPClient), checking
+	// each address as it dials. A client of your own keeps its Transport:
+	// ModuleURLAllowedHosts, the redirect rules and the error texts still
+	// apply, but ModuleURLAllowPrivate only if its Transport comes from
+	// source.NewTransport (docs/sources.md).
 	ModuleHTTPClient *http.Client
+	// ModuleURLAllowedHosts are the hosts url sources may fetch from:
+	// names, "*.example.com" for any name under a domain, or IP addresses
+	// (source.URLPolicy.AllowedHosts). Defaults to none: any host whose
+	// addresses are public.
+	ModuleURLAllowedHosts []string
+	// ModuleURLAllowPrivate lets url sources reach loopback, private and
+	// other non-public addresses; link-local (cloud metadata), multicast
+	// and unspecified addresses stay refused. Defaults to false.
+	ModuleURLAllowPrivate bool
+	// ModuleSourceNamespaces are the namespaces whose ConfigMaps and
+	// Secrets a ReconcileModule's source may name; "*" is any. A source in
+	// another namespace is refused (reason SourceRefused) and not read.
+	// Defaults to the namespace the operator runs in (its service
+	// account's, in-cluster), else "default".
+	ModuleSourceNamespaces []string
 
 	// KeepVersions is how many versions of each module stay compiled, so
 	// that rolling back to one is instant. Defaults to 3.
@@ -351,6 +371,8 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		if err := modulecontroller.Setup(mgr, h.supervisor, modulecontroller.Options{
 			MaxModuleBytes: opts.MaxModuleBytes, FetchTimeout: opts.ModuleFetchTimeout,
 			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient,
+			URLPolicy:        source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate},
+			SourceNamespaces: opts.ModuleSourceNamespaces,
 		}); err != nil {
 			return fail(err)
 		}

@@ -7,6 +7,13 @@
 // Every Fetcher caps what it reads (Options.MaxBytes) and accepts raw or
 // gzip'd wasm, decompressed under the same cap. Pinning (sha256) is checked
 // by the caller on what Fetch returns, in one place for every source.
+//
+// What a source may reach is a policy (docs/sources.md): URL sources follow
+// a URLPolicy (allowed hosts, public addresses only unless AllowPrivate,
+// checked on the address dialed; redirects within one scheme and host), and
+// ConfigMap and Secret sources read only Options.Namespaces. A refusal is a
+// *URLRefusedError or a *NamespaceRefusedError; no error quotes what a
+// server sent.
 package source
 
 import (
@@ -18,6 +25,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +47,16 @@ type Options struct {
 	// MaxBytes caps a module's size, compressed and uncompressed.
 	// Defaults to DefaultMaxBytes.
 	MaxBytes int64
+	// URL is the policy of URL sources: which hosts, addresses and
+	// redirects they may reach. Defaults to the zero URLPolicy: any host
+	// with public addresses, redirects within the same scheme and host.
+	URL URLPolicy
+	// Namespaces are the namespaces ConfigMap and Secret sources may read;
+	// "*" is any. A source naming another namespace fails with a
+	// *NamespaceRefusedError before anything is read. Defaults to nil: any
+	// namespace (the caller chose it). The operator always sets it
+	// (--module-source-namespaces, by default its own namespace).
+	Namespaces []string
 }
 
 // DefaultMaxBytes is the default cap of a module's size: 64 MiB.
@@ -111,6 +129,9 @@ func (k keyRef) String() string {
 }
 
 func (k keyRef) Fetch(ctx context.Context) ([]byte, error) {
+	if !namespaceAllowed(k.opts.Namespaces, k.namespace) {
+		return nil, &NamespaceRefusedError{Kind: k.what(), Namespace: k.namespace, Allowed: k.opts.Namespaces}
+	}
 	var b []byte
 	var ok bool
 	if k.secret {
@@ -140,12 +161,13 @@ func (k keyRef) Fetch(ctx context.Context) ([]byte, error) {
 	return decode(bytes.NewReader(b), k.opts.maxBytes())
 }
 
-// URL fetches a module over http(s) with client (http.DefaultClient when
-// nil), under timeout (DefaultURLTimeout when zero).
+// URL fetches a module over http(s), under opts.URL's policy (see
+// URLPolicy) and timeout (DefaultURLTimeout when zero). With a nil client it
+// uses NewHTTPClient(opts.URL), which enforces the whole policy. A client
+// of the caller's keeps its Transport: the host allowlist and the redirect
+// rules still apply, but the address rules only if that Transport is one of
+// NewTransport's. Errors never quote what the server sent.
 func URL(c *http.Client, url string, timeout time.Duration, opts Options) Fetcher {
-	if c == nil {
-		c = http.DefaultClient
-	}
 	if timeout <= 0 {
 		timeout = DefaultURLTimeout
 	}
@@ -155,31 +177,41 @@ func URL(c *http.Client, url string, timeout time.Duration, opts Options) Fetche
 // DefaultURLTimeout bounds fetching a URL source when no timeout is given.
 const DefaultURLTimeout = 30 * time.Second
 
-type urlSource struct {
-	c       *http.Client
-	url     string
-	timeout time.Duration
-	opts    Options
+func namespaceAllowed(allowed []string, ns string) bool {
+	if allowed == nil {
+		return true
+	}
+	for _, a := range allowed {
+		if a == "*" || a == ns {
+			return true
+		}
+	}
+	return false
 }
 
-func (u urlSource) String() string { return u.url }
+// NamespaceRefusedError is a ConfigMap or Secret source in a namespace the
+// operator may not read module sources from. Nothing was read.
+type NamespaceRefusedError struct {
+	Kind      string // "ConfigMap" or "Secret"
+	Namespace string
+	Allowed   []string
+}
 
-func (u urlSource) Fetch(ctx context.Context) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, u.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.url, nil)
-	if err != nil {
-		return nil, err
+func (e *NamespaceRefusedError) Error() string {
+	from := "no namespace"
+	switch len(e.Allowed) {
+	case 0:
+	case 1:
+		from = fmt.Sprintf("namespace %q", e.Allowed[0])
+	default:
+		q := make([]string, len(e.Allowed))
+		for i, a := range e.Allowed {
+			q[i] = fmt.Sprintf("%q", a)
+		}
+		from = "namespaces " + strings.Join(q, ", ")
 	}
-	resp, err := u.c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("HTTP %s", resp.Status)
-	}
-	return decode(resp.Body, u.opts.maxBytes())
+	return fmt.Sprintf("source namespace %q is not allowed: the operator reads module ConfigMaps and Secrets only from %s; "+
+		"move the %s there, or add %q to --module-source-namespaces", e.Namespace, from, e.Kind, e.Namespace)
 }
 
 // Bytes serves bytes already in memory, described as desc; for tests and

@@ -11,11 +11,13 @@
 package modulecontroller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -57,6 +59,7 @@ const (
 	ReasonPaused         = "Paused"
 	ReasonFetching       = "Fetching"
 	ReasonFetchFailed    = "FetchFailed"
+	ReasonSourceRefused  = "SourceRefused" // the operator's source policy refused the source (docs/sources.md)
 	ReasonDigestMismatch = "DigestMismatch"
 	ReasonInvalidModule  = "InvalidModule"
 	ReasonNameMismatch   = "NameMismatch"  // the manifest names the module differently
@@ -78,8 +81,19 @@ type Options struct {
 	// StatusInterval is how often a serving module's statistics are
 	// refreshed in its status. Defaults to 30 s.
 	StatusInterval time.Duration
-	// HTTPClient fetches url sources. Defaults to http.DefaultClient.
+	// HTTPClient fetches url sources. Defaults to
+	// source.NewHTTPClient(URLPolicy), which checks every address it dials.
+	// A client of the caller's keeps its Transport: URLPolicy's hosts and
+	// redirect rules still apply, its address rules only through a
+	// Transport of source.NewTransport.
 	HTTPClient *http.Client
+	// URLPolicy is what url sources may reach. Defaults to the zero policy:
+	// any host with public addresses (source.URLPolicy).
+	URLPolicy source.URLPolicy
+	// SourceNamespaces are the namespaces configMap and secret sources may
+	// name; "*" is any. Defaults to the namespace the operator runs in (its
+	// service account's, in-cluster), else "default".
+	SourceNamespaces []string
 }
 
 func (o Options) withDefaults() Options {
@@ -93,9 +107,21 @@ func (o Options) withDefaults() Options {
 		o.StatusInterval = 30 * time.Second
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = http.DefaultClient
+		o.HTTPClient = source.NewHTTPClient(o.URLPolicy)
+	}
+	if len(o.SourceNamespaces) == 0 {
+		o.SourceNamespaces = []string{OperatorNamespace()}
 	}
 	return o
+}
+
+// OperatorNamespace is the namespace the operator runs in: its service
+// account's, in-cluster, else "default".
+func OperatorNamespace() string {
+	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(bytes.TrimSpace(ns)) > 0 {
+		return string(bytes.TrimSpace(ns))
+	}
+	return "default"
 }
 
 // Controller reconciles ReconcileModules.
@@ -133,12 +159,22 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 	if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 		return fmt.Errorf("the ReconcileModule CRD is not installed (%w); apply config/crd, or run without ReconcileModules (--reconcile-modules=false)", err)
 	}
+	if err := opts.URLPolicy.Validate(); err != nil {
+		return err
+	}
 	c := &Controller{
 		client: mgr.GetClient(), reader: mgr.GetAPIReader(), supervisor: sup,
 		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(),
 		applied: map[string]applied{}, failedGen: map[string]applied{}, written: map[string]writtenStatus{},
 		objects: map[string]*v1alpha1.ReconcileModule{},
 	}
+	hosts := any("any")
+	if len(c.opts.URLPolicy.AllowedHosts) > 0 {
+		hosts = c.opts.URLPolicy.AllowedHosts
+	}
+	mgr.GetLogger().WithName("reconcilemodule").Info("module source policy (docs/sources.md)",
+		"sourceNamespaces", c.opts.SourceNamespaces, "urlAllowedHosts", hosts, "urlAllowPrivate", c.opts.URLPolicy.AllowPrivate,
+		"customHTTPClient", opts.HTTPClient != nil)
 	c.leader = func() bool {
 		select {
 		case <-mgr.Elected():
@@ -296,13 +332,17 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 		return served, "", nil
 	}
 	var (
-		fetch    *supervisor.FetchError
-		mismatch *supervisor.DigestMismatchError
-		named    *supervisor.NameMismatchError
-		conflict *supervisor.NameConflictError
-		kinds    *KindsMismatchError
+		urlRefused *source.URLRefusedError
+		nsRefused  *source.NamespaceRefusedError
+		fetch      *supervisor.FetchError
+		mismatch   *supervisor.DigestMismatchError
+		named      *supervisor.NameMismatchError
+		conflict   *supervisor.NameConflictError
+		kinds      *KindsMismatchError
 	)
 	switch {
+	case errors.As(err, &urlRefused), errors.As(err, &nsRefused):
+		return served, ReasonSourceRefused, err
 	case errors.As(err, &fetch):
 		return served, ReasonFetchFailed, err
 	case errors.As(err, &conflict):
@@ -319,7 +359,7 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 
 // fetcher is the Fetcher of a source; the schema admits exactly one.
 func (c *Controller) fetcher(src v1alpha1.Source) (source.Fetcher, error) {
-	opts := source.Options{MaxBytes: c.opts.MaxModuleBytes}
+	opts := source.Options{MaxBytes: c.opts.MaxModuleBytes, URL: c.opts.URLPolicy, Namespaces: c.opts.SourceNamespaces}
 	switch {
 	case src.File != "":
 		return source.File(src.File, opts), nil
