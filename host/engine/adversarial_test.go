@@ -59,7 +59,9 @@ func adversarialCache() engine.CacheReader {
 	}
 	man := abi.Manifest{Name: "adv", For: abi.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Gadget"},
 		Reads: []abi.GroupVersionKind{{Version: "v1", Kind: "ConfigMap"}}}
-	return cacheread.New(man, cacheread.MemoryBackend{Objects: objs})
+	// Every namespace is in scope: these guests test what reads cost, not
+	// what they may see.
+	return cacheread.New(man, cacheread.MemoryBackend{Objects: objs}, cacheread.Options{Namespaces: []string{"*"}}).For("default")
 }
 
 // runAdversarial loads one guest and, unless it must be refused at load,

@@ -115,7 +115,10 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	e := newEnv(t)
 	mo := e.operatorOptions()
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, mo, operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second, Registerer: reg})
+	op := start(t, e.cfg, mo, operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second, Registerer: reg,
+		// Its ConfigMap source is in the test's namespace, and its URL
+		// source on loopback: allow both (docs/sources.md).
+		ModuleSourceNamespaces: []string{e.ns}, ModuleURLAllowPrivate: true})
 	ctx := context.Background()
 	v1, v2 := testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "2")
 
