@@ -144,14 +144,14 @@ func (r *Reader) read(ctx context.Context, own string, request []byte) (abi.Cach
 	}
 	gvk := gv.WithKind(req.Kind)
 	if !r.allowed[gvk] {
-		return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not read %s: it is not in the manifest's for, owns or reads; declare it in manifest.reads", r.module, gvk))
+		return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not read %s: it is not in the manifest's for, owns or reads; declare it in manifest.reads", r.module, kindName(gvk)))
 	}
 	if why := r.inScope(gvk, req.Namespace, own); why != "" {
-		return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not read %s: %s", r.module, gvk, why))
+		return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not read %s: %s", r.module, kindName(gvk), why))
 	}
 	if r.opts.Authorize != nil && (req.Op == "get" || req.Op == "list") {
 		if err := r.opts.Authorize(ctx, req.Op, gvk, req.Namespace); err != nil {
-			return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not %s %s: %v", r.module, req.Op, gvk, err))
+			return abi.CacheForbidden, []byte(fmt.Sprintf("module[%s] may not %s %s: %v", r.module, req.Op, kindName(gvk), err))
 		}
 	}
 	switch req.Op {
@@ -197,6 +197,12 @@ func (r *Reader) read(ctx context.Context, own string, request []byte) (abi.Cach
 		return abi.CacheOK, append(out, ']')
 	}
 	return abi.CacheBadRequest, []byte(fmt.Sprintf("unknown op %q; want get or list", req.Op))
+}
+
+// kindName names a kind in messages as a request names it: "v1 Secret",
+// "apps/v1 Deployment".
+func kindName(gvk schema.GroupVersionKind) string {
+	return gvk.GroupVersion().String() + " " + gvk.Kind
 }
 
 func encode(v any) (abi.CacheStatus, []byte) {
