@@ -35,6 +35,7 @@ type limitFlags struct {
 	response protocol.Limits
 	guest    guestLimitFlags
 	ceilings ceilingFlags
+	reads    offlineReadNamespaces
 }
 
 // options returns the offline options: the scopes of the kinds in --crds.
@@ -45,17 +46,22 @@ func (l *limitFlags) options() (offline.Options, error) {
 	if err := l.guest.apply(&engine.Limits{}); err != nil {
 		return offline.Options{}, err
 	}
+	reads, err := splitNamespaces(l.reads.list)
+	if err != nil {
+		return offline.Options{}, fmt.Errorf("--read-namespaces: %w", err)
+	}
 	if l.crds == "" {
-		return offline.Options{Limits: l.response}, nil
+		return offline.Options{Limits: l.response, ReadNamespaces: reads}, nil
 	}
 	objs, err := offline.ReadObjectDir(l.crds)
 	if err != nil {
 		return offline.Options{}, fmt.Errorf("--crds: %w", err)
 	}
-	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, protocol.CRDScopes(objs)), Limits: l.response}, nil
+	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, protocol.CRDScopes(objs)), Limits: l.response, ReadNamespaces: reads}, nil
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
+	l.reads.register(fs)
 	fs.Uint64Var(&l.fuel, "fuel", 0, fmt.Sprintf("fuel budget of the call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
 	fs.DurationVar(&l.timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of the call (default: the module's manifest, else %s)", engine.DefaultTimeout))
 	fs.StringVar(&l.memory, "memory-limit", "", "guest memory cap, as a Kubernetes quantity such as 64Mi (default: the module's manifest, else 128Mi)")
@@ -115,6 +121,17 @@ func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, fun
 	if err != nil {
 		eng.Close(ctx)
 		return nil, nil, err
+	}
+	// As the operator refuses it at load: a namespaced kind owning a
+	// cluster-scoped one (known from the built-in kinds and --crds).
+	opts, err := l.options()
+	if err == nil {
+		err = protocol.CheckOwnership(m.Manifest(), opts.Scopes)
+	}
+	if err != nil {
+		m.Close(ctx)
+		eng.Close(ctx)
+		return nil, nil, &engine.InvalidModuleError{Module: m.Name(), Reason: "manifest: " + err.Error(), Hint: "fix the module's manifest (docs/abi.md, \"Manifest\")"}
 	}
 	return m, func() { m.Close(ctx); eng.Close(ctx) }, nil
 }

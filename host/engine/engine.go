@@ -314,7 +314,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		return nil, invalid("manifest is not valid JSON", err)
 	}
 	if err := validateManifest(man); err != nil {
-		return nil, invalid("manifest: "+err.Error(), nil)
+		return nil, &InvalidModuleError{Module: source, Reason: "manifest: " + err.Error(), Hint: "fix the module's manifest (docs/abi.md, \"Manifest\")"}
 	}
 	m.manifest, m.name = man, man.Name
 	ok = true

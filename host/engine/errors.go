@@ -19,12 +19,17 @@ type InvalidModuleError struct {
 	Module string // name or source of the module; may be a file path before the manifest is read
 	Reason string
 	Err    error // underlying cause, if any
+	// Hint says what to do; defaults to rebuilding against guest-sdk.
+	Hint string
 }
 
 func (e *InvalidModuleError) Error() string {
 	msg := fmt.Sprintf("module[%s] invalid: %s", e.Module, e.Reason)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
+	}
+	if e.Hint != "" {
+		return msg + "; " + e.Hint
 	}
 	return msg + "; rebuild it against guest-sdk (see docs/abi.md)"
 }
