@@ -163,6 +163,8 @@ EXPORT("wr_reconcile") uint64_t wr_reconcile(const char *ptr, uint32_t len) {
     l = st == 0 ? jparse(res, n) : NULL;
     sb_lit(&out, ",\"listedAll\":"); sb_int(&out, l ? (long long)l->n : 0);
     sb_lit(&out, st == 0 ? ",\"listAllErr\":\"\"" : ",\"listAllErr\":\"error\"");
+    st = cache_read("get", "other-ns", "elsewhere", NULL, "Secret", &res, &n);
+    sb_lit(&out, st == 2 ? ",\"otherNamespaceForbidden\":true" : ",\"otherNamespaceForbidden\":false");
     st = cache_read("get", ns, "p", NULL, "Pod", &res, &n);
     sb_lit(&out, st == 2 ? ",\"podForbidden\":true" : ",\"podForbidden\":false");
     st = cache_read("list", ns, NULL, "tier in (", "Secret", &res, &n);

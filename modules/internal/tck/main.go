@@ -9,7 +9,9 @@
 //	            config, and the counts and names of children and related objects
 //	log         logs one line at each level (debug, info, warn, error)
 //	read        cache reads: get found, get missing, list with a selector,
-//	            a list across namespaces, an undeclared kind, a bad selector
+//	            a list across namespaces and a get in another namespace (both
+//	            outside the default read scope), an undeclared kind, a bad
+//	            selector
 //	readbig     lists spec.count ConfigMaps of about 1 KiB each (more than the
 //	            SDK's first 64 KiB buffer), to prove the buffer grows
 //	children    desired children of both owned kinds, two events and a requeue
@@ -111,6 +113,8 @@ func reconcile(req *guest.Request) *guest.Response {
 		st["listed"], st["listErr"] = len(list), errString(err)
 		all, err := guest.List("v1", "Secret", "", "")
 		st["listedAll"], st["listAllErr"] = len(all), errString(err)
+		_, _, err = guest.Get("v1", "Secret", "other-ns", "elsewhere")
+		st["otherNamespaceForbidden"] = errors.Is(err, guest.ErrForbidden)
 		_, _, err = guest.Get("v1", "Pod", ns, "p")
 		st["podForbidden"] = errors.Is(err, guest.ErrForbidden)
 		_, err = guest.List("v1", "Secret", ns, "tier in (")
