@@ -30,9 +30,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -69,7 +71,20 @@ const (
 	ReasonWithinCeilings = "WithinCeilings"
 	ReasonSyncFailed     = supervisor.ReasonSyncFailed
 	ReasonCacheStale     = supervisor.ReasonCacheStale
+
+	// ConditionDraining is True while a deleted ReconcileModule waits for
+	// its module's finalizer to be removed from the module's objects; its
+	// message counts the objects still holding it.
+	ConditionDraining = "Draining"
+	ReasonDraining    = "Draining"
+	ReasonDeleting    = "Deleting"
 )
+
+// DrainFinalizer is the finalizer of a ReconcileModule whose module
+// declares a finalizer: the ReconcileModule stays until the module's
+// finalizer is removed from every object of its kind, so that deleting it
+// leaves no object stuck terminating.
+const DrainFinalizer = "wasmreconcile.io/drain"
 
 // Options configure the controller. Zero fields take the stated defaults.
 type Options struct {
@@ -219,6 +234,9 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	if !obj.DeletionTimestamp.IsZero() {
+		return c.finalize(ctx, obj)
+	}
 	c.mu.Lock()
 	c.objects[obj.Name] = obj.DeepCopy()
 	c.mu.Unlock()
@@ -282,7 +300,88 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := c.writeStatus(ctx, obj, status); err != nil {
 		return ctrl.Result{}, err
 	}
+	if st, ok := c.supervisor.Status(obj.Name); ok && st.Loaded.Manifest.Finalizer && c.leader() && !controllerutil.ContainsFinalizer(obj, DrainFinalizer) {
+		if err := c.patchFinalizer(ctx, obj, true); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	return ctrl.Result{RequeueAfter: c.opts.StatusInterval}, nil
+}
+
+// finalize handles a ReconcileModule being deleted: its module is removed
+// at once and, while the supervisor drains the module's finalizer from the
+// module's objects, the Draining condition counts the objects still
+// holding it; once drained, DrainFinalizer is removed and the object goes.
+func (c *Controller) finalize(ctx context.Context, obj *v1alpha1.ReconcileModule) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	if c.supervisor.Remove(obj.Name) {
+		logger.Info("ReconcileModule deleted; module stopped", "module", obj.Name)
+	}
+	c.mu.Lock()
+	delete(c.objects, obj.Name) // no health Events on an object being deleted
+	c.mu.Unlock()
+	delete(c.applied, obj.Name)
+	delete(c.failedGen, obj.Name)
+	if !controllerutil.ContainsFinalizer(obj, DrainFinalizer) {
+		return ctrl.Result{}, nil // nothing to wait for: it goes once other finalizers do
+	}
+	if d, ok := c.supervisor.Draining(obj.Name); ok {
+		msg := fmt.Sprintf("removing finalizer %s from the module's %s objects: counting", d.Finalizer, d.Kind.Kind)
+		if d.Remaining >= 0 {
+			msg = fmt.Sprintf("removing finalizer %s from the module's %s objects: %d still hold it (%d released)", d.Finalizer, d.Kind.Kind, d.Remaining, d.Released)
+		}
+		status := c.statusOf(obj)
+		setCondition(&status, obj, ConditionDraining, metav1.ConditionTrue, ReasonDraining, msg)
+		setCondition(&status, obj, ConditionReady, metav1.ConditionFalse, ReasonDeleting, "the ReconcileModule is being deleted: the module is stopped")
+		if err := c.writeStatus(ctx, obj, status); err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if !c.leader() {
+		return ctrl.Result{}, nil
+	}
+	if err := c.patchFinalizer(ctx, obj, false); err != nil {
+		return ctrl.Result{}, err
+	}
+	delete(c.written, obj.Name)
+	logger.Info("module finalizer drained; ReconcileModule released", "module", obj.Name)
+	return ctrl.Result{}, nil
+}
+
+// patchFinalizer adds or removes DrainFinalizer on obj, with optimistic
+// locking so that no other finalizer is lost; a conflict (our own status
+// writes make the cached object stale) is retried from the live object.
+func (c *Controller) patchFinalizer(ctx context.Context, obj *v1alpha1.ReconcileModule, add bool) error {
+	cur := obj.DeepCopy()
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if !first {
+			cur = &v1alpha1.ReconcileModule{}
+			if err := c.reader.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+				return err
+			}
+			if cur.UID != obj.UID {
+				return nil // deleted and created again: not ours to change
+			}
+		}
+		first = false
+		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		var changed bool
+		if add {
+			changed = controllerutil.AddFinalizer(cur, DrainFinalizer)
+		} else {
+			changed = controllerutil.RemoveFinalizer(cur, DrainFinalizer)
+		}
+		if !changed {
+			return nil
+		}
+		return c.client.Patch(ctx, cur, patch)
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("ReconcileModule %s: finalizer %s: %w", obj.Name, DrainFinalizer, err)
+	}
+	return nil
 }
 
 // loadResult is a successful load: the supervisor's report, and the limits the

@@ -278,7 +278,9 @@ type Supervisor struct {
 	modules map[string]*running
 	closed  bool
 
-	closing     context.Context // ends when Close is called: bounds background compiles
+	drains map[string][]*drain // finalizers of removed or replaced modules being drained, by module name
+
+	closing     context.Context // ends when Close is called: bounds background compiles and drains
 	closeCancel context.CancelFunc
 
 	// Every goroutine the supervisor starts is counted here and ends by
@@ -539,12 +541,20 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			return "", err
 		}
 		next.rec, next.spec = rec, spec
+		s.cancelDrainsFor(spec.Name, version.Module.Manifest())
 		if r != nil {
 			// The old controller stops; its running calls finish on the
 			// versions they hold. Its slot is closed so that its workers
 			// return at once.
+			stopped := r.stopped
 			s.stopController(r)
 			r.slot.Close()
+			// A finalizer the new version does not declare (for the same
+			// kind) is drained from the old kind's objects once the old
+			// controller has stopped.
+			if m := version.Module.Manifest(); !m.Finalizer || r.rec.Kind() != gvkOf(m.For) {
+				s.drainAfter(spec.Name, r.rec, stopped, nil)
+			}
 		}
 		s.modules[spec.Name] = next
 		if s.ctx != nil {
@@ -663,8 +673,10 @@ func (s *Supervisor) retire(v *versionslot.Version) {
 }
 
 // Remove stops module name's controller and closes its versions. Objects
-// keep their status and children; nothing is deleted. It reports whether
-// the module ran.
+// keep their status and children; nothing is deleted. The module's
+// finalizer, if it declares one, is then removed from every object of its
+// kind in the background (Draining), so that no deletion waits for a
+// module that is gone. It reports whether the module ran.
 func (s *Supervisor) Remove(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -672,12 +684,16 @@ func (s *Supervisor) Remove(name string) bool {
 	if !ok {
 		return false
 	}
+	stopped := r.stopped
 	s.stopController(r)
 	r.slot.Close()
 	for _, c := range r.versions {
 		s.retire(c.version)
 	}
 	delete(s.modules, name)
+	// Its finalizer, if it declares one, is drained from its objects (in
+	// the background, see Draining).
+	s.drainAfter(name, r.rec, stopped, nil)
 	s.opts.Log.Info("module removed", "module", name)
 	return true
 }

@@ -16,6 +16,8 @@
 //	"self"    name claim-self: owns Responder, its own kind (refused)
 //	"cluster" name claim-cluster: owns ClusterRole, cluster-scoped (refused)
 //	"fin"     name claim-fin: as "", with a finalizer
+//	"nofin"   name claim-fin: as "fin" without the finalizer, a new
+//	          version of claim-fin that drops it
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o claim.wasm .
 package main
@@ -50,6 +52,8 @@ func init() {
 	case "fin":
 		m.Name = "claim-fin"
 		m.Finalizer = true
+	case "nofin":
+		m.Name = "claim-fin"
 	default:
 		panic("claim: unknown Version " + Version)
 	}
