@@ -167,6 +167,8 @@ Flags:
 	registerEventBudget(fs, &opts.Events)
 	var ceilings ceilingFlags
 	ceilings.register(fs)
+	var identity identityFlags
+	identity.register(fs)
 	var sources sourceFlags
 	sources.register(fs)
 	zapOpts.BindFlags(fs)
@@ -193,6 +195,9 @@ Flags:
 	}
 	var err error
 	if opts.Ceilings, err = ceilings.ceilings(); err != nil {
+		return err
+	}
+	if err := identity.apply(&opts); err != nil {
 		return err
 	}
 	if err := sources.apply(&opts); err != nil {

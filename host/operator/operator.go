@@ -39,6 +39,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
@@ -100,6 +101,31 @@ type Options struct {
 	// Defaults to the namespace the operator runs in (its service
 	// account's, in-cluster), else "default".
 	ModuleSourceNamespaces []string
+
+	// DefaultServiceAccount, "namespace/name", is the identity of the
+	// modules that name none: files (Modules, ModuleDir), modules of
+	// Host.Apply without Module.ServiceAccount, and ReconcileModules
+	// without spec.serviceAccountName. A module's writes (children,
+	// status, finalizers) and its guest's Events impersonate its account,
+	// and what it reads (its objects, their children, the guest's cache
+	// reads) is authorized for the account; the host's own Warnings and
+	// the informers stay the operator's (docs/security.md). Defaults to
+	// "": the operator's own identity (single tenant).
+	DefaultServiceAccount string
+	// ServiceAccountNamespace is the namespace of a ReconcileModule's
+	// spec.serviceAccountName when its spec.serviceAccountNamespace is
+	// empty. Defaults to the operator's namespace: its service account's
+	// in-cluster, else "default".
+	ServiceAccountNamespace string
+	// AuthorizationTTL is how long an allowed answer of a
+	// SubjectAccessReview (may this account get or list this kind in this
+	// namespace?) is reused: a right revoked is still used for up to this
+	// long. Defaults to 1 minute.
+	AuthorizationTTL time.Duration
+	// AuthorizationDeniedTTL is how long a denied answer is reused: a
+	// right granted takes up to this long to be used. Defaults to 10
+	// seconds.
+	AuthorizationDeniedTTL time.Duration
 
 	// KeepVersions is how many versions of each module stay compiled, so
 	// that rolling back to one is instant. Defaults to 3.
@@ -236,6 +262,9 @@ type Module struct {
 	// Config is passed to the guest as Request.Config. Defaults to
 	// Options.ModuleConfig[Name].
 	Config map[string]any
+	// ServiceAccount, "namespace/name", is the module's identity.
+	// Defaults to Options.DefaultServiceAccount.
+	ServiceAccount string
 }
 
 // Host runs modules in a manager. Create it with Setup.
@@ -248,6 +277,7 @@ type Host struct {
 	loadErrors  []error
 	log         logr.Logger
 	maxBytes    int64
+	account     string // Options.DefaultServiceAccount
 
 	mu          sync.Mutex
 	fileModules map[string]string // path -> module name, for files applied
@@ -268,6 +298,19 @@ type Host struct {
 // Lists are paginated and verified only when mgr's cache was built with
 // informer.Informers (as New does); pass them as opts.Informers.
 func Setup(mgr manager.Manager, opts Options) (*Host, error) {
+	if opts.DefaultServiceAccount != "" {
+		if _, _, err := authz.ParseServiceAccount(opts.DefaultServiceAccount); err != nil {
+			return nil, fmt.Errorf("the default service account: %w", err)
+		}
+	}
+	if opts.ServiceAccountNamespace == "" {
+		opts.ServiceAccountNamespace = operatorNamespace()
+	}
+	identities, err := authz.NewIdentities(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper(),
+		authz.Options{AllowedTTL: opts.AuthorizationTTL, DeniedTTL: opts.AuthorizationDeniedTTL})
+	if err != nil {
+		return nil, err
+	}
 	log := ctrl.Log.WithName("wasmreconcile")
 	reg := opts.Registerer
 	if reg == nil {
@@ -287,7 +330,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the host's client: %w", err)
 	}
-	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes}
+	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes, account: opts.DefaultServiceAccount}
 	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings}); err != nil {
 		return nil, err
 	}
@@ -301,7 +344,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		lastEvent = opts.Informers.LastEvent
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
-		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter,
+		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig,
 		Storm: reconciler.StormOptions(opts.Storm), ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
@@ -371,6 +414,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		if err := modulecontroller.Setup(mgr, h.supervisor, modulecontroller.Options{
 			MaxModuleBytes: opts.MaxModuleBytes, FetchTimeout: opts.ModuleFetchTimeout,
 			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient,
+			DefaultServiceAccount: opts.DefaultServiceAccount, ServiceAccountNamespace: opts.ServiceAccountNamespace,
 			URLPolicy:        source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate},
 			SourceNamespaces: opts.ModuleSourceNamespaces,
 		}); err != nil {
@@ -403,7 +447,8 @@ func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	var clamped []string
 	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
 		Name: name, Source: source.File(path, source.Options{MaxBytes: h.maxBytes}), SHA256: pin, Owner: "the file " + path,
-		Check: func(m *engine.Module) error { clamped = m.Clamped(); return nil },
+		ServiceAccount: h.account,
+		Check:          func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})
 	if err != nil {
 		var fetch *supervisor.FetchError
@@ -431,9 +476,14 @@ func (h *Host) Apply(ctx context.Context, m Module) error {
 		return errors.New("operator: Module.Source is required")
 	}
 	var clamped []string
+	account := m.ServiceAccount
+	if account == "" {
+		account = h.account
+	}
 	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
 		Name: m.Name, Source: m.Source, SHA256: m.SHA256, Limits: m.Limits, Config: m.Config, Owner: "the program",
-		Check: func(m *engine.Module) error { clamped = m.Clamped(); return nil },
+		ServiceAccount: account,
+		Check:          func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})
 	if err == nil {
 		h.logClamped(loaded.Name, clamped)
@@ -554,10 +604,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 		mo.LeaderElectionID = "wasmreconcile-operator"
 	}
 	if mo.LeaderElectionNamespace == "" {
-		mo.LeaderElectionNamespace = "default"
-		if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			mo.LeaderElectionNamespace = strings.TrimSpace(string(ns))
-		}
+		mo.LeaderElectionNamespace = operatorNamespace()
 	}
 	optional := func(d time.Duration) *time.Duration {
 		if d <= 0 {
@@ -623,6 +670,29 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 		return nil, err
 	}
 	return &Operator{Host: h, mgr: mgr}, nil
+}
+
+// Defaults of Options.AuthorizationTTL and AuthorizationDeniedTTL.
+const (
+	DefaultAuthorizationTTL       = authz.DefaultAllowedTTL
+	DefaultAuthorizationDeniedTTL = authz.DefaultDeniedTTL
+)
+
+// ParseServiceAccount checks a ServiceAccount given as "namespace/name",
+// as Options.DefaultServiceAccount takes it, and returns its parts.
+func ParseServiceAccount(s string) (namespace, name string, err error) {
+	return authz.ParseServiceAccount(s)
+}
+
+// operatorNamespace is the namespace the operator runs in: its service
+// account's, in-cluster, else "default".
+func operatorNamespace() string {
+	if ns, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if ns := strings.TrimSpace(string(ns)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
 }
 
 // Manager is the underlying controller-runtime manager.

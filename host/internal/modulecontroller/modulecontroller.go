@@ -88,6 +88,14 @@ const DrainFinalizer = "wasmreconcile.io/drain"
 
 // Options configure the controller. Zero fields take the stated defaults.
 type Options struct {
+	// DefaultServiceAccount, "namespace/name", is the account of the
+	// modules whose spec.serviceAccountName is empty. Defaults to "": the
+	// operator's own identity.
+	DefaultServiceAccount string
+	// ServiceAccountNamespace is the namespace of spec.serviceAccountName
+	// when spec.serviceAccountNamespace is empty: the operator's. Defaults
+	// to "default".
+	ServiceAccountNamespace string
 	// MaxModuleBytes caps a module's size, compressed and uncompressed.
 	// Defaults to source.DefaultMaxBytes (64 MiB).
 	MaxModuleBytes int64
@@ -410,6 +418,10 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 	if spec.Limits.Timeout != nil {
 		timeout = spec.Limits.Timeout.Duration
 	}
+	account, err := c.serviceAccount(spec)
+	if err != nil {
+		return loadResult{}, ReasonInvalidModule, fmt.Errorf("module[%s]: %w", obj.Name, err)
+	}
 	name := obj.Name
 	var served loadResult // what Check saw of the version about to serve
 	l, err := c.supervisor.Apply(ctx, supervisor.Spec{
@@ -418,6 +430,7 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 		Config:                  cfg,
 		Paused:                  spec.Paused,
 		ReadNamespaces:          spec.ReadNamespaces,
+		ServiceAccount:          account,
 		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
 		RateLimit:               ratelimit.Options{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
 		Check: func(m *engine.Module) error {
@@ -454,6 +467,27 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 		return served, ReasonKindsMismatch, err
 	}
 	return served, ReasonInvalidModule, err
+}
+
+// serviceAccount is the account, "namespace/name", the module of spec
+// runs as: spec.serviceAccountName in spec.serviceAccountNamespace (by
+// default the operator's), else Options.DefaultServiceAccount ("" is the
+// operator's own identity).
+func (c *Controller) serviceAccount(spec v1alpha1.ReconcileModuleSpec) (string, error) {
+	if spec.ServiceAccountName == "" {
+		if spec.ServiceAccountNamespace != "" {
+			return "", fmt.Errorf("spec.serviceAccountNamespace is %q but spec.serviceAccountName is empty; name the account, or remove the namespace", spec.ServiceAccountNamespace)
+		}
+		return c.opts.DefaultServiceAccount, nil
+	}
+	ns := spec.ServiceAccountNamespace
+	if ns == "" {
+		ns = c.opts.ServiceAccountNamespace
+	}
+	if ns == "" {
+		ns = "default"
+	}
+	return ns + "/" + spec.ServiceAccountName, nil
 }
 
 // fetcher is the Fetcher of a source; the schema admits exactly one.

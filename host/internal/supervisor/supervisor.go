@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +44,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
@@ -60,6 +63,11 @@ type Options struct {
 	Client client.Client
 	// Engine loads modules. Required.
 	Engine *engine.Engine
+	// Identities gives the modules that name a Spec.ServiceAccount their
+	// account's identity: writes and Events impersonate it, cache reads
+	// are authorized for it. Defaults to identities of the Manager's
+	// config with authz's defaults, made when first needed.
+	Identities *authz.Identities
 	// Metrics receive the per-module metrics. Required.
 	Metrics *metrics.Metrics
 
@@ -302,6 +310,7 @@ type running struct {
 
 	cancel  context.CancelFunc // stops the controller; nil while it does not run
 	stopped chan struct{}      // closed when the controller's goroutine returns
+	events  *authz.Recorder    // posts as Spec.ServiceAccount; nil for the operator's identity
 
 	health health
 }
@@ -529,15 +538,24 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 		}
 		next.slot = versionslot.NewSlot(version)
 		next.paused.Store(spec.Paused)
-		rec, err := reconciler.New(reconciler.Options{
+		ropts := reconciler.Options{
 			Slot: next.slot, Client: s.opts.Client,
 			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, ResponseLimits: s.opts.ResponseLimits,
 			Events: s.opts.Events, ReadNamespaces: spec.ReadNamespaces,
-		})
+		}
+		if spec.ServiceAccount != "" {
+			if err := s.impersonate(&ropts, next, spec, version.Module.Manifest().For); err != nil {
+				return "", err
+			}
+		}
+		rec, err := reconciler.New(ropts)
 		if err != nil {
+			if next.events != nil {
+				next.events.Stop()
+			}
 			return "", err
 		}
 		next.rec, next.spec = rec, spec
@@ -546,6 +564,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			// The old controller stops; its running calls finish on the
 			// versions they hold. Its slot is closed so that its workers
 			// return at once.
+			s.releaseIdentity(r)
 			stopped := r.stopped
 			s.stopController(r)
 			r.slot.Close()
@@ -684,6 +703,7 @@ func (s *Supervisor) Remove(name string) bool {
 	if !ok {
 		return false
 	}
+	s.releaseIdentity(r)
 	stopped := r.stopped
 	s.stopController(r)
 	r.slot.Close()
@@ -708,6 +728,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	s.closed = true
 	var versions []*versionslot.Version
 	for name, r := range s.modules {
+		s.releaseIdentity(r)
 		s.stopController(r)
 		r.slot.Close()
 		for _, c := range r.versions {
@@ -781,6 +802,67 @@ func (s *Supervisor) startController(r *running) {
 		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
 			s.opts.Log.Error(err, "controller stopped", "module", r.spec.Name)
 		}
+	}()
+}
+
+// impersonate gives the reconciler of module spec, reconciling forKind,
+// the identity of spec.ServiceAccount: its writes, and the guest's Events,
+// impersonate the account; the object, its children and the guest's cache
+// reads are read only where the account may read (SubjectAccessReviews,
+// cached); the host's own Warnings stay the operator's, so that a refused
+// write is reported even when the account may not create Events. next
+// keeps the Event recorder, which releaseIdentity stops. s.mu is held.
+func (s *Supervisor) impersonate(opts *reconciler.Options, next *running, spec Spec, forKind abi.GroupVersionKind) error {
+	if s.opts.Identities == nil {
+		ids, err := authz.NewIdentities(s.opts.Manager.GetConfig(), s.opts.Manager.GetHTTPClient(), s.opts.Manager.GetScheme(),
+			s.opts.Manager.GetRESTMapper(), authz.Options{})
+		if err != nil {
+			return err
+		}
+		s.opts.Identities = ids
+	}
+	id, err := s.opts.Identities.Get(spec.ServiceAccount)
+	if err != nil {
+		return fmt.Errorf("module[%s]: %w", spec.Name, err)
+	}
+	host := opts.Recorder
+	opts.Client = id.Reader(opts.Client, spec.Name, schema.GroupVersionKind{Group: forKind.Group, Version: forKind.Version, Kind: forKind.Kind}, host)
+	opts.Writer, opts.Authorize = id.Writer(), id.Authorize
+	next.events = id.Recorder(spec.Name, "wasmreconcile/"+spec.Name, host, hostReason)
+	opts.Recorder = next.events
+	return nil
+}
+
+// hostReason tells the host's own Warnings (a reconcile's outcome, a
+// storm) from the guest's Events.
+func hostReason(eventtype, reason string) bool {
+	if eventtype != corev1.EventTypeWarning {
+		return false
+	}
+	if reason == reconciler.ReasonReconcileStorm {
+		return true
+	}
+	return slices.Contains(protocol.Kinds, protocol.Kind(reason))
+}
+
+// releaseIdentity stops r's impersonating Event recorder, if any, once
+// r's controller has stopped (its last reconciles may still record).
+// s.mu is held.
+func (s *Supervisor) releaseIdentity(r *running) {
+	events, stopped := r.events, r.stopped
+	if events == nil {
+		return
+	}
+	r.events = nil
+	if stopped == nil {
+		events.Stop()
+		return
+	}
+	s.goroutines.Add(1)
+	go func() {
+		defer s.goroutines.Done()
+		<-stopped
+		events.Stop()
 	}()
 }
 
