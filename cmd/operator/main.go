@@ -136,6 +136,7 @@ Flags:
 	fs.DurationVar(&opts.QuiescentAfter, "quiescent-after", time.Minute, "how long a converged module must write nothing to be reported quiescent (wasmreconcile_module_state)")
 	fs.DurationVar(&opts.SyncTimeout, "module-sync-timeout", 2*time.Minute, "how long a module's kind may take to sync before a SyncFailed Event")
 	fs.DurationVar(&opts.StaleAfter, "cache-stale-after", 10*time.Minute, "how long a module's kind may see no watch event or list before a CacheStale Event")
+	opts.ModuleReadNamespaces = registerModuleReadNamespaces(fs)
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
 	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))

@@ -153,6 +153,12 @@ type Options struct {
 	// name, as Request.Config; a ReconcileModule's spec.config takes its
 	// place. Defaults to none.
 	ModuleConfig map[string]map[string]any
+	// ModuleReadNamespaces are, by module name, the namespaces beyond the
+	// reconciled object's own whose objects the module's guest may read
+	// through cache_read ("*": every namespace); a ReconcileModule's
+	// spec.readNamespaces takes their place. Defaults to none: a guest
+	// reads its object's namespace, and cluster-scoped kinds.
+	ModuleReadNamespaces map[string][]string
 	// Storm configures reconcile-storm damping for every module.
 	Storm StormOptions
 	// Events is the budget of every module's guest Events (docs/abi.md,
@@ -345,7 +351,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
-		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig,
+		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
 		Storm: reconciler.StormOptions(opts.Storm), ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		LastEvent: lastEvent, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
@@ -628,7 +634,9 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("informer metrics: %w", err)
 	}
-	cacheOptions := cache.Options{NewInformer: informers.NewInformer}
+	// Guests never see managedFields, and nothing of the host reads them
+	// from the cache: strip them, often half of an object's memory.
+	cacheOptions := cache.Options{NewInformer: informers.NewInformer, DefaultTransform: cache.TransformStripManagedFields()}
 	if len(mo.Namespaces) > 0 {
 		cacheOptions.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range mo.Namespaces {

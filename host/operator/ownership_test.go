@@ -3,9 +3,12 @@ package operator_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -338,4 +342,130 @@ func TestImpossibleDeclarationsRefused(t *testing.T) {
 			t.Errorf("no load error says %q", want)
 		}
 	}
+}
+
+// TestReadsAreScoped: a guest reads objects of its object's namespace; a
+// read in another namespace is refused with what to grant, until the
+// operator grants that namespace (--module-read-namespaces; a
+// ReconcileModule's spec.readNamespaces).
+func TestReadsAreScoped(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	other := testenv.Namespace(t, e.c)
+	for _, ns := range []string{e.ns, other} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}, StringData: map[string]string{"k": "v"}}
+		if err := e.c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(ns string) map[string]any {
+		return map[string]any{"apiVersion": "v1", "kind": "Secret", "namespace": ns, "name": "s"}
+	}
+	run := func(t *testing.T, grant []string, phase string) {
+		mo := e.operatorOptions()
+		mo.Namespaces = []string{e.ns, other}
+		opts := operator.Options{Modules: []string{claimFile(t, "")}, Registerer: prometheus.NewRegistry()}
+		if grant != nil {
+			opts.ModuleReadNamespaces = map[string][]string{"claim": grant}
+		}
+		start(t, e.cfg, mo, opts) // stops when the subtest ends
+		for _, c := range []struct{ name, ns string }{{"own-" + phase, e.ns}, {"other-" + phase, other}} {
+			r := responder(e.ns, c.name, map[string]any{"status": map[string]any{"phase": phase}})
+			_ = unstructured.SetNestedField(r.Object, read(c.ns), "spec", "read")
+			if err := e.c.Create(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		own := waitPhase(t, e, "own-"+phase, phase)
+		if own["read"] != "found" {
+			t.Errorf("%s: reading a Secret of the object's own namespace: %v", phase, own["read"])
+		}
+		otherStatus := waitPhase(t, e, "other-"+phase, phase)
+		got, _ := otherStatus["read"].(string)
+		if grant == nil && !strings.Contains(got, "outside the module's read scope") {
+			t.Errorf("reading a Secret of another namespace without a grant: %q, want it refused", got)
+		}
+		if grant != nil && got != "found" {
+			t.Errorf("reading a Secret of a granted namespace: %q", got)
+		}
+		t.Logf("%s: other namespace: %s", phase, got)
+	}
+	t.Run("scoped", func(t *testing.T) { run(t, nil, "scoped") })
+	t.Run("granted", func(t *testing.T) { run(t, []string{other}, "granted") })
+}
+
+// watchCounter counts the watches open through a transport, by resource.
+type watchCounter struct {
+	mu   sync.Mutex
+	open map[string]int
+	next http.RoundTripper
+}
+
+func (w *watchCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Query().Get("watch") != "true" {
+		return w.next.RoundTrip(req)
+	}
+	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
+	resource := parts[len(parts)-1]
+	resp, err := w.next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	w.mu.Lock()
+	w.open[resource]++
+	w.mu.Unlock()
+	resp.Body = &watchBody{ReadCloser: resp.Body, done: func() {
+		w.mu.Lock()
+		w.open[resource]--
+		w.mu.Unlock()
+	}}
+	return resp, nil
+}
+
+func (w *watchCounter) count(resource string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.open[resource]
+}
+
+type watchBody struct {
+	io.ReadCloser
+	once sync.Once
+	done func()
+}
+
+func (b *watchBody) Close() error {
+	b.once.Do(b.done)
+	return b.ReadCloser.Close()
+}
+
+// TestRemovedModuleLeavesNoInformer: removing a module stops the watches
+// of its kinds (its own, owned and read kinds) that no other module uses.
+func TestRemovedModuleLeavesNoInformer(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	watches := &watchCounter{open: map[string]int{}}
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { watches.next = rt; return watches })
+	op := start(t, cfg, e.operatorOptions(), operator.Options{Modules: []string{claimFile(t, "")}, Registerer: prometheus.NewRegistry()})
+	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "one"}})); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, e, "r", "one")
+	for _, r := range []string{"responders", "configmaps", "secrets"} {
+		if watches.count(r) == 0 {
+			t.Fatalf("no watch of %s while the module runs", r)
+		}
+	}
+	if !op.Remove("claim") {
+		t.Fatal("Remove: the module did not run")
+	}
+	testenv.Eventually(t, time.Minute, "the removed module's watches closed", func() error {
+		for _, r := range []string{"responders", "configmaps", "secrets"} {
+			if n := watches.count(r); n != 0 {
+				return fmt.Errorf("%d watches of %s still open", n, r)
+			}
+		}
+		return nil
+	})
 }

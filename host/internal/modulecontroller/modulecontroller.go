@@ -67,6 +67,7 @@ const (
 	ReasonNameMismatch   = "NameMismatch"  // the manifest names the module differently
 	ReasonKindsMismatch  = "KindsMismatch" // spec.for, owns or reads disagree with the manifest
 	ReasonNameConflict   = "NameConflict"  // a file module of the same name runs
+	ReasonKindConflict   = "KindConflict"  // another module already reconciles spec.for's kind
 	ReasonLimitsClamped  = "LimitsClamped" // a limit was lowered to an operator ceiling
 	ReasonWithinCeilings = "WithinCeilings"
 	ReasonSyncFailed     = supervisor.ReasonSyncFailed
@@ -450,6 +451,7 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 		mismatch   *supervisor.DigestMismatchError
 		named      *supervisor.NameMismatchError
 		conflict   *supervisor.NameConflictError
+		kindTaken  *supervisor.KindConflictError
 		kinds      *KindsMismatchError
 	)
 	switch {
@@ -459,6 +461,8 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 		return served, ReasonFetchFailed, err
 	case errors.As(err, &conflict):
 		return served, ReasonNameConflict, err
+	case errors.As(err, &kindTaken):
+		return served, ReasonKindConflict, err
 	case errors.As(err, &mismatch):
 		return served, ReasonDigestMismatch, err
 	case errors.As(err, &named):

@@ -37,6 +37,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,6 +101,10 @@ type Options struct {
 	// ModuleConfig is the config of modules whose Spec carries none, by
 	// module name. Defaults to none.
 	ModuleConfig map[string]map[string]any
+	// ModuleReadNamespaces are, by module name, the namespaces beyond the
+	// reconciled object's own that a module's guest may read; a Spec's
+	// ReadNamespaces take their place. Defaults to none.
+	ModuleReadNamespaces map[string][]string
 	// Interpreter, when set, makes new bytes serve first from this engine
 	// (one built with engine.Options{Interpreter: true}), which loads about
 	// 5x faster than the compiler but runs guests tens of times slower;
@@ -270,6 +275,22 @@ type NameMismatchError struct {
 	Module, Source, Manifest string
 }
 
+// KindConflictError reports a module whose reconciled kind another module
+// of the operator already reconciles: two modules of one kind would write
+// the same objects' status, and each would see the other's children.
+type KindConflictError struct {
+	Module, Group, Kind string
+	Other, Owner        string // the module already reconciling the kind, and what declares it
+}
+
+func (e *KindConflictError) Error() string {
+	gk := e.Kind
+	if e.Group != "" {
+		gk += "." + e.Group
+	}
+	return fmt.Sprintf("module[%s]: %s is already reconciled by module %s (declared by %s); one kind has one module: remove one, or merge their logic", e.Module, gk, e.Other, e.Owner)
+}
+
 func (e *NameMismatchError) Error() string {
 	return fmt.Sprintf("module[%s] from %s: the module's manifest names it %q; the names must match (a ReconcileModule is named after its module; a file keeps the module it first loaded, so remove it and add the new one)",
 		e.Module, e.Source, e.Manifest)
@@ -285,6 +306,7 @@ type Supervisor struct {
 	ctx     context.Context // the leader's, set while Start runs; nil otherwise
 	modules map[string]*running
 	closed  bool
+	kinds   map[schema.GroupVersionKind]int // modules using each kind's informer
 
 	drains map[string][]*drain // finalizers of removed or replaced modules being drained, by module name
 
@@ -326,7 +348,8 @@ func New(opts Options) (*Supervisor, error) {
 		return nil, errors.New("supervisor: Manager, Client, Engine and Metrics are required")
 	}
 	closing, cancel := context.WithCancel(context.Background())
-	return &Supervisor{opts: opts.withDefaults(), modules: map[string]*running{}, closing: closing, closeCancel: cancel}, nil
+	return &Supervisor{opts: opts.withDefaults(), modules: map[string]*running{}, kinds: map[schema.GroupVersionKind]int{},
+		closing: closing, closeCancel: cancel}, nil
 }
 
 // NeedLeaderElection makes module controllers run only in the leader.
@@ -486,8 +509,14 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 			return discard(err)
 		}
 	}
+	if err := protocol.CheckOwnership(m.Manifest(), protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin)); err != nil {
+		return discard(&engine.InvalidModuleError{Module: m.Name(), Reason: "manifest: " + err.Error(), Hint: "fix the module's manifest (docs/abi.md, \"Manifest\")"})
+	}
 	if spec.Config == nil {
 		spec.Config = s.opts.ModuleConfig[spec.Name]
+	}
+	if spec.ReadNamespaces == nil {
+		spec.ReadNamespaces = s.opts.ModuleReadNamespaces[spec.Name]
 	}
 	loaded.Name, loaded.At, loaded.Manifest = spec.Name, time.Now(), m.Manifest()
 
@@ -499,6 +528,12 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	r := s.modules[spec.Name] // it may have changed while loading
 	if r != nil && r.spec.Owner != spec.Owner {
 		return discard(&NameConflictError{Module: spec.Name, Source: spec.Source.String(), Owner: r.spec.Owner})
+	}
+	for name, other := range s.modules {
+		if f, g := other.slot.Current(), m.Manifest().For; name != spec.Name && f != nil &&
+			f.Module.Manifest().For.Group == g.Group && f.Module.Manifest().For.Kind == g.Kind {
+			return discard(&KindConflictError{Module: spec.Name, Kind: g.Kind, Group: g.Group, Other: name, Owner: other.spec.Owner})
+		}
 	}
 	loaded.Result, err = s.serve(r, spec, version, reused)
 	if err != nil {
@@ -539,7 +574,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 		next.slot = versionslot.NewSlot(version)
 		next.paused.Store(spec.Paused)
 		ropts := reconciler.Options{
-			Slot: next.slot, Client: s.opts.Client,
+			Slot: next.slot, Client: s.opts.Client, APIReader: s.opts.Manager.GetAPIReader(),
 			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
@@ -559,6 +594,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			return "", err
 		}
 		next.rec, next.spec = rec, spec
+		s.holdKinds(version.Module.Manifest())
 		s.cancelDrainsFor(spec.Name, version.Module.Manifest())
 		if r != nil {
 			// The old controller stops; its running calls finish on the
@@ -570,9 +606,13 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			r.slot.Close()
 			// A finalizer the new version does not declare (for the same
 			// kind) is drained from the old kind's objects once the old
-			// controller has stopped.
-			if m := version.Module.Manifest(); !m.Finalizer || r.rec.Kind() != gvkOf(m.For) {
-				s.drainAfter(spec.Name, r.rec, stopped, nil)
+			// controller has stopped; the old kinds are released then.
+			old := r.rec.Manifest()
+			release := func() { s.releaseKinds(old) }
+			if m := version.Module.Manifest(); m.Finalizer && r.rec.Kind() == gvkOf(m.For) {
+				release()
+			} else {
+				s.drainAfter(spec.Name, r.rec, stopped, release)
 			}
 		}
 		s.modules[spec.Name] = next
@@ -712,10 +752,53 @@ func (s *Supervisor) Remove(name string) bool {
 	}
 	delete(s.modules, name)
 	// Its finalizer, if it declares one, is drained from its objects (in
-	// the background, see Draining).
-	s.drainAfter(name, r.rec, stopped, nil)
+	// the background, see Draining), which keeps its kinds' informers
+	// until then.
+	old := r.rec.Manifest()
+	s.drainAfter(name, r.rec, stopped, func() { s.releaseKinds(old) })
 	s.opts.Log.Info("module removed", "module", name)
 	return true
+}
+
+// kindsOf lists the kinds whose informers a module uses: its own, owned
+// and read kinds.
+func kindsOf(m abi.Manifest) []schema.GroupVersionKind {
+	gvk := func(g abi.GroupVersionKind) schema.GroupVersionKind {
+		return schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}
+	}
+	out := []schema.GroupVersionKind{gvk(m.For)}
+	for _, g := range m.Owns {
+		out = append(out, gvk(g))
+	}
+	for _, g := range m.Reads {
+		out = append(out, gvk(g))
+	}
+	return out
+}
+
+// holdKinds counts a module's use of its kinds' informers. s.mu is held.
+func (s *Supervisor) holdKinds(m abi.Manifest) {
+	for _, gvk := range kindsOf(m) {
+		s.kinds[gvk]++
+	}
+}
+
+// releaseKinds ends a module's use of its kinds' informers, and removes
+// the informers no module uses any more from the manager's cache, so that
+// a removed module leaves no watch (and no cached objects) behind. s.mu is
+// held.
+func (s *Supervisor) releaseKinds(m abi.Manifest) {
+	for _, gvk := range kindsOf(m) {
+		if s.kinds[gvk]--; s.kinds[gvk] > 0 {
+			continue
+		}
+		delete(s.kinds, gvk)
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		if err := s.opts.Manager.GetCache().RemoveInformer(context.Background(), obj); err != nil {
+			s.opts.Log.Info("informer of a removed module's kind not removed", "kind", gvk.String(), "error", err.Error())
+		}
+	}
 }
 
 // Close stops every module's controller and closes every version, waiting
