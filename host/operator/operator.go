@@ -506,7 +506,9 @@ func (h *Host) logClamped(name string, clamped []string) {
 }
 
 // Remove stops module name. Its objects keep their status and children;
-// nothing is deleted. It reports whether the module ran.
+// nothing is deleted. A module that declared a finalizer has it removed
+// from every object of its kind in the background, so that no deletion
+// waits for a module that is gone. It reports whether the module ran.
 func (h *Host) Remove(name string) bool { return h.supervisor.Remove(name) }
 
 // Names lists the modules that run, sorted.
