@@ -40,6 +40,12 @@ func IndexChildren(ctx context.Context, c cache.Cache, gvk schema.GroupVersionKi
 	if err != nil {
 		return fmt.Errorf("informer of %s: %w", gvk.Kind, err)
 	}
+	indexed.Range(func(k, _ any) bool { // forget informers removed since
+		if k.(cache.Informer).IsStopped() {
+			indexed.Delete(k)
+		}
+		return true
+	})
 	if _, done := indexed.LoadOrStore(inf, struct{}{}); done {
 		return nil
 	}
