@@ -73,7 +73,7 @@ func (bl *baseline) call(ctx context.Context, req []byte) ([]byte, error) {
 	return append([]byte(nil), out...), nil
 }
 
-func benchLoad(b *testing.B, wasm []byte, opts Options, limits Limits) *Module {
+func benchLoad(b testing.TB, wasm []byte, opts Options, limits Limits) *Module {
 	ctx := context.Background()
 	e, err := New(opts)
 	if err != nil {
@@ -87,7 +87,7 @@ func benchLoad(b *testing.B, wasm []byte, opts Options, limits Limits) *Module {
 	return m
 }
 
-func gadget(b *testing.B, spec map[string]any, padTo int) []byte {
+func gadget(b testing.TB, spec map[string]any, padTo int) []byte {
 	obj := map[string]any{
 		"apiVersion": "test.wasmreconcile.io/v1", "kind": "Gadget",
 		"metadata": map[string]any{"name": "bench", "namespace": "default", "generation": 3,

@@ -126,9 +126,11 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	callCtx := withCallState(meter.WithMeter(ctx, fuel), st)
 	fuel.StartGlobal(inst.fuel)
 	inst.mem.Enter(ctx, fuel.Deadline)
+	inst.clock.enter(callCtx)
 	out, err := fn(callCtx, inst)
 	inst.mem.Exit()
 	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start), LogDropped: st.droppedLines}
+	inst.clock.exit(res.Fuel)
 	st.reportDropped(ctx, m.name, call)
 	healthy := err == nil && !m.limits.FreshInstancePerCall
 	m.pool.put(inst, healthy)
@@ -230,24 +232,32 @@ type instance struct {
 	fuel                       api.MutableGlobal
 	alloc, manifest, reconcile api.Function
 	stderr                     *tailBuffer
+	clock                      *fuelClock
 }
 
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	stderr := &tailBuffer{max: 8192}
+	clock := &fuelClock{}
 	cfg := wazero.NewModuleConfig().
 		WithName(""). // anonymous: many instances may coexist
 		WithStartFunctions(abi.ExportInitialize).
-		WithStderr(stderr)
-	// No WithFS, WithEnv, WithArgs, WithSysWalltime, WithSysNanotime or
-	// WithRandSource: the guest sees no files, no environment, a fake clock
-	// and a deterministic random source.
+		WithStderr(stderr).
+		WithNanotime(clock.nanotime, 1).
+		WithWalltime(clock.walltime, 1)
+	// No WithFS, WithEnv, WithArgs or WithRandSource: the guest sees no
+	// files, no environment and a deterministic random source; its clock
+	// advances with the fuel it uses (fuelClock), never with real time.
 	// The fuel global starts at 0, so _initialize refuels from this meter at
 	// its first charge.
 	start := time.Now()
 	st := m.newCallState()
 	ctx = withCallState(meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.InitTimeout)}), st)
 	alloc := &linmem.Allocator{Ctx: ctx, Deadline: start.Add(m.limits.InitTimeout)}
+	clock.enter(ctx)
 	mod, err := m.runtime.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), m.compiled, cfg)
+	if init := meter.FromContext(ctx); init != nil {
+		clock.exit(init.Consumed())
+	}
 	alloc.Memory.Exit() // the instantiation's call (see linmem.Allocator)
 	st.reportDropped(ctx, m.name, "_initialize")
 	if err != nil {
@@ -266,6 +276,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		manifest:  mod.ExportedFunction(abi.ExportManifest),
 		reconcile: mod.ExportedFunction(abi.ExportReconcile),
 		stderr:    stderr,
+		clock:     clock,
 	}, nil
 }
 

@@ -132,6 +132,16 @@ func (m *Meter) Used(mod api.Module) uint64 {
 	return m.UsedGlobal(g)
 }
 
+// Consumed is the fuel used so far by the call this meter meters: what was
+// granted minus what is left in the guest's fuel global, once the meter
+// knows it (before that, what was granted).
+func (m *Meter) Consumed() uint64 {
+	if m.global == nil {
+		return m.granted
+	}
+	return m.UsedGlobal(m.global)
+}
+
 // UsedGlobal is Used for a fuel global already looked up with Global.
 func (m *Meter) UsedGlobal(g api.MutableGlobal) uint64 {
 	left := int64(g.Get())

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// memoryBytes is the linear memory of the module's one idle instance.
+func memoryBytes(t testing.TB, m *Module) uint32 {
+	t.Helper()
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	if len(m.pool.idle) != 1 {
+		t.Fatalf("%d idle instances, want 1", len(m.pool.idle))
+	}
+	return m.pool.idle[0].mod.Memory().Size()
+}
+
+// TestFuelClockKeepsMemoryFlat: one instance of the widget guest serving
+// 25,000 calls keeps its linear memory and its fuel per call. Under wazero's
+// fake clock (1 ms per reading) memory grew from call ~21,000 and reached
+// the 128 MiB cap at call 29,400 (issue 13); see fuelClock.
+func TestFuelClockKeepsMemoryFlat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("25,000 calls")
+	}
+	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
+	m := benchLoad(t, testwasm.Build(t, "./widget"), Options{}, Limits{MaxInstances: 1})
+	ctx := context.Background()
+	var firstMem uint32
+	var firstFuel, fuel uint64
+	for i := 1; i <= 25000; i++ {
+		res, err := m.Reconcile(ctx, "soak", req)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		fuel += res.Fuel
+		if i%2500 != 0 {
+			continue
+		}
+		mem, perCall := memoryBytes(t, m), fuel/2500
+		fuel = 0
+		if firstMem == 0 {
+			firstMem, firstFuel = mem, perCall
+			continue
+		}
+		if float64(mem) > 1.1*float64(firstMem) || float64(perCall) > 1.1*float64(firstFuel) {
+			t.Fatalf("call %d: memory %d bytes, fuel %d per call; at call 2,500: %d bytes, %d per call", i, mem, perCall, firstMem, firstFuel)
+		}
+	}
+}
+
+// TestFuelClock: readings strictly increase, advance with fuel across
+// calls, and are the same in every instance that did the same work.
+func TestFuelClock(t *testing.T) {
+	c := &fuelClock{}
+	a, b := c.nanotime(), c.nanotime()
+	if b <= a {
+		t.Fatalf("readings %d then %d: not increasing", a, b)
+	}
+	c.exit(1000)
+	if got := c.nanotime(); got < 1000*NanosPerFuel {
+		t.Fatalf("after a call of 1000 fuel the clock reads %d", got)
+	}
+	d := &fuelClock{}
+	d.nanotime()
+	d.nanotime()
+	d.exit(1000)
+	d.nanotime()
+	if c.nanotime() != d.nanotime() {
+		t.Fatal("two clocks that saw the same calls and readings differ")
+	}
+	sec, _ := c.walltime()
+	if sec < fuelClockEpoch/1e9 {
+		t.Fatalf("walltime %d s is before the epoch", sec)
+	}
+}
+
+// BenchmarkSoak runs one instance of the widget guest for 200,000 calls
+// (WASMRECONCILE_SOAK_CALLS overrides), printing its linear memory and fuel
+// per call every 10,000: both must stay flat (±10%; issue 13).
+func BenchmarkSoak(b *testing.B) {
+	calls := 200_000
+	if n, err := strconv.Atoi(os.Getenv("WASMRECONCILE_SOAK_CALLS")); err == nil && n > 0 {
+		calls = n
+	}
+	req := gadget(b, map[string]any{"size": 3, "color": "blue"}, 2400)
+	m := benchLoad(b, testwasm.Build(b, "./widget"), Options{}, Limits{MaxInstances: 1})
+	ctx := context.Background()
+	for range b.N {
+		var fuel uint64
+		var lowMem, highMem uint32
+		var lowFuel, highFuel uint64
+		for i := 1; i <= calls; i++ {
+			res, err := m.Reconcile(ctx, "soak", req)
+			if err != nil {
+				b.Fatalf("call %d: %v", i, err)
+			}
+			fuel += res.Fuel
+			if i%10_000 != 0 {
+				continue
+			}
+			mem, perCall := memoryBytes(b, m), fuel/10_000
+			fuel = 0
+			fmt.Printf("soak: call %7d: linear memory %6.2f MiB, fuel per call %d\n", i, float64(mem)/(1<<20), perCall)
+			if lowMem == 0 || mem < lowMem {
+				lowMem = mem
+			}
+			highMem = max(highMem, mem)
+			if lowFuel == 0 || perCall < lowFuel {
+				lowFuel = perCall
+			}
+			highFuel = max(highFuel, perCall)
+		}
+		memSpread, fuelSpread := float64(highMem)/float64(lowMem), float64(highFuel)/float64(lowFuel)
+		b.ReportMetric(float64(highMem)/(1<<20), "MiB-max")
+		b.ReportMetric(memSpread, "memory-max/min")
+		b.ReportMetric(fuelSpread, "fuel-max/min")
+		verdict := "met"
+		if memSpread > 1.1 || fuelSpread > 1.1 {
+			verdict = "missed"
+		}
+		b.Logf("goal: memory and fuel per call flat within ±10%% over %d calls: memory max/min %.3f, fuel max/min %.3f — %s", calls, memSpread, fuelSpread, verdict)
+	}
+}
