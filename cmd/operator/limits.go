@@ -17,12 +17,16 @@ type guestLimitFlags struct {
 	logBytes      int
 	tableElements uint64
 	callDepth     uint64
+	recycleCalls  int
+	recyclePages  uint
 }
 
 func (g *guestLimitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.logLines, "max-log-lines", engine.DefaultMaxLogLines, "most log lines a guest may write in one call; further lines are dropped, counted (wasmreconcile_guest_log_lines_dropped_total) and reported in one line at the end of the call (0: the default)")
 	fs.IntVar(&g.logBytes, "max-log-bytes", engine.DefaultMaxLogBytes, "most log bytes a guest may write in one call, counted like --max-log-lines (0: the default)")
 	fs.Uint64Var(&g.callDepth, "max-call-depth", engine.DefaultMaxCallDepth, "most nested calls in a guest; a call that would go deeper stops with StackOverflow (0: the default)")
+	fs.IntVar(&g.recycleCalls, "recycle-after-calls", engine.DefaultRecycleAfterCalls, "close a guest instance after it has served this many calls, and serve the next call from a fresh one, so that nothing a guest's runtime accumulates lives forever (counted in wasmreconcile_instances_recycled_total; 0: the default)")
+	fs.UintVar(&g.recyclePages, "recycle-memory-pages", 0, "close a guest instance after a call that left its linear memory above this many 64 KiB pages (linear memory never shrinks); 0: three quarters of the memory limit")
 	fs.Uint64Var(&g.tableElements, "max-table-elements", engine.DefaultMaxTableElements, "most elements of a guest's tables, all tables together (about 8 bytes each); a module whose tables need more is refused at load, and table.grow past it fails in the guest (0: the default)")
 }
 
@@ -37,6 +41,13 @@ func (g *guestLimitFlags) apply(l *engine.Limits) error {
 	if g.callDepth > math.MaxInt32 {
 		return fmt.Errorf("--max-call-depth %d is over %d", g.callDepth, math.MaxInt32)
 	}
+	if g.recycleCalls < 0 {
+		return fmt.Errorf("--recycle-after-calls must not be negative")
+	}
+	if g.recyclePages > 65536 {
+		return fmt.Errorf("--recycle-memory-pages %d is over 65536 (4 GiB)", g.recyclePages)
+	}
+	l.RecycleAfterCalls, l.RecycleMemoryPages = g.recycleCalls, uint32(g.recyclePages)
 	l.MaxLogLines, l.MaxLogBytes, l.MaxTableElements = g.logLines, g.logBytes, uint32(g.tableElements)
 	l.MaxCallDepth = uint32(g.callDepth)
 	return nil

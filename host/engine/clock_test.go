@@ -128,3 +128,60 @@ func BenchmarkSoak(b *testing.B) {
 		b.Logf("goal: memory and fuel per call flat within ±10%% over %d calls: memory max/min %.3f, fuel max/min %.3f — %s", calls, memSpread, fuelSpread, verdict)
 	}
 }
+
+// TestRecycleInstances: an instance is closed after RecycleAfterCalls calls
+// or after a call that leaves its memory above RecycleMemoryPages, the
+// Result says why, and the next call runs on a fresh instance.
+func TestRecycleInstances(t *testing.T) {
+	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
+	wasm := testwasm.Build(t, "./widget")
+	ctx := context.Background()
+
+	m := benchLoad(t, wasm, Options{}, Limits{MaxInstances: 1, RecycleAfterCalls: 3})
+	var reasons []string
+	var clocks []int64
+	for range 7 {
+		res, err := m.Reconcile(ctx, "recycle", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reasons = append(reasons, res.Recycled)
+		m.pool.mu.Lock()
+		if len(m.pool.idle) == 1 {
+			clocks = append(clocks, m.pool.idle[0].clock.base)
+		}
+		m.pool.mu.Unlock()
+	}
+	// The first instance also served the load's manifest call: it is
+	// recycled after two reconciles, the next ones after three.
+	if got := fmt.Sprint(reasons); got != "[ calls   calls  ]" {
+		t.Errorf("Recycled per call: %q, want every instance recycled at its third call", got)
+	}
+	if m.PoolStats().Live != 1 {
+		t.Errorf("%d live instances after recycling", m.PoolStats().Live)
+	}
+	// A fresh instance's clock starts over, and reads the same after the
+	// same calls: deterministic.
+	if len(clocks) != 5 || clocks[1] >= clocks[0] || clocks[1] != clocks[3] || clocks[2] != clocks[4] {
+		t.Errorf("clocks of the instances after each call %v: want fresh instances, each reading as the last", clocks)
+	}
+
+	// The widget guest's memory is 64 pages (4 MiB) after a call: a mark
+	// of 32 recycles after every call; the default (three quarters of the
+	// cap) does not.
+	small := benchLoad(t, wasm, Options{}, Limits{MaxInstances: 1, RecycleMemoryPages: 32})
+	res, err := small.Reconcile(ctx, "recycle", req)
+	if err != nil || res.Recycled != RecycledMemory {
+		t.Errorf("memory above the mark: Recycled %q (%v), want %q", res.Recycled, err, RecycledMemory)
+	}
+	def := benchLoad(t, wasm, Options{}, Limits{MaxInstances: 1})
+	if res, _ := def.Reconcile(ctx, "recycle", req); res.Recycled != "" {
+		t.Errorf("default limits: Recycled %q after one call", res.Recycled)
+	}
+	if _, err := (Limits{RecycleAfterCalls: -1}).withDefaults(); err == nil {
+		t.Error("a negative RecycleAfterCalls accepted")
+	}
+	if l, _ := (Limits{MemoryLimitPages: 100, RecycleMemoryPages: 500}).withDefaults(); l.RecycleMemoryPages != 75 {
+		t.Errorf("RecycleMemoryPages above the memory limit became %d, want 75", l.RecycleMemoryPages)
+	}
+}

@@ -81,6 +81,20 @@ type Limits struct {
 	// Defaults to 100,000 (about 800 KB of references).
 	MaxTableElements uint32
 
+	// RecycleAfterCalls closes an instance after it has served this many
+	// calls, and a fresh one serves the next: whatever a guest's runtime
+	// accumulates over a long life (a heap that never shrinks, caches) is
+	// bounded. Result.Recycled says so.
+	// Defaults to 100,000 (about 20 s of a Go guest's calls at 0.2 ms each).
+	RecycleAfterCalls int
+
+	// RecycleMemoryPages closes an instance after a call that left its
+	// linear memory larger than this many 64 KiB pages (linear memory
+	// never shrinks: one large object keeps its instance large for good).
+	// Result.Recycled says so.
+	// Defaults to three quarters of MemoryLimitPages.
+	RecycleMemoryPages uint32
+
 	// MaxCallDepth caps how deep the guest's calls may nest. A call that
 	// would go deeper stops with a *StackOverflowError. Without it, wazero
 	// grows the call stack to about 100 MB by doubling copies, outside the
@@ -91,18 +105,19 @@ type Limits struct {
 
 // Defaults for Limits.
 const (
-	DefaultFuel             = 500_000_000
-	DefaultInitFuel         = 500_000_000
-	DefaultTimeout          = 5 * time.Second
-	DefaultInitTimeout      = 30 * time.Second
-	DefaultMemoryLimitPages = 2048
-	DefaultMaxRequestBytes  = 4 << 20
-	DefaultMaxResponseBytes = 4 << 20
-	DefaultMaxInstances     = 4
-	DefaultMaxLogLines      = 100
-	DefaultMaxLogBytes      = 64 << 10
-	DefaultMaxTableElements = 100_000
-	DefaultMaxCallDepth     = 50_000
+	DefaultFuel              = 500_000_000
+	DefaultInitFuel          = 500_000_000
+	DefaultTimeout           = 5 * time.Second
+	DefaultInitTimeout       = 30 * time.Second
+	DefaultMemoryLimitPages  = 2048
+	DefaultMaxRequestBytes   = 4 << 20
+	DefaultMaxResponseBytes  = 4 << 20
+	DefaultMaxInstances      = 4
+	DefaultMaxLogLines       = 100
+	DefaultMaxLogBytes       = 64 << 10
+	DefaultMaxTableElements  = 100_000
+	DefaultMaxCallDepth      = 50_000
+	DefaultRecycleAfterCalls = 100_000
 )
 
 // withDefaults returns l with zero fields replaced by their defaults, or an
@@ -111,7 +126,7 @@ func (l Limits) withDefaults() (Limits, error) {
 	if l.MaxCallDepth > 1<<31-1 {
 		return l, fmt.Errorf("limits.maxCallDepth %d is over %d", l.MaxCallDepth, 1<<31-1)
 	}
-	if l.Timeout < 0 || l.InitTimeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 || l.MaxLogLines < 0 || l.MaxLogBytes < 0 {
+	if l.Timeout < 0 || l.InitTimeout < 0 || l.MaxRequestBytes < 0 || l.MaxResponseBytes < 0 || l.MaxInstances < 0 || l.MaxLogLines < 0 || l.MaxLogBytes < 0 || l.RecycleAfterCalls < 0 {
 		return l, fmt.Errorf("limits must not be negative: %+v", l)
 	}
 	if l.MemoryLimitPages > 65536 {
@@ -152,6 +167,12 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.MaxCallDepth == 0 {
 		l.MaxCallDepth = DefaultMaxCallDepth
+	}
+	if l.RecycleAfterCalls == 0 {
+		l.RecycleAfterCalls = DefaultRecycleAfterCalls
+	}
+	if l.RecycleMemoryPages == 0 || l.RecycleMemoryPages > l.MemoryLimitPages {
+		l.RecycleMemoryPages = max(l.MemoryLimitPages/4*3, 1)
 	}
 	return l, nil
 }

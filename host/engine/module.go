@@ -62,7 +62,17 @@ type Result struct {
 	// LogDropped is the number of guest log lines dropped because the call
 	// went over Limits.MaxLogLines or MaxLogBytes.
 	LogDropped int
+	// Recycled is why the instance that served the call was closed after
+	// it although the call succeeded: RecycledCalls or RecycledMemory
+	// (Limits.RecycleAfterCalls, RecycleMemoryPages); "" when it was kept.
+	Recycled string
 }
+
+// Reasons of Result.Recycled.
+const (
+	RecycledCalls  = "calls"  // the instance served Limits.RecycleAfterCalls calls
+	RecycledMemory = "memory" // its memory grew past Limits.RecycleMemoryPages
+)
 
 // Reconcile passes request to the guest's reconcile export and returns the
 // response bytes. call describes the call in errors and logs, e.g.
@@ -133,6 +143,16 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	inst.clock.exit(res.Fuel)
 	st.reportDropped(ctx, m.name, call)
 	healthy := err == nil && !m.limits.FreshInstancePerCall
+	if healthy {
+		inst.calls++
+		switch {
+		case inst.calls >= m.limits.RecycleAfterCalls:
+			res.Recycled = RecycledCalls
+		case inst.mod.Memory() != nil && uint64(inst.mod.Memory().Size()) > uint64(m.limits.RecycleMemoryPages)*65536:
+			res.Recycled = RecycledMemory
+		}
+		healthy = res.Recycled == ""
+	}
 	m.pool.put(inst, healthy)
 	if err != nil {
 		res.Output = nil
@@ -233,6 +253,7 @@ type instance struct {
 	alloc, manifest, reconcile api.Function
 	stderr                     *tailBuffer
 	clock                      *fuelClock
+	calls                      int // calls served
 }
 
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {

@@ -34,6 +34,9 @@ type Metrics struct {
 	StatusWrites *prometheus.CounterVec
 	// ChildOperations counts children applied and pruned.
 	ChildOperations *prometheus.CounterVec
+	// InstancesRecycled counts instances closed after a successful call, by
+	// module and reason (calls, memory).
+	InstancesRecycled *prometheus.CounterVec
 	// ApplyFailures counts writes the API server refused, and desired
 	// children not written for a conflict, by module, target (child,
 	// prune, status, finalizer) and reason (the API server's, or Conflict).
@@ -103,6 +106,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_child_operations_total",
 			Help: "Children written by module and operation (apply, prune); an unchanged child is not applied and not counted.",
 		}, []string{"module", "operation"}),
+		InstancesRecycled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_instances_recycled_total",
+			Help: "Guest instances closed after a successful call and replaced by a fresh one, by module and reason: calls (it served --recycle-after-calls calls) or memory (its linear memory grew past --recycle-memory-pages).",
+		}, []string{"module", "reason"}),
 		ApplyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_apply_failures_total",
 			Help: "Writes of a module the API server refused, and desired children not written because their name is taken by an object the module did not create, by module, target (child, prune, status, finalizer) and reason (the API server's reason such as Invalid or Forbidden, or Conflict).",
@@ -142,6 +149,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.StatusWrites = promreg.Register(reg, m.StatusWrites, &err)
 	m.ChildOperations = promreg.Register(reg, m.ChildOperations, &err)
 	m.ApplyFailures = promreg.Register(reg, m.ApplyFailures, &err)
+	m.InstancesRecycled = promreg.Register(reg, m.InstancesRecycled, &err)
 	m.StormsDetected = promreg.Register(reg, m.StormsDetected, &err)
 	m.Damped = promreg.Register(reg, m.Damped, &err)
 	m.Reloads = promreg.Register(reg, m.Reloads, &err)
@@ -159,7 +167,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and
@@ -175,6 +183,8 @@ func (m *Metrics) Init(module string) {
 	m.StatusWrites.WithLabelValues(module)
 	m.ChildOperations.WithLabelValues(module, "apply")
 	m.ChildOperations.WithLabelValues(module, "prune")
+	m.InstancesRecycled.WithLabelValues(module, "calls")
+	m.InstancesRecycled.WithLabelValues(module, "memory")
 	m.GuestDuration.WithLabelValues(module)
 	m.FuelUsed.WithLabelValues(module)
 	m.StormsDetected.WithLabelValues(module)
@@ -191,6 +201,9 @@ func (m *Metrics) ObserveCall(module string, res engine.Result, kind protocol.Ki
 	m.GuestDuration.WithLabelValues(module).Observe(res.Duration.Seconds())
 	if res.LogDropped > 0 {
 		m.GuestLogDropped.WithLabelValues(module).Add(float64(res.LogDropped))
+	}
+	if res.Recycled != "" {
+		m.InstancesRecycled.WithLabelValues(module, res.Recycled).Inc()
 	}
 	switch kind {
 	case protocol.FuelExhausted:

@@ -1023,5 +1023,11 @@ func mergeLimits(base, override engine.Limits) engine.Limits {
 	if override.MaxCallDepth != 0 {
 		base.MaxCallDepth = override.MaxCallDepth
 	}
+	if override.RecycleAfterCalls != 0 {
+		base.RecycleAfterCalls = override.RecycleAfterCalls
+	}
+	if override.RecycleMemoryPages != 0 {
+		base.RecycleMemoryPages = override.RecycleMemoryPages
+	}
 	return base
 }
