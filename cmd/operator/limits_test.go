@@ -30,11 +30,13 @@ func TestGuestLimitFlags(t *testing.T) {
 		return l, g.apply(&l)
 	}
 	got, err := parse()
-	if err != nil || got != (engine.Limits{MaxLogLines: engine.DefaultMaxLogLines, MaxLogBytes: engine.DefaultMaxLogBytes, MaxTableElements: engine.DefaultMaxTableElements, MaxCallDepth: engine.DefaultMaxCallDepth}) {
+	if err != nil || got != (engine.Limits{MaxLogLines: engine.DefaultMaxLogLines, MaxLogBytes: engine.DefaultMaxLogBytes, MaxTableElements: engine.DefaultMaxTableElements, MaxCallDepth: engine.DefaultMaxCallDepth,
+		RecycleAfterCalls: engine.DefaultRecycleAfterCalls}) {
 		t.Errorf("defaults %+v, %v", got, err)
 	}
-	got, err = parse("--max-log-lines", "7", "--max-log-bytes", "512", "--max-table-elements", "0", "--max-call-depth", "9")
-	if err != nil || got != (engine.Limits{MaxLogLines: 7, MaxLogBytes: 512, MaxCallDepth: 9}) {
+	got, err = parse("--max-log-lines", "7", "--max-log-bytes", "512", "--max-table-elements", "0", "--max-call-depth", "9",
+		"--recycle-after-calls", "0", "--recycle-memory-pages", "300")
+	if err != nil || got != (engine.Limits{MaxLogLines: 7, MaxLogBytes: 512, MaxCallDepth: 9, RecycleMemoryPages: 300}) {
 		t.Errorf("limits %+v, %v", got, err)
 	}
 	for _, args := range [][]string{
@@ -43,6 +45,8 @@ func TestGuestLimitFlags(t *testing.T) {
 		{"--max-table-elements", "4294967296"},
 		{"--max-table-elements", "-1"},
 		{"--max-call-depth", "2147483648"},
+		{"--recycle-after-calls", "-1"},
+		{"--recycle-memory-pages", "65537"},
 	} {
 		if got, err := parse(args...); err == nil {
 			t.Errorf("%q accepted: %+v", args, got)
