@@ -16,18 +16,21 @@ const NanosPerFuel = 1
 // realtime alike): it advances with the fuel the instance has used, across
 // all its calls, so it is deterministic and moves with the guest's work.
 //
-// wazero's default fake clock advances 1 ms per reading instead. A Go guest
-// reads its clock hundreds of times per call, mostly in its garbage
-// collector, so under that clock its runtime saw each collection take
-// seconds beside a mutator that took no time at all. Measured with the
-// widget guest on one instance (issue 13): linear memory stayed at 7.8 MiB
-// for 20,000 calls, then grew by about 15 MiB per 1,000 calls, with fuel
-// per call up from 836k to 1.19M, until the 128 MiB cap at call 29,400. The
-// runtime's clock-driven GC accounting (its GC CPU limiter turns off GC
-// assists when collection seems to use over half the CPU) is the likely
-// path. With this clock the same run stays at 7.9 MiB and 766k fuel per
-// call through 200,000 calls (BenchmarkSoak): time that advances with work
-// keeps the runtime's accounting sane, and stays deterministic.
+// wazero's default fake clock advances 1 ms per reading instead, whatever
+// ran in between. A Go guest reads its clock rarely (measured: 402 readings
+// in 5,000 widget calls), mostly around its garbage collections, so under
+// that clock every interval it measures is 1 ms: a collection seems to take
+// as long as the work between two collections, about half of all time.
+// The Go runtime's GC CPU limiter accumulates GC time over 50% in a bucket
+// of one CPU-second; once it fills, the limiter turns off GC assists and the
+// heap outgrows its goal. Measured with the widget guest on one instance
+// (issue 13): memory stayed at 7.8 MiB for 20,000 calls (about 1,700
+// readings: 1.7 s of fake time, the bucket filling), then grew by about
+// 15 MiB per 1,000 calls, fuel per call up from 836k to 1.19M, until the
+// 128 MiB cap at call 29,400. With 1 µs per reading it stayed flat through
+// 60,000 calls (the bucket fills 1,000 times more slowly); with this clock,
+// which measures work, it stays at 7.9 MiB and 766k fuel per call through
+// 200,000 calls (BenchmarkSoak), and it is deterministic.
 //
 // An instance serves one call at a time, so the clock needs no lock.
 type fuelClock struct {
