@@ -37,5 +37,9 @@ func BenchmarkDispatchNative(b *testing.B) {
 		if out := guest.Dispatch(req); len(out) == 0 {
 			b.Fatal("empty response")
 		}
+		// Natively, the SDK keeps log lines for unit tests (TakeLogs):
+		// drop them, as the host does per call, so that they do not
+		// accumulate over the run.
+		guest.TakeLogs()
 	}
 }
