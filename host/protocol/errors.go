@@ -88,7 +88,11 @@ func (e *ChildrenError) Kind() Kind {
 
 func (e *ChildrenError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "module[%s] %s: %d of the desired children not written", e.Module, e.Call, len(e.Failures))
+	what := fmt.Sprintf("%d desired children", len(e.Failures))
+	if len(e.Failures) == 1 {
+		what = "a desired child"
+	}
+	fmt.Fprintf(&b, "module[%s] %s: %s not written", e.Module, e.Call, what)
 	for i, f := range e.Failures {
 		sep := "; "
 		if i == 0 {
