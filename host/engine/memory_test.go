@@ -1,0 +1,187 @@
+package engine
+
+// What a module and an instance cost the process (issue 13, "per-module
+// memory"). Run with `make bench`.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// Goals of issue 13 for the widget guest.
+const (
+	goalModuleMiB   = 15 // fixed cost of one more module, no instance
+	goalInstanceMiB = 6  // one more warm instance
+)
+
+// withCustomSection returns wasm with a custom section named name appended:
+// the same program under other bytes (another digest, so another
+// compilation), as a second module of the same size would be.
+func withCustomSection(wasm []byte, name string) []byte {
+	uleb := func(out []byte, v uint64) []byte {
+		for {
+			c := byte(v & 0x7f)
+			v >>= 7
+			if v != 0 {
+				c |= 0x80
+			}
+			out = append(out, c)
+			if v == 0 {
+				return out
+			}
+		}
+	}
+	body := uleb(nil, uint64(len(name)))
+	body = append(body, name...)
+	body = append(body, 0) // wazero v1.12 refuses an empty payload
+	out := append(append([]byte(nil), wasm...), 0)
+	out = uleb(out, uint64(len(body)))
+	return append(out, body...)
+}
+
+// memSample is the process's memory after a full collection.
+type memSample struct {
+	heap uint64 // live Go heap (HeapAlloc after a GC)
+	rss  uint64 // resident set, heap returned to the OS first
+}
+
+func sampleMemory(tb testing.TB) memSample {
+	tb.Helper()
+	runtime.GC()
+	runtime.GC() // a second cycle runs the finalizers the first queued
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memSample{heap: ms.HeapAlloc, rss: residentBytes(tb)}
+}
+
+// residentBytes reads the resident set from /proc/self/statm.
+func residentBytes(tb testing.TB) uint64 {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		tb.Skipf("no /proc/self/statm: %v", err)
+	}
+	f := strings.Fields(string(b))
+	pages, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		tb.Fatalf("/proc/self/statm %q: %v", b, err)
+	}
+	return pages * uint64(os.Getpagesize())
+}
+
+func toMiB(bytes float64) float64 { return bytes / (1 << 20) }
+
+// delta is (to - from) / n in MiB, for the heap and the resident set.
+func delta(from, to memSample, n int) (heap, rss float64) {
+	return toMiB((float64(to.heap) - float64(from.heap)) / float64(n)), toMiB((float64(to.rss) - float64(from.rss)) / float64(n))
+}
+
+// warmInstances makes m hold k instances that have each served a call: it
+// holds every idle instance while it calls, so that each call creates one.
+func warmInstances(tb testing.TB, m *Module, k int, req []byte) {
+	tb.Helper()
+	ctx := context.Background()
+	for m.PoolStats().Live < k {
+		var held []*instance
+		for m.PoolStats().Idle > 0 {
+			inst, err := m.pool.get(ctx)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			held = append(held, inst)
+		}
+		if _, err := m.Reconcile(ctx, "warm", req); err != nil {
+			tb.Fatal(err)
+		}
+		for _, inst := range held {
+			m.pool.put(inst, true)
+		}
+	}
+}
+
+// closeIdle closes m's idle instances.
+func closeIdle(m *Module) {
+	m.pool.mu.Lock()
+	idle := m.pool.idle
+	m.pool.idle = nil
+	m.pool.mu.Unlock()
+	for _, inst := range idle {
+		inst.close(context.Background())
+		m.pool.live.Add(-1)
+	}
+}
+
+// BenchmarkModuleMemory loads WASMRECONCILE_MEMORY_MODULES (default 8)
+// widget modules into one Engine, each under other bytes (a custom section
+// appended), after a first module that pays for what all share. It reports
+// what one more module costs with no instance (module-*), and what one more
+// warm instance (one that served the 2.4 KB request) costs (instance-*), in
+// live Go heap and in resident set, against issue 13's goals: ≤15 MiB per
+// module, ≤6 MiB per warm instance.
+func BenchmarkModuleMemory(b *testing.B) {
+	modules := 8
+	if n, err := strconv.Atoi(os.Getenv("WASMRECONCILE_MEMORY_MODULES")); err == nil && n > 0 {
+		modules = n
+	}
+	const instances = 3 // warm instances per module
+	wasm := testwasm.Build(b, "./widget")
+	req := gadget(b, map[string]any{"size": 3, "color": "blue"}, 2400)
+	ctx := context.Background()
+	for range b.N {
+		e, err := New(Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		load := func(i int) *Module {
+			m, err := e.Load(ctx, "widget.wasm", withCustomSection(wasm, fmt.Sprintf("bench-%d-%d", i, b.N)), Limits{MaxInstances: instances})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := m.Reconcile(ctx, "warm", req); err != nil {
+				b.Fatal(err)
+			}
+			return m
+		}
+		mods := []*Module{load(0)}
+		base := sampleMemory(b)
+		for i := 1; i <= modules; i++ {
+			mods = append(mods, load(i))
+			closeIdle(mods[i])
+		}
+		loaded := sampleMemory(b)
+		for _, m := range mods[1:] {
+			warmInstances(b, m, instances, req)
+		}
+		warm := sampleMemory(b)
+		modHeap, modRSS := delta(base, loaded, modules)
+		instHeap, instRSS := delta(loaded, warm, modules*instances)
+		b.ReportMetric(modHeap, "module-heap-MiB")
+		b.ReportMetric(modRSS, "module-rss-MiB")
+		b.ReportMetric(instHeap, "instance-heap-MiB")
+		b.ReportMetric(instRSS, "instance-rss-MiB")
+		verdict := func(got, goal float64) string {
+			if got <= goal {
+				return "met"
+			}
+			return "missed"
+		}
+		b.Logf("%d modules (widget, %.2f MiB of wasm), %d warm instances each, one Engine", modules, toMiB(float64(len(wasm))), instances)
+		b.Logf("one more module, no instance: %.2f MiB resident (%.2f MiB of it live Go heap); goal ≤%d MiB — %s",
+			modRSS, modHeap, goalModuleMiB, verdict(modRSS, goalModuleMiB))
+		b.Logf("one more warm instance: %.2f MiB resident (%.2f MiB of it live Go heap); goal ≤%d MiB — %s",
+			instRSS, instHeap, goalInstanceMiB, verdict(instRSS, goalInstanceMiB))
+		for _, m := range mods {
+			_ = m.Close(ctx)
+		}
+		_ = e.Close(ctx)
+	}
+}
