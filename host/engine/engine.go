@@ -60,12 +60,14 @@ type Engine struct {
 	interpreter bool
 	ceilings    Limits // Options.Ceilings, defaults filled
 
-	mu           sync.Mutex
-	instrumented map[string][]byte // by digest of the original bytes
+	mu        sync.Mutex
+	validated map[string]bool // digests of input bytes wazero validated
 }
 
-// maxInstrumentedCache bounds the in-memory cache of instrumented bytes.
-const maxInstrumentedCache = 32
+// maxValidated bounds Engine.validated: about 100 bytes an entry, so at most
+// about 400 KB. Past it an arbitrary entry is forgotten, and those bytes are
+// validated again if they come back.
+const maxValidated = 4096
 
 // New returns an Engine configured by opts.
 func New(opts Options) (*Engine, error) {
@@ -83,19 +85,18 @@ func New(opts Options) (*Engine, error) {
 	} else {
 		cache = wazero.NewCompilationCache()
 	}
-	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings, instrumented: map[string][]byte{}}, nil
+	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings, validated: map[string]bool{}}, nil
 }
 
-// instrument returns the metered rewrite of wasm, from cache when the same
-// bytes were instrumented before.
+// instrument returns the metered rewrite of wasm. Nothing of it is kept:
+// after compiling, neither the input nor the rewrite is needed (wazero
+// decodes what it keeps), and a cache of rewrites would hold megabytes per
+// module version for the life of the Engine. The rewrite is deterministic,
+// so loading the same bytes again instruments them again (about 0.1-0.3 s
+// for the 3 MB widget guest) and hits the same compiled code; only the
+// digest of bytes that passed wazero's validation is remembered, so that
+// they skip it (another 0.2-0.4 s) when they come back.
 func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) ([]byte, error) {
-	key := fmt.Sprintf("%s/%d/%d", digest, l.MaxTableElements, l.MaxCallDepth)
-	e.mu.Lock()
-	out, ok := e.instrumented[key]
-	e.mu.Unlock()
-	if ok {
-		return out, nil
-	}
 	// The instrumenter runs first: it refuses malformed bytes in
 	// microseconds, some of which take wazero's decoder seconds and
 	// gigabytes (a huge LEB count; see docs/metering.md). Then wazero
@@ -106,18 +107,24 @@ func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l L
 	if err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	valid := e.validated[digest]
+	e.mu.Unlock()
+	if valid {
+		return out, nil
+	}
 	if err := validate(ctx, wasm); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if len(e.instrumented) >= maxInstrumentedCache {
-		for k := range e.instrumented { // evict one arbitrary entry
-			delete(e.instrumented, k)
+	if len(e.validated) >= maxValidated {
+		for k := range e.validated { // forget one arbitrary entry
+			delete(e.validated, k)
 			break
 		}
 	}
-	e.instrumented[key] = out
+	e.validated[digest] = true
 	return out, nil
 }
 
@@ -161,7 +168,7 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	// The ceilings hold the caller's limits (flags, spec) before anything
 	// runs, and the manifest's below (ceilings.go).
 	limits, clamped := e.ceilings.clamp(limits, false)
-	m, err := e.load(ctx, source, wasm, limits)
+	m, metered, err := e.load(ctx, source, wasm, nil, limits)
 	if err != nil {
 		return nil, err
 	}
@@ -186,12 +193,18 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 		m.limits = final // per-call limits change in place
 		return m, nil
 	}
-	// A memory cap is fixed when the runtime is built: build it again.
+	// A memory cap is fixed when the runtime is built: build it again, from
+	// the same instrumented bytes (the manifest changes no limit the
+	// instrumenter reads), before closing the first, so that the compiled
+	// code is shared, not compiled again (wazero's cache keeps code only
+	// while a module compiled from it is open).
+	second, _, err := e.load(ctx, source, wasm, metered, merged)
 	_ = m.Close(ctx)
-	if m, err = e.load(ctx, source, wasm, merged); err == nil {
-		m.clamped = clamped
+	if err != nil {
+		return nil, err
 	}
-	return m, err
+	second.clamped = clamped
+	return second, nil
 }
 
 // mergeManifestLimits fills the zero fields of l from the manifest's limits.
@@ -217,10 +230,14 @@ func mergeManifestLimits(l Limits, ml *abi.ManifestLimits) (Limits, error) {
 	return l, nil
 }
 
-func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
+// load builds a Module from wasm, instrumented under limits unless metered,
+// the rewrite of a previous load with the same MaxTableElements and
+// MaxCallDepth, is given. It returns the instrumented bytes, which the
+// Module does not keep.
+func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, limits Limits) (*Module, []byte, error) {
 	l, err := limits.withDefaults()
 	if err != nil {
-		return nil, fmt.Errorf("module[%s]: %w", source, err)
+		return nil, nil, fmt.Errorf("module[%s]: %w", source, err)
 	}
 	sum := sha256.Sum256(wasm)
 	m := &Module{
@@ -234,7 +251,9 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
 	}
 
-	metered, err := e.instrument(ctx, m.digest, wasm, l)
+	if metered == nil {
+		metered, err = e.instrument(ctx, m.digest, wasm, l)
+	}
 	if err != nil {
 		var (
 			unsupported *instrument.UnsupportedError
@@ -243,13 +262,13 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		)
 		switch {
 		case errors.As(err, &imp):
-			return nil, invalid(imp.Error(), nil)
+			return nil, nil, invalid(imp.Error(), nil)
 		case errors.As(err, &limit):
-			return nil, invalid(limit.Error(), nil)
+			return nil, nil, invalid(limit.Error(), nil)
 		case errors.As(err, &unsupported):
-			return nil, invalid("cannot be metered", err)
+			return nil, nil, invalid("cannot be metered", err)
 		}
-		return nil, invalid("not a valid WebAssembly module", err)
+		return nil, nil, invalid("not a valid WebAssembly module", err)
 	}
 
 	// No WithCloseOnContextDone: the fuel meter stops calls at their deadline.
@@ -272,26 +291,26 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 	compiled, err := rt.CompileModule(ctx, metered)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
-			return nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
+			return nil, nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
 		}
-		return nil, invalid("not a valid WebAssembly module", err)
+		return nil, nil, invalid("not a valid WebAssembly module", err)
 	}
 	// Every WASI function is charged (cost.go) through a listener on the
 	// WASI host module only; guest functions carry none.
 	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, wasiMeter{}), rt); err != nil {
-		return nil, fmt.Errorf("module[%s]: instantiating WASI: %w", source, err)
+		return nil, nil, fmt.Errorf("module[%s]: instantiating WASI: %w", source, err)
 	}
 	if err := instantiateHostModule(ctx, rt); err != nil {
-		return nil, fmt.Errorf("module[%s]: instantiating host functions: %w", source, err)
+		return nil, nil, fmt.Errorf("module[%s]: instantiating host functions: %w", source, err)
 	}
 	if err := meter.Instantiate(ctx, rt); err != nil {
-		return nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
+		return nil, nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
 	}
 	if err := checkShape(compiled, l); err != nil {
-		return nil, invalid(err.Error(), nil)
+		return nil, nil, invalid(err.Error(), nil)
 	}
 	if err := checkImports(rt, compiled); err != nil {
-		return nil, invalid(err.Error(), nil)
+		return nil, nil, invalid(err.Error(), nil)
 	}
 	m.runtime, m.compiled = rt, compiled
 	m.pool = newPool(l.MaxInstances, m.newInstance)
@@ -307,18 +326,18 @@ func (e *Engine) load(ctx context.Context, source string, wasm []byte, limits Li
 		return inst.read(abi.PackedBuffer(res[0]), l.MaxResponseBytes)
 	})
 	if err != nil {
-		return nil, invalid("loading failed", err)
+		return nil, nil, invalid("loading failed", err)
 	}
 	var man abi.Manifest
 	if err := json.Unmarshal(res.Output, &man); err != nil {
-		return nil, invalid("manifest is not valid JSON", err)
+		return nil, nil, invalid("manifest is not valid JSON", err)
 	}
 	if err := validateManifest(man); err != nil {
-		return nil, &InvalidModuleError{Module: source, Reason: "manifest: " + err.Error(), Hint: "fix the module's manifest (docs/abi.md, \"Manifest\")"}
+		return nil, nil, &InvalidModuleError{Module: source, Reason: "manifest: " + err.Error(), Hint: "fix the module's manifest (docs/abi.md, \"Manifest\")"}
 	}
 	m.manifest, m.name = man, man.Name
 	ok = true
-	return m, nil
+	return m, metered, nil
 }
 
 // checkShape verifies exports and imports before anything runs.
