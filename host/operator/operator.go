@@ -161,6 +161,12 @@ type Options struct {
 	ModuleReadNamespaces map[string][]string
 	// Storm configures reconcile-storm damping for every module.
 	Storm StormOptions
+	// CallUnchanged calls every module's guest for every event, even one
+	// that carries nothing the guest can react to, such as the event of
+	// the host's own status write (docs/abi.md, "When the guest is
+	// called"). Defaults to false: such events are answered without a
+	// call.
+	CallUnchanged bool
 	// Events is the budget of every module's guest Events (docs/abi.md,
 	// "Events and logs"): token buckets per object and per module.
 	Events EventBudget
@@ -352,7 +358,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
-		Storm: reconciler.StormOptions(opts.Storm), ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
+		Storm: reconciler.StormOptions(opts.Storm), CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		LastEvent: lastEvent, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
 		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,

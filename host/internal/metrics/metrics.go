@@ -45,6 +45,10 @@ type Metrics struct {
 	StormsDetected *prometheus.CounterVec
 	// Damped counts reconciles of quiescent objects answered without a call.
 	Damped *prometheus.CounterVec
+	// Unchanged counts reconciles answered without a call because the
+	// object, its children and the module were as the last successful
+	// call left them (reconciler.Options.CallUnchanged).
+	Unchanged *prometheus.CounterVec
 	// Reloads counts module loads by result.
 	Reloads *prometheus.CounterVec
 	// CompileSeconds observes how long loading new bytes took.
@@ -122,6 +126,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_reconciles_damped_total",
 			Help: "Reconciles of quiescent objects that were postponed without calling the guest, by module.",
 		}, []string{"module"}),
+		Unchanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_reconciles_unchanged_total",
+			Help: "Reconciles answered without calling the guest because the object, its children and the module were as the last successful call left them (usually the event of the host's own status write), by module. --call-unchanged turns this off.",
+		}, []string{"module"}),
 		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_module_reloads_total",
 			Help: "Module loads, by module and result: restarted (a new controller), swapped (new bytes in the running controller), cached (a version still compiled, swapped in), unchanged, upgraded (compiled code replaced the interpreter), failed.",
@@ -152,6 +160,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.InstancesRecycled = promreg.Register(reg, m.InstancesRecycled, &err)
 	m.StormsDetected = promreg.Register(reg, m.StormsDetected, &err)
 	m.Damped = promreg.Register(reg, m.Damped, &err)
+	m.Unchanged = promreg.Register(reg, m.Unchanged, &err)
 	m.Reloads = promreg.Register(reg, m.Reloads, &err)
 	m.CompileSeconds = promreg.Register(reg, m.CompileSeconds, &err)
 	m.GuestLogDropped = promreg.Register(reg, m.GuestLogDropped, &err)
@@ -167,7 +176,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and
@@ -189,6 +198,7 @@ func (m *Metrics) Init(module string) {
 	m.FuelUsed.WithLabelValues(module)
 	m.StormsDetected.WithLabelValues(module)
 	m.Damped.WithLabelValues(module)
+	m.Unchanged.WithLabelValues(module)
 	m.GuestLogDropped.WithLabelValues(module)
 	m.EventsDropped.WithLabelValues(module, "object")
 	m.EventsDropped.WithLabelValues(module, "module")

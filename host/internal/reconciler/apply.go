@@ -22,10 +22,11 @@ import (
 
 // applied is what apply did.
 type applied struct {
-	wrote    bool               // something was written
-	synced   bool               // the children were synced (the response had children)
-	failures []abi.ChildFailure // desired children not written
-	untold   bool               // a failure the request did not list: the status was withheld
+	wrote       bool               // something was written
+	synced      bool               // the children were synced (the response had children)
+	failures    []abi.ChildFailure // desired children not written
+	untold      bool               // a failure the request did not list: the status was withheld
+	childWrites bool               // a child was created, applied or pruned
 }
 
 // apply writes what a valid response asks for, in this order:
@@ -53,6 +54,7 @@ func (r *Reconciler) apply(ctx context.Context, call string, obj *unstructured.U
 	if resp.Error == nil && resp.Children != nil {
 		a.synced = true
 		a.wrote, a.failures = r.syncChildren(ctx, obj, resp.Desired, observed)
+		a.childWrites = a.wrote
 		a.untold = !allTold(a.failures, told)
 	}
 	var err error

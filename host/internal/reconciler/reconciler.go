@@ -104,6 +104,12 @@ type Options struct {
 	// Events is the budget of the guest's Events; see EventBudget for the
 	// defaults.
 	Events EventBudget
+	// CallUnchanged calls the guest for every event, even one that carries
+	// nothing it can react to, such as the event of the host's own status
+	// write (see memo in unchanged.go for the exact rule). Defaults to
+	// false: such events are answered without a call, and counted in
+	// wasmreconcile_reconciles_unchanged_total.
+	CallUnchanged bool
 	// Now returns the wall clock passed to guests as Request.Now.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -122,6 +128,7 @@ type Reconciler struct {
 	opts      Options
 
 	storms *stormTracker
+	memos  *memos // the last successful call per object, to answer unchanged events
 	events *eventLimiter
 	stats  *Stats
 
@@ -171,6 +178,7 @@ func New(opts Options) (*Reconciler, error) {
 		rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
 		opts:     opts,
 		storms:   newStormTracker(opts.Storm),
+		memos:    newMemos(),
 		events:   newEventLimiter(opts.Events),
 		stats:    opts.Stats,
 		attempts: map[types.NamespacedName]int{},
@@ -212,7 +220,7 @@ type outcome struct {
 	wrote  bool          // something was written (status, child, finalizer)
 	untold bool          // children failed that the guest has not seen: call it again at once
 
-	requeueAfter time.Duration // success: the guest's requeueAfterSeconds
+	requeueAfter time.Duration // success: the guest's requeueAfterSeconds; skipUnchanged: the rest of it
 	damped       time.Duration // skipStorm: how long to wait
 	fingerprint  string        // generation, children and version, for storm damping
 }
@@ -221,10 +229,11 @@ type outcome struct {
 type skip int
 
 const (
-	skipNone    skip = iota
-	skipGone         // the object is deleted
-	skipNotOurs      // being deleted, and no finalizer of ours holds it
-	skipStorm        // quiescent: damped
+	skipNone      skip = iota
+	skipGone           // the object is deleted
+	skipNotOurs        // being deleted, and no finalizer of ours holds it
+	skipStorm          // quiescent: damped
+	skipUnchanged      // as the last successful call left it (unchanged.go)
 )
 
 // Reconcile implements reconcile.Reconciler; see the package documentation
@@ -292,7 +301,17 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if err != nil {
 		return fail("listing children", err)
 	}
-	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childrenFingerprint(observed), module.Digest())
+	childFP := childrenFingerprint(observed)
+	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childFP, module.Digest())
+	if !r.opts.CallUnchanged && !deleting {
+		if m, ok := r.memos.get(key); ok {
+			if same, wait := m.unchanged(module.Digest(), obj, childFP, r.opts.Now()); same {
+				o.skip, o.requeueAfter = skipUnchanged, wait
+				return o
+			}
+		}
+	}
+	r.memos.forget(key) // remembered again below if this call succeeds
 	if ok, wait := r.storms.admit(key, o.fingerprint, r.opts.Now()); !ok {
 		o.skip, o.damped = skipStorm, wait
 		return o
@@ -317,7 +336,8 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		return o
 	}
 	o.called = true
-	o.res, o.err = r.call(ctx, module, call, key.Namespace, request)
+	reads := &countingReader{CacheReader: r.reads.For(key.Namespace)}
+	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
 		return o
 	}
@@ -341,8 +361,31 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		o.err = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
 	default:
 		o.requeueAfter = time.Duration(resp.RequeueAfterSeconds) * time.Second
+		if !deleting && !a.untold && !a.childWrites && len(a.failures) == 0 && len(told) == 0 && reads.n == 0 {
+			status := any(resp.Status)
+			if resp.Status == nil {
+				status = obj.Object["status"]
+			}
+			m := memo{digest: module.Digest(), inputs: hashObject(obj), status: hashValue(status), children: hashString(childFP)}
+			if o.requeueAfter > 0 {
+				m.due = r.opts.Now().Add(o.requeueAfter)
+			}
+			r.memos.set(key, m)
+		}
 	}
 	return o
+}
+
+// countingReader counts a call's cache reads. The guest reads on the
+// calling goroutine, so no lock is needed.
+type countingReader struct {
+	engine.CacheReader
+	n int
+}
+
+func (c *countingReader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
+	c.n++
+	return c.CacheReader.Read(ctx, request)
 }
 
 // call calls the guest. While the module is suspect (its last finished call
@@ -350,7 +393,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 // spinning module occupies at most one CPU however many workers it has, and
 // the other modules keep the rest. The first call that finishes without
 // preemption lifts it.
-func (r *Reconciler) call(ctx context.Context, module *engine.Module, call, namespace string, request []byte) (engine.Result, error) {
+func (r *Reconciler) call(ctx context.Context, module *engine.Module, call string, reads engine.CacheReader, request []byte) (engine.Result, error) {
 	if r.suspect.Load() {
 		select {
 		case r.penalty <- struct{}{}:
@@ -359,7 +402,7 @@ func (r *Reconciler) call(ctx context.Context, module *engine.Module, call, name
 			return engine.Result{}, &engine.CanceledError{Module: r.name, Call: call}
 		}
 	}
-	res, err := module.Reconcile(engine.WithCacheReader(ctx, r.reads.For(namespace)), call, request)
+	res, err := module.Reconcile(engine.WithCacheReader(ctx, reads), call, request)
 	switch kind := protocol.KindOf(err); {
 	case kind.Preempted():
 		if !r.suspect.Swap(true) {
@@ -379,6 +422,8 @@ func (r *Reconciler) kindOf(o outcome) string {
 		return "NotOurs"
 	case skipStorm:
 		return "Damped"
+	case skipUnchanged:
+		return "Unchanged"
 	}
 	return string(protocol.KindOf(o.err))
 }
@@ -394,12 +439,18 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	case skipGone:
 		r.forget(o.key)
 		r.setFailures(o.key, nil)
+		r.memos.forget(o.key)
 		r.storms.forget(o.key)
 		r.events.forget(o.key)
 		return ctrl.Result{}, nil
 	case skipNotOurs:
 		r.forget(o.key)
+		r.memos.forget(o.key)
 		return ctrl.Result{}, nil
+	case skipUnchanged:
+		r.opts.Metrics.Unchanged.WithLabelValues(r.name).Inc()
+		log.FromContext(ctx).V(1).Info("unchanged since the last successful call: guest not called")
+		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 	case skipStorm:
 		r.opts.Metrics.Damped.WithLabelValues(r.name).Inc()
 		log.FromContext(ctx).V(1).Info("quiescent: reconcile postponed", "after", o.damped.String())

@@ -57,6 +57,19 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 // fails the test on any other error or after a minute.
 func Update(t testing.TB, c client.Client, obj client.Object, mutate func()) {
 	t.Helper()
+	update(t, c, obj, mutate, c.Update)
+}
+
+// UpdateStatus is Update for the status subresource.
+func UpdateStatus(t testing.TB, c client.Client, obj client.Object, mutate func()) {
+	t.Helper()
+	update(t, c, obj, mutate, func(ctx context.Context, obj client.Object, _ ...client.UpdateOption) error {
+		return c.Status().Update(ctx, obj)
+	})
+}
+
+func update(t testing.TB, c client.Client, obj client.Object, mutate func(), write func(context.Context, client.Object, ...client.UpdateOption) error) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
@@ -64,7 +77,7 @@ func Update(t testing.TB, c client.Client, obj client.Object, mutate func()) {
 				return err
 			}
 			mutate()
-			return c.Update(context.Background(), obj)
+			return write(context.Background(), obj)
 		})
 		if err == nil {
 			return
