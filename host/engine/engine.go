@@ -26,9 +26,9 @@ import (
 // Options configure an Engine. The zero value is ready to use.
 type Options struct {
 	// CompilationCacheDir, when set, persists compiled machine code in that
-	// directory so that a restart, or a second load of the same bytes, skips
-	// compilation. Defaults to "": an in-memory cache shared by the Engine's
-	// modules.
+	// directory so that a restart, or a load of bytes no open module was
+	// loaded from, skips compilation. Defaults to "": modules loaded from
+	// the same bytes share their code in memory, and nothing is persisted.
 	CompilationCacheDir string
 
 	// FuelSlice is how much fuel a guest receives per refuel. Between two
@@ -55,13 +55,24 @@ type Options struct {
 // Engine instruments, compiles and loads guest modules. It is safe for
 // concurrent use.
 type Engine struct {
-	cache       wazero.CompilationCache
+	cacheDir    string
 	fuelSlice   uint64
 	interpreter bool
 	ceilings    Limits // Options.Ceilings, defaults filled
 
 	mu        sync.Mutex
-	validated map[string]bool // digests of input bytes wazero validated
+	validated map[string]bool       // digests of input bytes wazero validated
+	caches    map[string]*codeCache // by codeKey, while a module uses them
+	closed    bool
+}
+
+// codeCache is the compilation cache of the modules loaded from one input
+// under one instrumentation: the same instrumented bytes, so the same
+// compiled code. It is closed with the last module that uses it, which
+// frees that code (see Engine.cacheFor).
+type codeCache struct {
+	cache wazero.CompilationCache
+	refs  int
 }
 
 // maxValidated bounds Engine.validated: about 100 bytes an entry, so at most
@@ -75,17 +86,73 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	var cache wazero.CompilationCache
 	if opts.CompilationCacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir)
+		c, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir) // creates and checks the directory
 		if err != nil {
 			return nil, fmt.Errorf("engine: compilation cache %q: %w; fix the directory or leave it unset", opts.CompilationCacheDir, err)
 		}
-		cache = c
-	} else {
-		cache = wazero.NewCompilationCache()
+		_ = c.Close(context.Background())
 	}
-	return &Engine{cache: cache, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings, validated: map[string]bool{}}, nil
+	return &Engine{cacheDir: opts.CompilationCacheDir, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings,
+		validated: map[string]bool{}, caches: map[string]*codeCache{}}, nil
+}
+
+// codeKey names the instrumented bytes of the input with this digest under
+// l: the instrumenter is deterministic and reads only these limits.
+func codeKey(digest string, l Limits) string {
+	return fmt.Sprintf("%s/%d/%d", digest, l.MaxTableElements, l.MaxCallDepth)
+}
+
+// cacheFor returns the compilation cache of the modules whose instrumented
+// bytes key names, and the function that gives it back, which its module
+// calls once when it closes.
+//
+// The modules of one Engine do not all share one cache, because wazero
+// v1.12 never frees code from a cache that stays open: a runtime's Close
+// leaves what it compiled in the cache, and although CompiledModule.Close
+// removes it, the cache's list of code sorted by address keeps a pointer to
+// it in the unused tail of its backing array (the slice is shortened, the
+// slot not cleared), so the code, and the decoded module it points to,
+// stay reachable. Every version of every module ever loaded would stay
+// compiled. One cache per distinct instrumented bytes still shares the code
+// of modules loaded from the same bytes, and closing it with the last of
+// them drops everything it holds (TestIdenticalBytesShareCode).
+func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Context), error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, nil, errors.New("engine is closed")
+	}
+	c, ok := e.caches[key]
+	if !ok {
+		c = &codeCache{}
+		if e.cacheDir != "" {
+			cache, err := wazero.NewCompilationCacheWithDir(e.cacheDir)
+			if err != nil {
+				return nil, nil, fmt.Errorf("compilation cache %q: %w", e.cacheDir, err)
+			}
+			c.cache = cache
+		} else {
+			c.cache = wazero.NewCompilationCache()
+		}
+		e.caches[key] = c
+	}
+	c.refs++
+	var once sync.Once
+	return c.cache, func(ctx context.Context) {
+		once.Do(func() {
+			e.mu.Lock()
+			c.refs--
+			last := c.refs == 0 && e.caches[key] == c
+			if last {
+				delete(e.caches, key)
+			}
+			e.mu.Unlock()
+			if last {
+				_ = c.cache.Close(ctx)
+			}
+		})
+	}, nil
 }
 
 // instrument returns the metered rewrite of wasm. Nothing of it is kept:
@@ -152,9 +219,20 @@ func validate(ctx context.Context, wasm []byte) error {
 	return c.Close(ctx)
 }
 
-// Close releases the compilation cache. Modules loaded from the Engine must be
-// closed first.
-func (e *Engine) Close(ctx context.Context) error { return e.cache.Close(ctx) }
+// Close releases the compiled code of the modules still open, which must
+// not be used afterwards, and refuses further loads. Close the modules
+// first.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	caches := e.caches
+	e.caches, e.closed = map[string]*codeCache{}, true
+	e.mu.Unlock()
+	var errs []error
+	for _, c := range caches {
+		errs = append(errs, c.cache.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
 
 // Load validates and compiles wasm, instantiates it once to read its
 // manifest, and returns a Module ready to reconcile. source names the bytes in
@@ -271,6 +349,10 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return nil, nil, invalid("not a valid WebAssembly module", err)
 	}
 
+	cache, release, err := e.cacheFor(codeKey(m.digest, l))
+	if err != nil {
+		return nil, nil, fmt.Errorf("module[%s]: %w", source, err)
+	}
 	// No WithCloseOnContextDone: the fuel meter stops calls at their deadline.
 	cfg := wazero.NewRuntimeConfig()
 	if e.interpreter {
@@ -278,17 +360,22 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 	}
 	cfg = cfg.
 		WithCoreFeatures(coreFeatures).
-		WithCompilationCache(e.cache).
+		WithCompilationCache(cache).
 		WithMemoryLimitPages(l.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	var compiled wazero.CompiledModule
 	ok := false
 	defer func() {
 		if !ok {
 			_ = rt.Close(ctx)
+			if compiled != nil {
+				_ = compiled.Close(ctx) // see Module.Close
+			}
+			release(ctx)
 		}
 	}()
 
-	compiled, err := rt.CompileModule(ctx, metered)
+	compiled, err = rt.CompileModule(ctx, metered)
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
 			return nil, nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
@@ -312,7 +399,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 	if err := checkImports(rt, compiled); err != nil {
 		return nil, nil, invalid(err.Error(), nil)
 	}
-	m.runtime, m.compiled = rt, compiled
+	m.runtime, m.compiled, m.release = rt, compiled, release
 	m.pool = newPool(l.MaxInstances, m.newInstance)
 
 	// Instantiate once: this runs _initialize and reads the manifest, and

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -66,7 +67,7 @@ func sampleMemory(tb testing.TB) memSample {
 
 // executableBytes sums the resident set of the anonymous executable
 // mappings in /proc/self/smaps, where wazero keeps compiled code; 0 when
-// smaps cannot be read.
+// smaps cannot be read (or before anything was compiled).
 func executableBytes() uint64 {
 	b, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
@@ -209,5 +210,88 @@ func BenchmarkModuleMemory(b *testing.B) {
 			_ = m.Close(ctx)
 		}
 		_ = e.Close(ctx)
+	}
+}
+
+// TestIdenticalBytesShareCode: a second module loaded from the same bytes
+// compiles nothing (wazero's cache shares the code by the hash of the
+// instrumented bytes); closing the first, even twice, leaves the second
+// working, new instances included (instantiation looks the code up by that
+// hash); and closing the last gives the code back.
+func TestIdenticalBytesShareCode(t *testing.T) {
+	wasm := withCustomSection(testwasm.Build(t, "./widget"), "TestIdenticalBytesShareCode")
+	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
+	ctx := context.Background()
+	e, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	_, err = os.Stat("/proc/self/smaps")
+	measure := err == nil
+	before := sampleMemory(t)
+	a, err := e.Load(ctx, "a", wasm, Limits{MaxInstances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := sampleMemory(t)
+	// Every call of b runs on a fresh instance.
+	b, err := e.Load(ctx, "b", wasm, Limits{MaxInstances: 1, RecycleAfterCalls: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := sampleMemory(t)
+	firstCode, secondCode := toMiB(float64(first.code)-float64(before.code)), toMiB(float64(second.code)-float64(first.code))
+	t.Logf("first load: %.2f MiB compiled code, %.2f MiB heap, %.2f MiB resident; second load of the same bytes: %.2f MiB code, %.2f MiB heap, %.2f MiB resident",
+		firstCode, toMiB(float64(first.heap)-float64(before.heap)), toMiB(float64(first.rss)-float64(before.rss)),
+		secondCode, toMiB(float64(second.heap)-float64(first.heap)), toMiB(float64(second.rss)-float64(first.rss)))
+	if measure && (firstCode < 1 || secondCode > firstCode/10) {
+		t.Errorf("compiled code: %.2f MiB for the first load, %.2f MiB for the second: not shared", firstCode, secondCode)
+	}
+
+	for range 2 {
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		res, err := b.Reconcile(ctx, "after a closed", req)
+		if err != nil {
+			t.Fatalf("call %d after the other module closed: %v", i, err)
+		}
+		if res.Recycled != RecycledCalls {
+			t.Fatalf("call %d: Recycled %q: the next call would not instantiate", i, res.Recycled)
+		}
+	}
+	c, err := e.Load(ctx, "c", wasm, Limits{MaxInstances: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reconcile(ctx, "after b closed", req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !measure {
+		return
+	}
+	// The code is unmapped by a finalizer once nothing reaches it: wait for
+	// it, with a deadline.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		now := sampleMemory(t)
+		left := toMiB(float64(now.code) - float64(before.code))
+		if left < firstCode/10 {
+			t.Logf("all closed: %.2f MiB of compiled code left", left)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("all three modules closed, %.2f MiB of their %.2f MiB of compiled code still mapped", left, firstCode)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

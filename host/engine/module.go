@@ -31,7 +31,11 @@ type Module struct {
 	manifest  abi.Manifest
 	runtime   wazero.Runtime
 	compiled  wazero.CompiledModule
+	release   func(context.Context) // gives back the compilation cache (Engine.cacheFor)
 	pool      *pool
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Name is the module's name from its manifest.
@@ -120,8 +124,27 @@ func (m *Module) PoolStats() PoolStats {
 }
 
 // Close releases the module's instances and compiled code. Calls in flight
-// fail with a *TrapError or *CanceledError.
-func (m *Module) Close(ctx context.Context) error { return m.runtime.Close(ctx) }
+// fail with a *TrapError or *CanceledError. The code is shared with the
+// Engine's other modules loaded from the same bytes, and freed when the last
+// of them closes. Closing twice does nothing.
+func (m *Module) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		m.closeErr = m.runtime.Close(ctx)
+		// Idle instances reach the compiled code: drop them, so that it
+		// can be freed while the Module itself is still referenced.
+		m.pool.close(ctx)
+		// A runtime built on a CompilationCache leaves the code it compiled
+		// in the cache when it closes: each CompiledModule holds one
+		// reference to it, counted by the bytes' hash, and Close gives it
+		// back (once: a second would take another module's). The cache,
+		// shared with the modules loaded from the same bytes, is closed
+		// with the last of them, which frees the code; instances still
+		// running keep it mapped until they are collected.
+		_ = m.compiled.Close(ctx)
+		m.release(ctx)
+	})
+	return m.closeErr
+}
 
 // call runs fn on a pooled instance under the fuel budget and the module's
 // timeout, and turns wazero's errors into typed ones.
@@ -329,13 +352,14 @@ func (i *instance) close(ctx context.Context) {
 // is one uncontended mutex; callers wait on a channel only when every
 // instance is busy.
 type pool struct {
-	mu    sync.Mutex
-	max   int
-	busy  int         // calls holding an instance or creating one
-	idle  []*instance // warm instances
-	live  atomic.Int64
-	freed chan struct{} // a slot may be free; capacity 1
-	fresh func(context.Context) (*instance, error)
+	mu     sync.Mutex
+	max    int
+	busy   int         // calls holding an instance or creating one
+	idle   []*instance // warm instances
+	closed bool        // the module is closed: instances put back are closed
+	live   atomic.Int64
+	freed  chan struct{} // a slot may be free; capacity 1
+	fresh  func(context.Context) (*instance, error)
 }
 
 func newPool(max int, fresh func(context.Context) (*instance, error)) *pool {
@@ -377,17 +401,32 @@ func (p *pool) get(ctx context.Context) (*instance, error) {
 }
 
 func (p *pool) put(inst *instance, healthy bool) {
-	if !healthy {
+	p.mu.Lock()
+	if !healthy || p.closed {
+		p.mu.Unlock()
 		inst.close(context.Background())
 		p.live.Add(-1)
 		p.release()
 		return
 	}
-	p.mu.Lock()
 	p.idle = append(p.idle, inst)
 	p.busy--
 	p.mu.Unlock()
 	p.signal()
+}
+
+// close closes the idle instances, and makes put close the busy ones when
+// their calls end.
+func (p *pool) close(ctx context.Context) {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, inst := range idle {
+		inst.close(ctx)
+		p.live.Add(-1)
+	}
 }
 
 func (p *pool) release() {
