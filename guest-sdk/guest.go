@@ -115,16 +115,24 @@ func dispatch(request []byte) (resp *Response) {
 	if handler == nil {
 		return &Response{Error: &Error{Message: "guest: no handler registered; call guest.Handle from an init function", Terminal: true}}
 	}
-	req, err := decodeRequest(request)
-	if err != nil {
-		return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			resp = &Response{Error: &Error{Message: fmt.Sprintf("guest: handler panicked: %v", r)}}
 		}
 	}()
-	resp = handler(req)
+	if lazyHandler != nil {
+		req, err := ParseLazy(request)
+		if err != nil {
+			return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
+		}
+		resp = lazyHandler(req)
+	} else {
+		req, err := decodeRequest(request)
+		if err != nil {
+			return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
+		}
+		resp = handler(req)
+	}
 	if resp == nil {
 		resp = &Response{}
 	}

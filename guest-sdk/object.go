@@ -99,8 +99,15 @@ func (o Object) Condition(t string) (Condition, bool) {
 // same type when Status did not change, and set to now otherwise. This keeps
 // the desired status stable across reconciles, so the host does not write.
 func (o Object) SetCondition(c Condition, now string) map[string]any {
+	old, ok := o.Condition(c.Type)
+	return conditionMap(c, old, ok, now)
+}
+
+// conditionMap is SetCondition given the object's condition of c's type
+// (old, when ok).
+func conditionMap(c Condition, old Condition, ok bool, now string) map[string]any {
 	c.LastTransitionTime = now
-	if old, ok := o.Condition(c.Type); ok && old.Status == c.Status && old.LastTransitionTime != "" {
+	if ok && old.Status == c.Status && old.LastTransitionTime != "" {
 		c.LastTransitionTime = old.LastTransitionTime
 	}
 	m := map[string]any{
