@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -19,6 +20,7 @@ type guestLimitFlags struct {
 	callDepth     uint64
 	recycleCalls  int
 	recyclePages  uint
+	idleTimeout   time.Duration
 }
 
 func (g *guestLimitFlags) register(fs *flag.FlagSet) {
@@ -27,6 +29,7 @@ func (g *guestLimitFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&g.callDepth, "max-call-depth", engine.DefaultMaxCallDepth, "most nested calls in a guest; a call that would go deeper stops with StackOverflow (0: the default)")
 	fs.IntVar(&g.recycleCalls, "recycle-after-calls", engine.DefaultRecycleAfterCalls, "close a guest instance after it has served this many calls, and serve the next call from a fresh one, so that nothing a guest's runtime accumulates lives forever (counted in wasmreconcile_instances_recycled_total; 0: the default)")
 	fs.UintVar(&g.recyclePages, "recycle-memory-pages", 0, "close a guest instance after a call that left its linear memory above this many 64 KiB pages (linear memory never shrinks); 0: three quarters of the memory limit")
+	fs.DurationVar(&g.idleTimeout, "idle-instance-timeout", engine.DefaultIdleInstanceTimeout, "close a guest instance that has served no call for this long, so that a module with no traffic holds no instance; the next call instantiates a fresh one (counted in wasmreconcile_instances_recycled_total{reason=\"idle\"}; 0: the default; negative: never)")
 	fs.Uint64Var(&g.tableElements, "max-table-elements", engine.DefaultMaxTableElements, "most elements of a guest's tables, all tables together (about 8 bytes each); a module whose tables need more is refused at load, and table.grow past it fails in the guest (0: the default)")
 }
 
@@ -48,6 +51,7 @@ func (g *guestLimitFlags) apply(l *engine.Limits) error {
 		return fmt.Errorf("--recycle-memory-pages %d is over 65536 (4 GiB)", g.recyclePages)
 	}
 	l.RecycleAfterCalls, l.RecycleMemoryPages = g.recycleCalls, uint32(g.recyclePages)
+	l.IdleInstanceTimeout = g.idleTimeout
 	l.MaxLogLines, l.MaxLogBytes, l.MaxTableElements = g.logLines, g.logBytes, uint32(g.tableElements)
 	l.MaxCallDepth = uint32(g.callDepth)
 	return nil

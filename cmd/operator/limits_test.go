@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
@@ -31,12 +32,12 @@ func TestGuestLimitFlags(t *testing.T) {
 	}
 	got, err := parse()
 	if err != nil || got != (engine.Limits{MaxLogLines: engine.DefaultMaxLogLines, MaxLogBytes: engine.DefaultMaxLogBytes, MaxTableElements: engine.DefaultMaxTableElements, MaxCallDepth: engine.DefaultMaxCallDepth,
-		RecycleAfterCalls: engine.DefaultRecycleAfterCalls}) {
+		RecycleAfterCalls: engine.DefaultRecycleAfterCalls, IdleInstanceTimeout: engine.DefaultIdleInstanceTimeout}) {
 		t.Errorf("defaults %+v, %v", got, err)
 	}
 	got, err = parse("--max-log-lines", "7", "--max-log-bytes", "512", "--max-table-elements", "0", "--max-call-depth", "9",
-		"--recycle-after-calls", "0", "--recycle-memory-pages", "300")
-	if err != nil || got != (engine.Limits{MaxLogLines: 7, MaxLogBytes: 512, MaxCallDepth: 9, RecycleMemoryPages: 300}) {
+		"--recycle-after-calls", "0", "--recycle-memory-pages", "300", "--idle-instance-timeout", "-1s")
+	if err != nil || got != (engine.Limits{MaxLogLines: 7, MaxLogBytes: 512, MaxCallDepth: 9, RecycleMemoryPages: 300, IdleInstanceTimeout: -time.Second}) {
 		t.Errorf("limits %+v, %v", got, err)
 	}
 	for _, args := range [][]string{
@@ -57,7 +58,7 @@ func TestGuestLimitFlags(t *testing.T) {
 		if err := run([]string{cmd, "--help"}, io.Discard, &errOut); err != nil {
 			t.Fatalf("%s --help: %v", cmd, err)
 		}
-		for _, f := range []string{"-max-log-lines", "(default 100)", "-max-log-bytes", "(default 65536)", "-max-table-elements", "(default 100000)"} {
+		for _, f := range []string{"-max-log-lines", "(default 100)", "-max-log-bytes", "(default 65536)", "-max-table-elements", "(default 100000)", "-idle-instance-timeout", "(default 5m0s)"} {
 			if !strings.Contains(errOut.String(), f) {
 				t.Errorf("%s --help does not mention %s", cmd, f)
 			}

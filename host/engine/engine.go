@@ -50,15 +50,23 @@ type Options struct {
 	// DefaultMaxFuel (5,000,000,000), DefaultMaxTimeout (60 s) and
 	// DefaultMaxMemoryPages (16384 pages = 1 GiB); see ceilings.go.
 	Ceilings Limits
+
+	// IdleReleased, when set, is called with a module's name for each of
+	// its instances closed for having served no call for
+	// Limits.IdleInstanceTimeout. It runs on a timer's goroutine and must
+	// not block. The operator counts these in
+	// wasmreconcile_instances_recycled_total{reason="idle"}.
+	IdleReleased func(module string)
 }
 
 // Engine instruments, compiles and loads guest modules. It is safe for
 // concurrent use.
 type Engine struct {
-	cacheDir    string
-	fuelSlice   uint64
-	interpreter bool
-	ceilings    Limits // Options.Ceilings, defaults filled
+	cacheDir     string
+	fuelSlice    uint64
+	interpreter  bool
+	ceilings     Limits // Options.Ceilings, defaults filled
+	idleReleased func(module string)
 
 	mu        sync.Mutex
 	validated map[string]bool       // digests of input bytes wazero validated
@@ -94,7 +102,7 @@ func New(opts Options) (*Engine, error) {
 		_ = c.Close(context.Background())
 	}
 	return &Engine{cacheDir: opts.CompilationCacheDir, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings,
-		validated: map[string]bool{}, caches: map[string]*codeCache{}}, nil
+		idleReleased: opts.IdleReleased, validated: map[string]bool{}, caches: map[string]*codeCache{}}, nil
 }
 
 // codeKey names the instrumented bytes of the input with this digest under
@@ -423,6 +431,15 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return nil, nil, &InvalidModuleError{Module: source, Reason: "manifest: " + err.Error(), Hint: "fix the module's manifest (docs/abi.md, \"Manifest\")"}
 	}
 	m.manifest, m.name = man, man.Name
+	// From here on the instance left by the load is closed when idle too:
+	// a module with no traffic holds no instance.
+	m.pool.startReaping(l.IdleInstanceTimeout, func(n int) {
+		if e.idleReleased != nil {
+			for range n {
+				e.idleReleased(m.name)
+			}
+		}
+	})
 	ok = true
 	return m, metered, nil
 }

@@ -95,6 +95,16 @@ type Limits struct {
 	// Defaults to three quarters of MemoryLimitPages.
 	RecycleMemoryPages uint32
 
+	// IdleInstanceTimeout closes an instance that has served no call for
+	// this long, so that a module with no traffic holds no instance (its
+	// linear memory and the Go heap of its runtime); the next call
+	// instantiates a fresh one, which for the widget guest takes a few
+	// milliseconds (BenchmarkReinstantiate). Each closing is reported to
+	// Options.IdleReleased.
+	// Defaults to 5 minutes; negative keeps idle instances until they are
+	// recycled.
+	IdleInstanceTimeout time.Duration
+
 	// MaxCallDepth caps how deep the guest's calls may nest. A call that
 	// would go deeper stops with a *StackOverflowError. Without it, wazero
 	// grows the call stack to about 100 MB by doubling copies, outside the
@@ -118,6 +128,8 @@ const (
 	DefaultMaxTableElements  = 100_000
 	DefaultMaxCallDepth      = 50_000
 	DefaultRecycleAfterCalls = 100_000
+
+	DefaultIdleInstanceTimeout = 5 * time.Minute
 )
 
 // withDefaults returns l with zero fields replaced by their defaults, or an
@@ -170,6 +182,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.RecycleAfterCalls == 0 {
 		l.RecycleAfterCalls = DefaultRecycleAfterCalls
+	}
+	if l.IdleInstanceTimeout == 0 {
+		l.IdleInstanceTimeout = DefaultIdleInstanceTimeout
 	}
 	if l.RecycleMemoryPages == 0 || l.RecycleMemoryPages > l.MemoryLimitPages {
 		l.RecycleMemoryPages = max(l.MemoryLimitPages/4*3, 1)

@@ -76,6 +76,10 @@ type Result struct {
 const (
 	RecycledCalls  = "calls"  // the instance served Limits.RecycleAfterCalls calls
 	RecycledMemory = "memory" // its memory grew past Limits.RecycleMemoryPages
+	// RecycledIdle is never in a Result: an instance that served no call for
+	// Limits.IdleInstanceTimeout is closed between calls and reported to
+	// Options.IdleReleased.
+	RecycledIdle = "idle"
 )
 
 // Reconcile passes request to the guest's reconcile export and returns the
@@ -276,7 +280,8 @@ type instance struct {
 	alloc, manifest, reconcile api.Function
 	stderr                     *tailBuffer
 	clock                      *fuelClock
-	calls                      int // calls served
+	calls                      int       // calls served
+	idleSince                  time.Time // when it was last put back idle
 }
 
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
@@ -351,19 +356,78 @@ func (i *instance) close(ctx context.Context) {
 // instances that hit any error are closed and replaced lazily. The fast path
 // is one uncontended mutex; callers wait on a channel only when every
 // instance is busy.
+//
+// Once reaping is on (startReaping), an instance idle for idleTimeout is
+// closed by a timer: idle is ordered by idleSince, because put appends and
+// get takes the last (the warmest), so the expired ones are a prefix, and
+// one timer, armed for the oldest, serves them all. An instance is either
+// in idle, where only a holder of mu can take it, or held by one caller:
+// the timer and get never both have it.
 type pool struct {
-	mu     sync.Mutex
-	max    int
-	busy   int         // calls holding an instance or creating one
-	idle   []*instance // warm instances
-	closed bool        // the module is closed: instances put back are closed
-	live   atomic.Int64
-	freed  chan struct{} // a slot may be free; capacity 1
-	fresh  func(context.Context) (*instance, error)
+	mu          sync.Mutex
+	max         int
+	busy        int         // calls holding an instance or creating one
+	idle        []*instance // warm instances, the longest idle first
+	closed      bool        // the module is closed: instances put back are closed
+	idleTimeout time.Duration
+	timer       *time.Timer // armed while reaping is on and an instance is idle
+	reaped      func(n int) // told how many idle instances the timer closed
+	live        atomic.Int64
+	freed       chan struct{} // a slot may be free; capacity 1
+	fresh       func(context.Context) (*instance, error)
 }
 
 func newPool(max int, fresh func(context.Context) (*instance, error)) *pool {
 	return &pool{max: max, freed: make(chan struct{}, 1), fresh: fresh}
+}
+
+// startReaping closes, from now on, every instance idle for timeout (none
+// if timeout <= 0), and calls reaped with how many each time.
+func (p *pool) startReaping(timeout time.Duration, reaped func(n int)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idleTimeout, p.reaped = timeout, reaped
+	p.armLocked()
+}
+
+// armLocked starts the timer for the longest idle instance, unless it runs.
+func (p *pool) armLocked() {
+	if p.idleTimeout <= 0 || p.timer != nil || p.closed || len(p.idle) == 0 {
+		return
+	}
+	p.timer = time.AfterFunc(time.Until(p.idle[0].idleSince.Add(p.idleTimeout)), func() { p.reap(time.Now()) })
+}
+
+// reap closes the instances idle for idleTimeout at now, and arms the timer
+// for the next. It returns how many it closed. The timer calls it; a test
+// may call it with a time of its own.
+func (p *pool) reap(now time.Time) int {
+	p.mu.Lock()
+	if p.timer != nil {
+		p.timer.Stop() // a no-op when the timer is what called
+		p.timer = nil
+	}
+	n := 0
+	if p.idleTimeout > 0 {
+		for n < len(p.idle) && !now.Before(p.idle[n].idleSince.Add(p.idleTimeout)) {
+			n++
+		}
+	}
+	expired := append([]*instance(nil), p.idle[:n]...)
+	rest := copy(p.idle, p.idle[n:])
+	clear(p.idle[rest:]) // no stale references to closed instances
+	p.idle = p.idle[:rest]
+	p.armLocked()
+	reaped := p.reaped
+	p.mu.Unlock()
+	for _, inst := range expired {
+		inst.close(context.Background())
+		p.live.Add(-1)
+	}
+	if n > 0 && reaped != nil {
+		reaped(n)
+	}
+	return n
 }
 
 func (p *pool) get(ctx context.Context) (*instance, error) {
@@ -373,7 +437,9 @@ func (p *pool) get(ctx context.Context) (*instance, error) {
 			p.busy++
 			var inst *instance
 			if n := len(p.idle); n > 0 {
-				inst, p.idle = p.idle[n-1], p.idle[:n-1]
+				inst = p.idle[n-1]
+				p.idle[n-1] = nil
+				p.idle = p.idle[:n-1]
 			}
 			more := p.busy < p.max
 			p.mu.Unlock()
@@ -409,8 +475,10 @@ func (p *pool) put(inst *instance, healthy bool) {
 		p.release()
 		return
 	}
+	inst.idleSince = time.Now()
 	p.idle = append(p.idle, inst)
 	p.busy--
+	p.armLocked()
 	p.mu.Unlock()
 	p.signal()
 }
@@ -422,6 +490,10 @@ func (p *pool) close(ctx context.Context) {
 	p.closed = true
 	idle := p.idle
 	p.idle = nil
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
 	p.mu.Unlock()
 	for _, inst := range idle {
 		inst.close(ctx)

@@ -343,11 +343,11 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		return nil, fmt.Errorf("creating the host's client: %w", err)
 	}
 	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes, account: opts.DefaultServiceAccount}
-	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings}); err != nil {
+	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease}); err != nil {
 		return nil, err
 	}
 	if opts.InterpreterFirst {
-		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Ceilings}); err != nil {
+		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease}); err != nil {
 			return nil, err
 		}
 	}

@@ -35,7 +35,8 @@ type Metrics struct {
 	// ChildOperations counts children applied and pruned.
 	ChildOperations *prometheus.CounterVec
 	// InstancesRecycled counts instances closed after a successful call, by
-	// module and reason (calls, memory).
+	// module and reason (calls, memory), and instances closed for having
+	// been idle (reason idle).
 	InstancesRecycled *prometheus.CounterVec
 	// ApplyFailures counts writes the API server refused, and desired
 	// children not written for a conflict, by module, target (child,
@@ -112,7 +113,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"module", "operation"}),
 		InstancesRecycled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_instances_recycled_total",
-			Help: "Guest instances closed after a successful call and replaced by a fresh one, by module and reason: calls (it served --recycle-after-calls calls) or memory (its linear memory grew past --recycle-memory-pages).",
+			Help: "Guest instances closed and replaced by a fresh one when needed, by module and reason: after a successful call, calls (it served --recycle-after-calls calls) or memory (its linear memory grew past --recycle-memory-pages); between calls, idle (it served no call for --idle-instance-timeout).",
 		}, []string{"module", "reason"}),
 		ApplyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_apply_failures_total",
@@ -194,6 +195,7 @@ func (m *Metrics) Init(module string) {
 	m.ChildOperations.WithLabelValues(module, "prune")
 	m.InstancesRecycled.WithLabelValues(module, "calls")
 	m.InstancesRecycled.WithLabelValues(module, "memory")
+	m.InstancesRecycled.WithLabelValues(module, engine.RecycledIdle)
 	m.GuestDuration.WithLabelValues(module)
 	m.FuelUsed.WithLabelValues(module)
 	m.StormsDetected.WithLabelValues(module)
@@ -202,6 +204,12 @@ func (m *Metrics) Init(module string) {
 	m.GuestLogDropped.WithLabelValues(module)
 	m.EventsDropped.WithLabelValues(module, "object")
 	m.EventsDropped.WithLabelValues(module, "module")
+}
+
+// ObserveIdleRelease records one of module's instances closed for having
+// served no call for its idle time (engine.Options.IdleReleased).
+func (m *Metrics) ObserveIdleRelease(module string) {
+	m.InstancesRecycled.WithLabelValues(module, engine.RecycledIdle).Inc()
 }
 
 // ObserveCall records one guest call's fuel, duration, preemption and

@@ -1032,5 +1032,8 @@ func mergeLimits(base, override engine.Limits) engine.Limits {
 	if override.RecycleMemoryPages != 0 {
 		base.RecycleMemoryPages = override.RecycleMemoryPages
 	}
+	if override.IdleInstanceTimeout != 0 {
+		base.IdleInstanceTimeout = override.IdleInstanceTimeout
+	}
 	return base
 }
