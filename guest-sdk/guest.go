@@ -28,6 +28,7 @@ import (
 	"fmt"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
 )
 
 // Re-exported wire types; see package abi and docs/abi.md for the contract.
@@ -111,6 +112,10 @@ func Dispatch(request []byte) []byte {
 	return b
 }
 
+// maxPooledEntries bounds the tape kept for the next call: 64 Ki values,
+// far more than a Kubernetes object holds.
+const maxPooledEntries = 1 << 16
+
 func dispatch(request []byte) (resp *Response) {
 	if handler == nil {
 		return &Response{Error: &Error{Message: "guest: no handler registered; call guest.Handle from an init function", Terminal: true}}
@@ -121,7 +126,13 @@ func dispatch(request []byte) (resp *Response) {
 		}
 	}()
 	if lazyHandler != nil {
-		req, err := ParseLazy(request)
+		tape := tapes.Get().(*jsontree.Tape)
+		defer func() {
+			if cap(tape.Entries) <= maxPooledEntries { // keep no huge request's tape
+				tapes.Put(tape)
+			}
+		}()
+		req, err := parseLazy(request, tape)
 		if err != nil {
 			return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
 		}

@@ -33,7 +33,14 @@ func wrAlloc(size uint32) uint32 {
 		input = input[:0]
 		return 0
 	}
-	input = make([]byte, size)
+	// The last request's buffer serves again when it fits and is not much
+	// larger: a request is dead once its call returns (handlers must not
+	// retain it), and a fresh buffer per call would be garbage to collect.
+	if n := cap(input); int(size) <= n && n <= 4*int(size)+4096 {
+		input = input[:size]
+	} else {
+		input = make([]byte, size)
+	}
 	return uint32(uintptr(unsafe.Pointer(&input[0])))
 }
 

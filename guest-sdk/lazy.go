@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
@@ -50,6 +51,7 @@ func Lazy(req *Request) (*LazyRequest, error) {
 
 // LazyRequest is a Request read on demand from its JSON encoding.
 type LazyRequest struct {
+	tape              *jsontree.Tape
 	object, config    Value
 	children, related Value
 	failures          Value
@@ -58,63 +60,60 @@ type LazyRequest struct {
 	now               string
 }
 
-// ParseLazy reads the top level of a JSON Request. It checks the types of
-// the request's fields, as decoding a Request would, and skips over their
-// contents, which are read when asked for.
+// tapes are reused from call to call: a request's values are dead once
+// its handler returns.
+var tapes = sync.Pool{New: func() any { return &jsontree.Tape{} }}
+
+// ParseLazy reads the top level of a JSON Request. It locates every value
+// in one pass and checks the types of the request's fields, as decoding a
+// Request would; their contents are decoded when asked for.
 func ParseLazy(data []byte) (*LazyRequest, error) {
-	r := &LazyRequest{}
-	var ferr error
-	err := jsontree.Members(data, func(key []byte, escaped bool, raw []byte) bool {
-		v := Value{raw: raw}
+	return parseLazy(data, &jsontree.Tape{})
+}
+
+func parseLazy(data []byte, tape *jsontree.Tape) (*LazyRequest, error) {
+	if err := tape.Index(data); err != nil {
+		return nil, err
+	}
+	root := Value{tape, 0}
+	if root.kind() != "object" {
+		return nil, errors.New("request is not a JSON object")
+	}
+	r := &LazyRequest{tape: tape}
+	var err error
+	root.Each(func(k string, v Value) bool {
 		if v.IsNull() {
 			return true
 		}
-		k := string(key)
-		if escaped {
-			k, _ = jsontree.Key(key)
-		}
-		want := func(ok bool, what string) bool {
+		want := func(ok bool, what string) error {
 			if !ok {
-				ferr = fmt.Errorf("request field %q must be %s, got %s", k, what, v.kind())
+				return fmt.Errorf("request field %q must be %s, got %s", k, what, v.kind())
 			}
-			return ok
+			return nil
 		}
 		switch k {
 		case "object":
-			r.object = v
-			return want(v.kind() == "object", "an object")
+			r.object, err = v, want(v.kind() == "object", "an object")
 		case "config":
-			r.config = v
-			return want(v.kind() == "object", "an object")
-		case "children", "related", "childFailures":
-			if !want(v.kind() == "array", "an array of objects") {
-				return false
-			}
-			switch k {
-			case "children":
-				r.children = v
-			case "related":
-				r.related = v
-			default:
-				r.failures = v
-			}
+			r.config, err = v, want(v.kind() == "object", "an object")
+		case "children":
+			r.children, err = v, want(v.kind() == "array", "an array of objects")
+		case "related":
+			r.related, err = v, want(v.kind() == "array", "an array of objects")
+		case "childFailures":
+			r.failures, err = v, want(v.kind() == "array", "an array of objects")
 		case "finalizing":
 			var ok bool
 			r.finalizing, ok = v.Bool()
-			return want(ok, "a boolean")
+			err = want(ok, "a boolean")
 		case "attempt":
 			n, ok := v.Int64()
-			r.attempt = int(n)
-			return want(ok && v.kind() == "number", "an integer")
+			r.attempt, err = int(n), want(ok && v.kind() == "number", "an integer")
 		case "now":
-			r.now = v.String()
-			return want(v.kind() == "string", "a string")
+			r.now, err = v.String(), want(v.kind() == "string", "a string")
 		}
-		return true
+		return err == nil
 	})
-	if err == nil {
-		err = ferr
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -153,24 +152,32 @@ func (r *LazyRequest) ChildFailures() []ChildFailure {
 	return out
 }
 
-// Value is one JSON value of a request, kept as its raw bytes; the zero
+// Value is one JSON value of a request, located but not decoded; the zero
 // Value is an absent one. Its methods decode only what they return.
-type Value struct{ raw []byte }
+type Value struct {
+	t *jsontree.Tape
+	i uint32
+}
 
 // Exists reports whether the value is present (it may be null).
-func (v Value) Exists() bool { return v.raw != nil }
+func (v Value) Exists() bool { return v.t != nil }
 
 // IsNull reports whether the value is absent or JSON null.
-func (v Value) IsNull() bool { return v.raw == nil || (len(v.raw) == 4 && string(v.raw) == "null") }
+func (v Value) IsNull() bool { return v.t == nil || string(v.Raw()) == "null" }
 
 // Raw is the value's JSON encoding; nil when absent.
-func (v Value) Raw() []byte { return v.raw }
+func (v Value) Raw() []byte {
+	if v.t == nil {
+		return nil
+	}
+	return v.t.Raw(v.i)
+}
 
 func (v Value) kind() string {
-	if v.raw == nil {
+	if v.t == nil {
 		return "nothing"
 	}
-	switch c := v.raw[0]; {
+	switch c := v.t.Data[v.t.Entries[v.i].Start]; {
 	case c == '{':
 		return "object"
 	case c == '[':
@@ -193,21 +200,22 @@ func (v Value) Get(path ...string) Value {
 		if v.kind() != "object" {
 			return Value{}
 		}
-		var found []byte
-		_ = jsontree.Members(v.raw, func(k []byte, escaped bool, raw []byte) bool {
-			if escaped {
-				if s, err := jsontree.Key(k); err == nil && s == key {
-					found = raw
+		found := false
+		t, end := v.t, v.t.Entries[v.i].Next
+		for c := v.i + 1; c < end; c = t.Entries[c].Next { // the last of a duplicated key wins
+			k := t.Key(c)
+			if t.Entries[c].KeyEscaped {
+				if s, err := jsontree.Key(k); err != nil || s != key {
+					continue
 				}
-			} else if string(k) == key {
-				found = raw
+			} else if string(k) != key {
+				continue
 			}
-			return true
-		})
-		if found == nil {
+			v.i, found = c, true
+		}
+		if !found {
 			return Value{}
 		}
-		v = Value{raw: found}
 	}
 	return v
 }
@@ -217,7 +225,8 @@ func (v Value) String() string {
 	if v.kind() != "string" {
 		return ""
 	}
-	inner := v.raw[1 : len(v.raw)-1]
+	raw := v.Raw()
+	inner := raw[1 : len(raw)-1]
 	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
 		return string(inner)
 	}
@@ -230,10 +239,10 @@ func (v Value) String() string {
 func (v Value) Int64() (n int64, ok bool) {
 	switch v.kind() {
 	case "number":
-		if n, err := strconv.ParseInt(string(v.raw), 10, 64); err == nil {
+		if n, err := strconv.ParseInt(string(v.Raw()), 10, 64); err == nil {
 			return n, true
 		}
-		f, err := strconv.ParseFloat(string(v.raw), 64)
+		f, err := strconv.ParseFloat(string(v.Raw()), 64)
 		if err != nil || f != float64(int64(f)) {
 			return 0, false
 		}
@@ -250,13 +259,13 @@ func (v Value) Float64() (float64, bool) {
 	if v.kind() != "number" {
 		return 0, false
 	}
-	f, err := strconv.ParseFloat(string(v.raw), 64)
+	f, err := strconv.ParseFloat(string(v.Raw()), 64)
 	return f, err == nil
 }
 
 // Bool returns the value as a boolean; ok is false when it is not one.
 func (v Value) Bool() (b, ok bool) {
-	switch string(v.raw) {
+	switch string(v.Raw()) {
 	case "true":
 		return true, true
 	case "false":
@@ -271,10 +280,9 @@ func (v Value) Elems() []Value {
 		return nil
 	}
 	var out []Value
-	_ = jsontree.Elements(v.raw, func(e []byte) bool {
-		out = append(out, Value{raw: e})
-		return true
-	})
+	for c, end := v.i+1, v.t.Entries[v.i].Next; c < end; c = v.t.Entries[c].Next {
+		out = append(out, Value{v.t, c})
+	}
 	return out
 }
 
@@ -284,22 +292,25 @@ func (v Value) Each(fn func(key string, value Value) bool) {
 	if v.kind() != "object" {
 		return
 	}
-	_ = jsontree.Members(v.raw, func(k []byte, escaped bool, raw []byte) bool {
-		key := string(k)
-		if escaped {
-			key, _ = jsontree.Key(k)
+	t := v.t
+	for c, end := v.i+1, t.Entries[v.i].Next; c < end; c = t.Entries[c].Next {
+		key := string(t.Key(c))
+		if t.Entries[c].KeyEscaped {
+			key, _ = jsontree.Key(t.Key(c))
 		}
-		return fn(key, Value{raw: raw})
-	})
+		if !fn(key, Value{t, c}) {
+			return
+		}
+	}
 }
 
 // Decode decodes the whole value as encoding/json would into an any:
 // map[string]any, []any, string, float64, bool or nil.
 func (v Value) Decode() (any, error) {
-	if v.raw == nil {
+	if v.t == nil {
 		return nil, errors.New("guest: decoding an absent value")
 	}
-	return jsontree.Decode(v.raw)
+	return jsontree.Decode(v.Raw())
 }
 
 // Object decodes the value as an Object; nil when it is not an object.

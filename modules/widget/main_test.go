@@ -6,7 +6,7 @@ import (
 	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
 )
 
-func widget(gen int64, spec map[string]any, status map[string]any) *guest.Request {
+func widget(gen int64, spec map[string]any, status map[string]any) *guest.LazyRequest {
 	obj := map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1",
 		"kind":       "Widget",
@@ -16,7 +16,11 @@ func widget(gen int64, spec map[string]any, status map[string]any) *guest.Reques
 	if status != nil {
 		obj["status"] = status
 	}
-	return &guest.Request{Object: obj, Now: "2026-01-02T03:04:05Z"}
+	req, err := guest.Lazy(&guest.Request{Object: obj, Now: "2026-01-02T03:04:05Z"})
+	if err != nil {
+		panic(err)
+	}
+	return req
 }
 
 func TestReconcileValid(t *testing.T) {

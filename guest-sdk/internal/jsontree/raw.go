@@ -1,124 +1,148 @@
 package jsontree
 
-import "unicode/utf8"
+import (
+	"unicode/utf8"
+	"unsafe"
+)
 
-// Lazy access: a scanner that finds the bounds of a JSON value without
-// building it, so that a guest decodes only the parts of a request it reads.
+// Lazy access: a scanner that locates every value of a JSON document
+// without decoding it, so that a guest decodes only the parts of a request
+// it reads.
 // It checks the syntax of what it skips, but not the range of numbers or the
 // validity of \u escapes, which only matter when a value is decoded.
 
-// Skip returns the offset just past the JSON value that starts at
-// data[pos] (leading spaces allowed), without decoding it.
-func Skip(data []byte, pos int) (int, error) {
-	d := decoder{data: data, pos: pos}
-	d.space()
-	if err := d.skip(0); err != nil {
-		return 0, err
-	}
-	return d.pos, nil
+// Tape locates every value of one JSON document, in document order,
+// without decoding any: entry 0 is the document, and the entries of a
+// container's members or elements follow it, each followed by its own.
+// Index fills it in one pass over the bytes with no recursion and, when
+// the Tape is reused, no allocation.
+type Tape struct {
+	Data    []byte
+	Entries []Entry
+	stack   []uint32 // open containers while indexing
 }
 
-// Members calls fn with the key and the raw value of each member of the
-// JSON object in data, in order, until fn returns false. A key is passed
-// as its raw bytes between the quotes; escaped reports whether it holds a
-// backslash (decode it with Key). It returns an error when data is not an
-// object or is malformed.
-func Members(data []byte, fn func(key []byte, escaped bool, value []byte) bool) error {
+// Entry is one located value.
+type Entry struct {
+	Start, End       uint32 // the value's raw bytes: Data[Start:End]
+	KeyStart, KeyEnd uint32 // an object member's raw key, between the quotes
+	Next             uint32 // the entry after this value and everything in it
+	KeyEscaped       bool   // the key's raw bytes differ from it (an escape, invalid UTF-8): decode it with Key
+}
+
+// Raw returns entry i's raw bytes.
+func (t *Tape) Raw(i uint32) []byte { e := &t.Entries[i]; return t.Data[e.Start:e.End] }
+
+// Key returns entry i's raw key bytes.
+func (t *Tape) Key(i uint32) []byte { e := &t.Entries[i]; return t.Data[e.KeyStart:e.KeyEnd] }
+
+// Index locates every value in data, which must hold exactly one JSON value
+// (leading and trailing spaces allowed). It reuses t's memory.
+func (t *Tape) Index(data []byte) error {
+	t.Data, t.Entries, t.stack = data, t.Entries[:0], t.stack[:0]
 	d := decoder{data: data}
 	d.space()
-	if d.pos >= len(d.data) || d.data[d.pos] != '{' {
-		return d.errorf("not a JSON object")
-	}
-	d.pos++
-	d.space()
-	if d.pos < len(d.data) && d.data[d.pos] == '}' {
-		return d.end()
-	}
+	var keyStart, keyEnd uint32
+	var keyEscaped bool
 	for {
-		d.space()
-		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-			return d.errorf("want a string object key")
+		// A value starts at d.pos.
+		if d.pos >= len(data) {
+			return d.errorf("unexpected end of input")
 		}
-		kstart := d.pos + 1
-		escaped, err := d.skipString()
-		if err != nil {
-			return err
-		}
-		key := d.data[kstart : d.pos-1]
-		d.space()
-		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-			return d.errorf("want ':' after object key")
-		}
-		d.pos++
-		d.space()
-		vstart := d.pos
-		if err := d.skip(1); err != nil {
-			return err
-		}
-		if !fn(key, escaped, d.data[vstart:d.pos]) {
-			return nil
-		}
-		d.space()
-		if d.pos >= len(d.data) {
-			return d.errorf("unexpected end of object")
-		}
-		switch d.data[d.pos] {
-		case ',':
+		i := uint32(len(t.Entries))
+		t.Entries = append(t.Entries, Entry{Start: uint32(d.pos), KeyStart: keyStart, KeyEnd: keyEnd, KeyEscaped: keyEscaped})
+		keyStart, keyEnd, keyEscaped = 0, 0, false
+		open := false
+		switch c := data[d.pos]; {
+		case c == '{' || c == '[':
+			if len(t.stack) >= maxDepth {
+				return d.errorf("exceeded max depth")
+			}
 			d.pos++
-		case '}':
-			return d.end()
+			d.space()
+			if d.pos < len(data) && (data[d.pos] == '}' && c == '{' || data[d.pos] == ']' && c == '[') {
+				d.pos++
+				break
+			}
+			t.stack = append(t.stack, i)
+			open = true
+		case c == '"':
+			if _, err := d.skipString(); err != nil {
+				return err
+			}
+		case c == 't':
+			if err := d.literal("true"); err != nil {
+				return err
+			}
+		case c == 'f':
+			if err := d.literal("false"); err != nil {
+				return err
+			}
+		case c == 'n':
+			if err := d.literal("null"); err != nil {
+				return err
+			}
+		case c == '-' || (c >= '0' && c <= '9'):
+			if err := d.skipNumber(); err != nil {
+				return err
+			}
 		default:
-			return d.errorf("want ',' or '}' in object")
+			return d.errorf("invalid character %q looking for beginning of value", c)
+		}
+		if !open {
+			t.Entries[i].End, t.Entries[i].Next = uint32(d.pos), i+1
+		}
+		// Close what ends here, then find where the next value starts.
+		for {
+			if !open {
+				d.space()
+			}
+			if len(t.stack) == 0 {
+				if d.pos != len(data) {
+					return d.errorf("unexpected data after the top-level value")
+				}
+				return nil
+			}
+			top := t.stack[len(t.stack)-1]
+			object := data[t.Entries[top].Start] == '{'
+			if !open { // after a member or an element: ',' or the close
+				if d.pos >= len(data) {
+					return d.errorf("unexpected end of object or array")
+				}
+				if c := data[d.pos]; c == '}' && object || c == ']' && !object {
+					d.pos++
+					t.Entries[top].End, t.Entries[top].Next = uint32(d.pos), uint32(len(t.Entries))
+					t.stack = t.stack[:len(t.stack)-1]
+					continue
+				} else if c != ',' {
+					if object {
+						return d.errorf("want ',' or '}' in object")
+					}
+					return d.errorf("want ',' or ']' in array")
+				}
+				d.pos++
+				d.space()
+			}
+			if object { // a member's key and ':'
+				if d.pos >= len(data) || data[d.pos] != '"' {
+					return d.errorf("want a string object key")
+				}
+				ks := d.pos + 1
+				esc, err := d.skipString()
+				if err != nil {
+					return err
+				}
+				keyStart, keyEnd, keyEscaped = uint32(ks), uint32(d.pos-1), esc
+				d.space()
+				if d.pos >= len(data) || data[d.pos] != ':' {
+					return d.errorf("want ':' after object key")
+				}
+				d.pos++
+				d.space()
+			}
+			break
 		}
 	}
-}
-
-// Elements calls fn with the raw bytes of each element of the JSON array
-// in data, in order, until fn returns false. It returns an error when data
-// is not an array or is malformed.
-func Elements(data []byte, fn func(elem []byte) bool) error {
-	d := decoder{data: data}
-	d.space()
-	if d.pos >= len(d.data) || d.data[d.pos] != '[' {
-		return d.errorf("not a JSON array")
-	}
-	d.pos++
-	d.space()
-	if d.pos < len(d.data) && d.data[d.pos] == ']' {
-		return d.end()
-	}
-	for {
-		d.space()
-		start := d.pos
-		if err := d.skip(1); err != nil {
-			return err
-		}
-		if !fn(d.data[start:d.pos]) {
-			return nil
-		}
-		d.space()
-		if d.pos >= len(d.data) {
-			return d.errorf("unexpected end of array")
-		}
-		switch d.data[d.pos] {
-		case ',':
-			d.pos++
-		case ']':
-			return d.end()
-		default:
-			return d.errorf("want ',' or ']' in array")
-		}
-	}
-}
-
-// end checks that nothing but spaces follows the closing byte at d.pos.
-func (d *decoder) end() error {
-	d.pos++
-	d.space()
-	if d.pos != len(d.data) {
-		return d.errorf("unexpected data after the top-level value")
-	}
-	return nil
 }
 
 // Key decodes a raw object key, as Members passes it, with its escapes.
@@ -131,120 +155,57 @@ func Key(raw []byte) (string, error) {
 	return d.string()
 }
 
-func (d *decoder) skip(depth int) error {
-	if depth > maxDepth {
-		return d.errorf("exceeded max depth")
-	}
-	if d.pos >= len(d.data) {
-		return d.errorf("unexpected end of input")
-	}
-	switch c := d.data[d.pos]; {
-	case c == '{':
-		d.pos++
-		d.space()
-		if d.pos < len(d.data) && d.data[d.pos] == '}' {
-			d.pos++
-			return nil
-		}
-		for {
-			d.space()
-			if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-				return d.errorf("want a string object key")
-			}
-			if _, err := d.skipString(); err != nil {
-				return err
-			}
-			d.space()
-			if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-				return d.errorf("want ':' after object key")
-			}
-			d.pos++
-			d.space()
-			if err := d.skip(depth + 1); err != nil {
-				return err
-			}
-			d.space()
-			if d.pos >= len(d.data) {
-				return d.errorf("unexpected end of object")
-			}
-			switch d.data[d.pos] {
-			case ',':
-				d.pos++
-			case '}':
-				d.pos++
-				return nil
-			default:
-				return d.errorf("want ',' or '}' in object")
-			}
-		}
-	case c == '[':
-		d.pos++
-		d.space()
-		if d.pos < len(d.data) && d.data[d.pos] == ']' {
-			d.pos++
-			return nil
-		}
-		for {
-			d.space()
-			if err := d.skip(depth + 1); err != nil {
-				return err
-			}
-			d.space()
-			if d.pos >= len(d.data) {
-				return d.errorf("unexpected end of array")
-			}
-			switch d.data[d.pos] {
-			case ',':
-				d.pos++
-			case ']':
-				d.pos++
-				return nil
-			default:
-				return d.errorf("want ',' or ']' in array")
-			}
-		}
-	case c == '"':
-		_, err := d.skipString()
-		return err
-	case c == 't':
-		return d.literal("true")
-	case c == 'f':
-		return d.literal("false")
-	case c == 'n':
-		return d.literal("null")
-	case c == '-' || (c >= '0' && c <= '9'):
-		return d.skipNumber()
-	}
-	return d.errorf("invalid character %q looking for beginning of value", d.data[d.pos])
-}
-
 // skipString moves past the string at d.pos (which is '"') and reports
 // whether its raw bytes differ from its value: it holds an escape or
 // invalid UTF-8.
 func (d *decoder) skipString() (escaped bool, err error) {
-	d.pos++
-	start, high := d.pos, false
-	for d.pos < len(d.data) {
-		switch c := d.data[d.pos]; {
+	// Locals, not d's fields: Go's wasm code keeps them out of memory.
+	data, pos := d.data, d.pos+1
+	start, high := pos, false
+	for pos < len(data) {
+		// Eight plain bytes at a time: none is '"', '\\', a control
+		// character or a non-ASCII byte. One unaligned 64-bit load, which
+		// wasm and every Go target allow.
+		for pos+8 <= len(data) && plain8(*(*uint64)(unsafe.Pointer(&data[pos]))) {
+			pos += 8
+		}
+		if pos >= len(data) {
+			break
+		}
+		switch c := data[pos]; {
 		case c == '"':
-			d.pos++
-			if high && !escaped && !utf8.Valid(d.data[start:d.pos-1]) {
+			pos++
+			d.pos = pos
+			if high && !escaped && !utf8.Valid(data[start:pos-1]) {
 				escaped = true // invalid bytes decode as U+FFFD
 			}
 			return escaped, nil
 		case c >= utf8.RuneSelf:
 			high = true
-			d.pos++
+			pos++
 		case c == '\\':
 			escaped = true
-			d.pos += 2
+			pos += 2
 		case c < 0x20:
+			d.pos = pos
 			return false, d.errorf("invalid control character in string")
 		default:
-			d.pos++
+			pos++
 		}
 	}
+	d.pos = pos
 	return false, d.errorf("unexpected end of string")
+}
+
+// plain8 reports whether none of the eight bytes packed in x (in either
+// byte order) is '"', '\\',
+// below 0x20 or above 0x7f (the classic SWAR tests for a zero byte and a
+// byte below n).
+func plain8(x uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q, bs := x^(lo*'"'), x^(lo*'\\')
+	special := (q-lo) & ^q | (bs-lo) & ^bs | (x-lo*0x20) & ^x | x
+	return special&hi == 0
 }
 
 func (d *decoder) skipNumber() error {

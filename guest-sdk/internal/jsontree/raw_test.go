@@ -1,80 +1,107 @@
 package jsontree
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
 
-// FuzzSkip: the scanner never panics, accepts every value Decode accepts
-// and ends where it ends, and Members and Elements rebuild the same tree
-// from the raw parts as Decode builds from the whole.
-func FuzzSkip(f *testing.F) {
+// FuzzIndex: the scanner never panics, accepts every document Decode
+// accepts, and the values it locates decode, leaf by leaf, to the tree
+// Decode builds. One Tape serves every input, as in a guest.
+func FuzzIndex(f *testing.F) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
+	var tape Tape
 	f.Fuzz(func(t *testing.T, data []byte) {
-		end, serr := Skip(data, 0)
+		ierr := tape.Index(data)
 		want, err := Decode(data)
 		if err != nil {
-			return // Skip checks syntax only: it may accept what Decode refuses
+			return // Index checks syntax only: it may accept what Decode refuses
 		}
-		if serr != nil {
-			t.Fatalf("%q: Decode accepts, Skip refuses: %v", data, serr)
+		if ierr != nil {
+			t.Fatalf("%q: Decode accepts, Index refuses: %v", data, ierr)
 		}
-		d := decoder{data: data, pos: end}
-		d.space()
-		if d.pos != len(data) {
-			t.Fatalf("%q: Skip ended at %d, want the end of the value", data, end)
+		got, next := rebuild(t, &tape, 0)
+		if next != uint32(len(tape.Entries)) {
+			t.Fatalf("%q: the document ends at entry %d of %d", data, next, len(tape.Entries))
 		}
-		if got := rebuild(t, data); !reflect.DeepEqual(got, want) {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: rebuilt %#v, Decode %#v", data, got, want)
 		}
 	})
 }
 
-// rebuild decodes data through Members and Elements down to the leaves.
-func rebuild(t *testing.T, data []byte) any {
-	d := decoder{data: data}
-	d.space()
-	switch data[d.pos] {
+// rebuild decodes the value at entry i down to its leaves and returns it
+// with the entry after it.
+func rebuild(t *testing.T, tape *Tape, i uint32) (any, uint32) {
+	raw := tape.Raw(i)
+	e := tape.Entries[i]
+	switch raw[0] {
 	case '{':
 		m := map[string]any{}
-		if err := Members(data, func(k []byte, escaped bool, v []byte) bool {
-			key := string(k)
-			if escaped {
+		for c := i + 1; c < e.Next; c = tape.Entries[c].Next {
+			key := string(tape.Key(c))
+			if tape.Entries[c].KeyEscaped {
 				var err error
-				if key, err = Key(k); err != nil {
-					t.Fatalf("key %q: %v", k, err)
+				if key, err = Key(tape.Key(c)); err != nil {
+					t.Fatalf("key %q: %v", tape.Key(c), err)
 				}
 			}
-			m[key] = rebuild(t, v)
-			return true
-		}); err != nil {
-			t.Fatalf("%q: Members: %v", data, err)
+			m[key], _ = rebuild(t, tape, c)
 		}
-		return m
+		return m, e.Next
 	case '[':
 		a := []any{}
-		if err := Elements(data, func(e []byte) bool { a = append(a, rebuild(t, e)); return true }); err != nil {
-			t.Fatalf("%q: Elements: %v", data, err)
+		for c := i + 1; c < e.Next; c = tape.Entries[c].Next {
+			v, _ := rebuild(t, tape, c)
+			a = append(a, v)
 		}
-		return a
+		return a, e.Next
 	}
-	v, err := Decode(data)
+	if e.Next != i+1 {
+		t.Fatalf("leaf %q: next %d, want %d", raw, e.Next, i+1)
+	}
+	v, err := Decode(raw)
 	if err != nil {
-		t.Fatalf("leaf %q: %v", data, err)
+		t.Fatalf("leaf %q: %v", raw, err)
 	}
-	return v
+	return v, e.Next
 }
 
-func TestMembersAndElementsRefuseOtherKinds(t *testing.T) {
-	if err := Members([]byte(`[1]`), func([]byte, bool, []byte) bool { return true }); err == nil {
-		t.Error("Members accepted an array")
+func TestIndexRefusesMalformed(t *testing.T) {
+	for _, in := range []string{`{"a":1,"b":`, `[1,]`, `{"a" 1}`, `{"a":1} x`, "\"\x01\"", `[`, `{"a":tru}`} {
+		var tape Tape
+		if err := tape.Index([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", in)
+		}
 	}
-	if err := Elements([]byte(`{"a":1}`), func([]byte) bool { return true }); err == nil {
-		t.Error("Elements accepted an object")
-	}
-	if err := Members([]byte(`{"a":1,"b":`), func([]byte, bool, []byte) bool { return true }); err == nil {
-		t.Error("Members accepted a truncated object")
+}
+
+// TestPlain8 checks the eight-byte test against the byte-by-byte rule on
+// random words biased towards the bytes it must catch.
+func TestPlain8(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	pick := []byte{'"', '\\', 0x00, 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xff, 'a', 'v', '/', '[', ']', '{'}
+	for i := 0; i < 1_000_000; i++ {
+		var b [8]byte
+		for j := range b {
+			if r.IntN(2) == 0 {
+				b[j] = pick[r.IntN(len(pick))]
+			} else {
+				b[j] = byte(r.IntN(256))
+			}
+		}
+		want := true
+		for _, c := range b {
+			if c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
+				want = false
+			}
+		}
+		if got := plain8(binary.LittleEndian.Uint64(b[:])); got != want {
+			t.Fatalf("plain8(%q) = %v, want %v", b[:], got, want)
+		}
 	}
 }
