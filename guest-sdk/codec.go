@@ -88,40 +88,75 @@ func fieldError(field, want string, got any) error {
 	return fmt.Errorf("request field %q must be %s, got %T", field, want, got)
 }
 
-// encodeResponse encodes a Response with the fast codec, falling back to
-// encoding/json for values it does not handle (for example structs in a
-// status). The output is the same either way.
-func encodeResponse(r *Response) ([]byte, error) {
-	m := make(map[string]any, 6)
-	if r.Status != nil {
-		m["status"] = r.Status
-	}
-	if len(r.Events) > 0 {
-		events := make([]any, len(r.Events))
-		for i, e := range r.Events {
-			events[i] = map[string]any{"type": string(e.Type), "reason": e.Reason, "message": e.Message}
+// encodeResponse encodes a Response with the fast codec, appending to b,
+// falling back to encoding/json for values it does not handle (for example
+// structs in a status). The output is the same either way: the fields in
+// encoding/json's order, which is sorted.
+func encodeResponse(b []byte, r *Response) ([]byte, error) {
+	start := len(b)
+	b = append(b, '{')
+	sep := func() {
+		if len(b) > start+1 {
+			b = append(b, ',')
 		}
-		m["events"] = events
 	}
-	if r.RequeueAfterSeconds != 0 {
-		m["requeueAfterSeconds"] = r.RequeueAfterSeconds
+	var err error
+	if r.Children != nil { // nil leaves the children alone; [] deletes them all
+		sep()
+		b = append(b, `"children":`...)
+		if b, err = jsontree.Append(b, r.Children); err != nil {
+			return fallback(b[:start], r, err)
+		}
 	}
 	if r.Error != nil {
-		e := map[string]any{"message": r.Error.Message}
+		sep()
+		b = append(b, `"error":{"message":`...)
+		b, _ = jsontree.Append(b, r.Error.Message)
 		if r.Error.Terminal {
-			e["terminal"] = true
+			b = append(b, `,"terminal":true`...)
 		}
-		m["error"] = e
+		b = append(b, '}')
 	}
-	if r.Children != nil { // nil leaves the children alone; [] deletes them all
-		m["children"] = r.Children
+	if len(r.Events) > 0 {
+		sep()
+		b = append(b, `"events":[`...)
+		for i, e := range r.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"message":`...)
+			b, _ = jsontree.Append(b, e.Message)
+			b = append(b, `,"reason":`...)
+			b, _ = jsontree.Append(b, e.Reason)
+			b = append(b, `,"type":`...)
+			b, _ = jsontree.Append(b, string(e.Type))
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	if r.Finalized {
-		m["finalized"] = true
+		sep()
+		b = append(b, `"finalized":true`...)
 	}
-	b, err := jsontree.Append(make([]byte, 0, 1024), m)
-	if errors.Is(err, jsontree.ErrUnsupported) {
-		return json.Marshal(r)
+	if r.RequeueAfterSeconds != 0 {
+		sep()
+		b = append(b, `"requeueAfterSeconds":`...)
+		b, _ = jsontree.Append(b, r.RequeueAfterSeconds)
 	}
-	return b, err
+	if r.Status != nil {
+		sep()
+		b = append(b, `"status":`...)
+		if b, err = jsontree.Append(b, r.Status); err != nil {
+			return fallback(b[:start], r, err)
+		}
+	}
+	return append(b, '}'), nil
+}
+
+func fallback(b []byte, r *Response, err error) ([]byte, error) {
+	if !errors.Is(err, jsontree.ErrUnsupported) {
+		return nil, err
+	}
+	out, err := json.Marshal(r)
+	return append(b, out...), err
 }

@@ -17,7 +17,7 @@ func TestEncodeResponseMatchesEncodingJSON(t *testing.T) {
 		{Status: map[string]any{"struct": cond}}, // falls back to encoding/json
 		{Children: NoChildren()},                 // [] deletes every child: it must be sent
 	} {
-		got, err := encodeResponse(r)
+		got, err := encodeResponse(nil, r)
 		if err != nil {
 			t.Fatal(err)
 		}

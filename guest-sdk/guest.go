@@ -103,9 +103,12 @@ func manifestJSON() []byte {
 // Response. A handler panic is recovered and reported as a retryable error, so
 // one bad object cannot take the module down. It is what the wasm export
 // calls; it is exported for the offline test harness (package sdktest).
-func Dispatch(request []byte) []byte {
+func Dispatch(request []byte) []byte { return dispatchInto(make([]byte, 0, 1024), request) }
+
+// dispatchInto is Dispatch appending the response to buf.
+func dispatchInto(buf, request []byte) []byte {
 	resp := dispatch(request)
-	b, err := encodeResponse(resp)
+	b, err := encodeResponse(buf, resp)
 	if err != nil {
 		b, _ = json.Marshal(&Response{Error: &Error{Message: "guest: encoding response: " + err.Error()}})
 	}

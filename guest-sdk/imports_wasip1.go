@@ -55,8 +55,16 @@ func wrReconcile(ptr unsafe.Pointer, length uint32) uint64 {
 	if length > 0 {
 		req = unsafe.Slice((*byte)(ptr), length)
 	}
-	return uint64(publish(Dispatch(req)))
+	// The last response's buffer serves again: the host copied it out
+	// when the previous call returned.
+	if cap(output) > maxKeptOutput {
+		output = nil
+	}
+	return uint64(publish(dispatchInto(output[:0], req)))
 }
+
+// maxKeptOutput bounds the response buffer kept for the next call.
+const maxKeptOutput = 1 << 20
 
 func publish(b []byte) abi.PackedBuffer {
 	output = b

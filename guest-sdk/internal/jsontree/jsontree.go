@@ -346,7 +346,8 @@ func Append(b []byte, v any) ([]byte, error) {
 	case uint32:
 		return strconv.AppendUint(b, uint64(x), 10), nil
 	case map[string]any:
-		keys := make([]string, 0, len(x))
+		var small [16]string // most objects: no allocation for the keys
+		keys := small[:0]
 		for k := range x {
 			keys = append(keys, k)
 		}
