@@ -352,8 +352,19 @@ type Meta struct {
 // and generation, and nothing else.
 func (v Value) Meta() Meta {
 	var m Meta
-	v.Get("metadata").Each(func(k string, e Value) bool {
-		switch k {
+	md := v.Get("metadata")
+	if md.kind() != "object" {
+		return m
+	}
+	t := md.t
+	for c, end := md.i+1, t.Entries[md.i].Next; c < end; c = t.Entries[c].Next {
+		e := Value{t, c}
+		k := t.Key(c)
+		if t.Entries[c].KeyEscaped {
+			s, _ := jsontree.Key(k)
+			k = []byte(s)
+		}
+		switch string(k) { // compared without a copy
 		case "name":
 			m.Name = e.String()
 		case "namespace":
@@ -365,8 +376,7 @@ func (v Value) Meta() Meta {
 		case "generation":
 			m.Generation, _ = e.Int64()
 		}
-		return true
-	})
+	}
 	return m
 }
 
@@ -379,26 +389,37 @@ func (v Value) Annotations() map[string]string { return v.Get("metadata", "annot
 // Condition returns the status condition of type t, if the object has one,
 // as Object.Condition.
 func (v Value) Condition(t string) (Condition, bool) {
-	for _, e := range v.Get("status", "conditions").Elems() {
-		if e.Get("type").String() != t || e.kind() != "object" {
+	list := v.Get("status", "conditions")
+	if list.kind() != "array" {
+		return Condition{}, false
+	}
+	tp := list.t
+	for i, end := list.i+1, tp.Entries[list.i].Next; i < end; i = tp.Entries[i].Next {
+		e := Value{tp, i}
+		if e.kind() != "object" || e.Get("type").String() != t {
 			continue
 		}
 		c := Condition{Type: t}
-		e.Each(func(k string, f Value) bool {
-			switch k {
-			case "status":
-				c.Status = f.String()
-			case "lastTransitionTime":
-				c.LastTransitionTime = f.String()
-			case "reason":
-				c.Reason = f.String()
-			case "message":
-				c.Message = f.String()
-			case "observedGeneration":
-				c.ObservedGeneration, _ = f.Int64()
+		for f, fend := i+1, tp.Entries[i].Next; f < fend; f = tp.Entries[f].Next {
+			fv := Value{tp, f}
+			k := tp.Key(f)
+			if tp.Entries[f].KeyEscaped {
+				s, _ := jsontree.Key(k)
+				k = []byte(s)
 			}
-			return true
-		})
+			switch string(k) {
+			case "status":
+				c.Status = fv.String()
+			case "lastTransitionTime":
+				c.LastTransitionTime = fv.String()
+			case "reason":
+				c.Reason = fv.String()
+			case "message":
+				c.Message = fv.String()
+			case "observedGeneration":
+				c.ObservedGeneration, _ = fv.Int64()
+			}
+		}
 		return c, true
 	}
 	return Condition{}, false
