@@ -67,13 +67,17 @@ func New(max uint64) *Memory {
 //
 // It faults the new pages in before it returns, a chunk at a time, checking
 // the running call's context and deadline between chunks. First touch is the
-// dear part of memory (on this project's machine about 8 µs per 4 KiB
-// page), and a guest that touches fresh memory does so in instructions that
-// cost one unit of fuel each. Faulting in at the grow puts that time where
-// it is charged (instrument.MemoryGrowPageCost) and where the deadline is
-// checked: the instrumenter calls refuel after every successful grow. When
-// the call's time is up, the rest is left to fault in on first touch, and
-// the refuel after the grow stops the call.
+// dear part of memory (on this project's machine, a VM, about 14 µs per
+// 4 KiB page taken one fault at a time), and a guest that touches fresh
+// memory does so in instructions that cost one unit of fuel each. Faulting
+// in at the grow puts that time where it is charged
+// (instrument.MemoryGrowPageCost) and where the deadline is checked: the
+// instrumenter calls refuel after every successful grow. When the call's
+// time is up, the rest is left to fault in on first touch, and the refuel
+// after the grow stops the call. Each chunk is faulted in by the kernel in
+// one madvise(MADV_POPULATE_WRITE) where Linux offers it (about 0.5 µs per
+// page here), else by touching every page. The memory an instance starts
+// with is faulted in the same way, at instantiation.
 func (m *Memory) Reallocate(size uint64) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -94,8 +98,10 @@ func (m *Memory) Reallocate(size uint64) []byte {
 			break
 		}
 		end := min(m.touched+chunk, size)
-		for off := m.touched; off < end; off += pageSize {
-			m.buf[off] = 0
+		if !populate(m.buf[m.touched:end]) {
+			for off := m.touched; off < end; off += pageSize {
+				m.buf[off] = 0
+			}
 		}
 		m.touched = end
 	}

@@ -2,6 +2,9 @@ package linmem
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,4 +77,28 @@ func TestGrowStopsFaultingAtTheDeadline(t *testing.T) {
 	}
 	m.Exit()
 	m.Free()
+}
+
+// TestGrowFaultsIn: a grow leaves its pages resident, whether the kernel
+// populated them (MADV_POPULATE_WRITE) or each was touched.
+func TestGrowFaultsIn(t *testing.T) {
+	statm := func() int64 {
+		b, err := os.ReadFile("/proc/self/statm")
+		if err != nil {
+			t.Skipf("no /proc/self/statm: %v", err)
+		}
+		f := strings.Fields(string(b))
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		return n * int64(os.Getpagesize())
+	}
+	m := New(256 << 20)
+	if !m.mapped {
+		t.Skip("no mmap on this platform")
+	}
+	defer m.Free()
+	before := statm()
+	m.Reallocate(64 << 20)
+	if grew := statm() - before; grew < 60<<20 {
+		t.Fatalf("a grow to 64 MiB left %d KiB resident (populate available: %v)", grew>>10, !populateUnsupported.Load())
+	}
 }
