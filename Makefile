@@ -127,6 +127,11 @@ bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measu
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'Isolation' -benchtime=1x ./host/operator/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'ChildIndex' -benchtime=300x ./host/internal/reconciler/
 
+.PHONY: bench-e2e
+bench-e2e: controlplane ## End to end against a native controller-runtime controller: 2,000 and 10,000 Widgets, 20 modules vs 20 processes (~15 min).
+	$(GO) build -o $(BIN)/benche2e ./hack/benche2e
+	$(BIN)/benche2e -assets "$$(hack/controlplane.sh)" -objects 2000,10000 -modules 20 $(BENCH_E2E_FLAGS)
+
 .PHONY: fuzz
 fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).
 	$(GO) test -run '^$$' -fuzz FuzzInstrument -fuzztime $(or $(FUZZTIME),2m) ./host/internal/instrument/

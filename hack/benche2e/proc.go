@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is a controller process started by the driver: the operator or a
+// native controller.
+type proc struct {
+	name      string
+	cmd       *exec.Cmd
+	log       string // file holding its stdout and stderr
+	metrics   string // host:port of /metrics
+	probe     string // host:port of /readyz
+	done      chan struct{}
+	waitErr   error
+	logFile   *os.File
+	stopped   bool
+	startedAt time.Time
+}
+
+// startProc starts bin with args, which must include the metrics and probe
+// addresses it is given through addrs (two free loopback addresses). The
+// process gets SIGKILL if the driver dies (Pdeathsig) and a process group of
+// its own, so that a Ctrl-C reaches the driver only, which stops it.
+func startProc(name, bin string, args func(metrics, probe string) []string, logPath string) (*proc, error) {
+	metrics, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	probe, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, log: logPath, metrics: metrics, probe: probe, done: make(chan struct{}), logFile: f}
+	p.cmd = exec.Command(bin, args(metrics, probe)...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p.startedAt = time.Now()
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// pid is the process's id.
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// exited returns an error when the process has exited, with the tail of its
+// log.
+func (p *proc) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v); the end of its log %s:\n%s", p.name, p.waitErr, p.log, tail(p.log, 20))
+	default:
+		return nil
+	}
+}
+
+// stop stops the process: SIGTERM, then SIGKILL after 10 s. It is safe to
+// call more than once.
+func (p *proc) stop() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.logFile.Close()
+}
+
+// waitReady waits until the process's /readyz answers 200 (its caches have
+// synced).
+func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if err := p.exited(); err != nil {
+			return err
+		}
+		resp, err := client.Get("http://" + p.probe + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s; the end of its log %s:\n%s", p.name, timeout, p.log, tail(p.log, 20))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// scrape returns, summed over their label sets, the values of the metrics
+// named in names on the process's /metrics.
+func (p *proc) scrape(names ...string) (map[string]float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		if !want[name] {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err != nil {
+			continue
+		}
+		out[name] += v
+	}
+	return out, sc.Err()
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
+var clockTicks = func() float64 {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err == nil && v > 0 {
+			return v
+		}
+	}
+	return 100
+}()
+
+// cpuTime returns the CPU time (user and system, all threads) process pid
+// has used.
+func cpuTime(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so split after ")".
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	utime, err1 := strconv.ParseFloat(fields[11], 64) // field 14 of stat
+	stime, err2 := strconv.ParseFloat(fields[12], 64) // field 15
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return time.Duration((utime + stime) / clockTicks * float64(time.Second)), nil
+}
+
+// memory returns process pid's resident set (VmRSS) and its peak (VmHWM),
+// in bytes.
+func memory(pid int) (rss, hwm int64, err error) {
+	status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		key, val, ok := strings.Cut(line, ":")
+		if !ok || (key != "VmRSS" && key != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(val) // "123456 kB"
+		if len(f) < 1 {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if key == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm, nil
+}
+
+// pidsWithArgPrefix returns the processes whose command line holds an
+// argument that starts with prefix (the control plane's processes carry its
+// directory in their arguments).
+func pidsWithArgPrefix(prefix string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range bytes.Split(cmdline, []byte{0}) {
+			if i := bytes.IndexByte(a, '='); i >= 0 && strings.HasPrefix(string(a[i+1:]), prefix) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// freeAddr returns a loopback address with a free port.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// tail returns the last n lines of file.
+func tail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
