@@ -49,10 +49,12 @@ toolchain-c: ## Install the C guest toolchain (clang-19, lld-19, wasi-libc) with
 	fi
 
 .PHONY: modules-c
-modules-c: toolchain-c ## Build the C guests (modules/tck-c) to bin/modules/*.wasm.
+modules-c: toolchain-c ## Build the C guests (modules/tck-c, modules/widget-c) to bin/modules/*.wasm.
 	@mkdir -p $(BIN)/modules
 	@echo "wasm    modules/tck-c -> bin/modules/tck-c.wasm"
 	@$(CLANG) $(WASI_CFLAGS) -o $(BIN)/modules/tck-c.wasm modules/tck-c/tck.c modules/tck-c/json.c
+	@echo "wasm    modules/widget-c -> bin/modules/widget-c.wasm"
+	@$(CLANG) $(WASI_CFLAGS) -o $(BIN)/modules/widget-c.wasm modules/widget-c/native/widget.c modules/widget-c/wasm.c
 
 .PHONY: operator
 operator: ## Build the operator binary to bin/operator.
@@ -76,6 +78,8 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/internal/tck/testdata/cases
 	@echo "-- modules/tck-c (responses only a guest writing its own JSON can emit)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/tck-c/testdata/cases
+	@echo "-- modules/widget-c (the widget's logic in C, on the Go widget's cases)"
+	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/widget-c.wasm modules/widget/testdata/cases
 	@echo "== host (with a real kube-apiserver and etcd: one per test package)"
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
