@@ -128,6 +128,8 @@ bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measu
 	$(GO) test -run '^$$' -bench 'LoadCompilerVsInterpreter' -benchtime=3x ./host/engine/
 	$(GO) test -run '^$$' -bench 'AdversarialTimeouts|CostModel' -benchtime=1x ./host/engine/
 	$(GO) test -run '^$$' -bench 'Soak' -benchtime=1x ./host/engine/
+	$(GO) test -run '^$$' -bench 'ModuleMemory' -benchtime=1x ./host/engine/
+	$(GO) test -run '^$$' -bench 'Reinstantiate' -benchtime=200x ./host/engine/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'Isolation' -benchtime=1x ./host/operator/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'ChildIndex' -benchtime=300x ./host/internal/reconciler/
 
