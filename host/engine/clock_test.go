@@ -30,7 +30,10 @@ func TestFuelClockKeepsMemoryFlat(t *testing.T) {
 		t.Skip("25,000 calls")
 	}
 	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
-	m := benchLoad(t, testwasm.Build(t, "./widget"), Options{}, Limits{MaxInstances: 1})
+	// The eager build: it allocates per call as the widget did when the
+	// leak was found, so its runtime reads the clock as often. The lazy
+	// one allocates so little that 25,000 calls would not show the leak.
+	m := benchLoad(t, testwasm.BuildLdflags(t, "./widget", "-X main.Decode=eager"), Options{}, Limits{MaxInstances: 1})
 	ctx := context.Background()
 	var firstMem uint32
 	var firstFuel, fuel uint64
@@ -90,7 +93,8 @@ func BenchmarkSoak(b *testing.B) {
 		calls = n
 	}
 	req := gadget(b, map[string]any{"size": 3, "color": "blue"}, 2400)
-	m := benchLoad(b, testwasm.Build(b, "./widget"), Options{}, Limits{MaxInstances: 1})
+	// No recycling: the soak is of one instance.
+	m := benchLoad(b, testwasm.Build(b, "./widget"), Options{}, Limits{MaxInstances: 1, RecycleAfterCalls: calls + 1, RecycleMemoryPages: 65536})
 	ctx := context.Background()
 	for range b.N {
 		var fuel uint64

@@ -57,6 +57,17 @@ func BuildVersion(tb testing.TB, pkg, version string) []byte {
 	return b
 }
 
+// BuildLdflags is Build with `-ldflags=ldflags`, for builds that set
+// variables with -X.
+func BuildLdflags(tb testing.TB, pkg, ldflags string) []byte {
+	tb.Helper()
+	b, err := build(pkg, "-ldflags="+ldflags)
+	if err != nil {
+		tb.Fatalf("building guest %s with %s: %v", pkg, ldflags, err)
+	}
+	return b
+}
+
 func outPath(pkg string, flags ...string) string {
 	return filepath.Join(outDir, strings.NewReplacer("/", "_", ".", "_", "=", "_", " ", "_", "-", "_").Replace(pkg+strings.Join(flags, ""))+".wasm")
 }

@@ -44,13 +44,27 @@ var (
 	Kind  = "Widget"
 )
 
+// Decode, set with -ldflags "-X main.Decode=eager", makes this build
+// decode the whole request first, as guest.Handle does, before the same
+// logic: the eager SDK path's allocations, for the host's soak test of the
+// fuel clock (host/engine). Leave it unset otherwise.
+var Decode = "lazy"
+
 func init() {
+	m := guest.Manifest{Name: Name, For: guest.GVK(Group, "v1alpha1", Kind)}
+	if Decode == "eager" {
+		guest.Handle(m, func(req *guest.Request) *guest.Response {
+			lazy, err := guest.Lazy(req)
+			if err != nil {
+				return guest.TerminalErrorf("widget: %v", err)
+			}
+			return Reconcile(lazy)
+		})
+		return
+	}
 	// HandleLazy: the handler reads four fields of a 2.4 KB request, and
 	// the SDK's scanner skips the rest without decoding it.
-	guest.HandleLazy(guest.Manifest{
-		Name: Name,
-		For:  guest.GVK(Group, "v1alpha1", Kind),
-	}, Reconcile)
+	guest.HandleLazy(m, Reconcile)
 }
 
 // Reconcile computes a Widget's status from its spec.
