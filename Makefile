@@ -20,7 +20,7 @@ MODULE_DIRS := $(patsubst modules/%/main.go,%,$(shell find modules -name main.go
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver, kubectl and etcd into ~/.cache/wasmreconcile (once; minutes).
