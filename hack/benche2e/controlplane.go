@@ -8,11 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 )
 
@@ -46,6 +48,7 @@ func startControlPlane(assets string, crds []*apiextensionsv1.CustomResourceDefi
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	log.SetLogger(logr.Discard()) // envtest logs through controller-runtime; the driver prints its own progress
 	cp.env = &envtest.Environment{BinaryAssetsDirectory: wrapped, CRDs: crds}
 	cp.env.ControlPlane.GetAPIServer().CertDir = filepath.Join(dir, "apiserver")
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
