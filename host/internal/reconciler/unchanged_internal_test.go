@@ -34,17 +34,25 @@ func TestHashObjectIgnoresOnlyVersionManagedFieldsAndStatus(t *testing.T) {
 		t.Fatal("resourceVersion, managedFields or status changed the hash")
 	}
 	changes := map[string]func(u *unstructured.Unstructured){
-		"generation":   func(u *unstructured.Unstructured) { u.SetGeneration(4) },
-		"label value":  func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "1", "b": "3"}) },
-		"label key":    func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "1", "c": "2"}) },
-		"annotation":   func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"n": ""}) },
-		"finalizer":    func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"f"}) },
-		"spec number":  func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, int64(4), "spec", "size") },
-		"spec order":   func(u *unstructured.Unstructured) { _ = unstructured.SetNestedSlice(u.Object, []any{"y", "x"}, "spec", "tags") },
-		"spec type":    func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "3", "spec", "size") },
-		"spec moved":   func(u *unstructured.Unstructured) { u.Object["spec"] = map[string]any{"size": map[string]any{"color": "blue"}} },
-		"new top key":  func(u *unstructured.Unstructured) { u.Object["data"] = map[string]any{} },
-		"deletion":     func(u *unstructured.Unstructured) { u.Object["metadata"].(map[string]any)["deletionTimestamp"] = "2026-01-01T00:00:00Z" },
+		"generation":  func(u *unstructured.Unstructured) { u.SetGeneration(4) },
+		"label value": func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "1", "b": "3"}) },
+		"label key":   func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"a": "1", "c": "2"}) },
+		"annotation":  func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"n": ""}) },
+		"finalizer":   func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"f"}) },
+		"spec number": func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, int64(4), "spec", "size")
+		},
+		"spec order": func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedSlice(u.Object, []any{"y", "x"}, "spec", "tags")
+		},
+		"spec type": func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "3", "spec", "size") },
+		"spec moved": func(u *unstructured.Unstructured) {
+			u.Object["spec"] = map[string]any{"size": map[string]any{"color": "blue"}}
+		},
+		"new top key": func(u *unstructured.Unstructured) { u.Object["data"] = map[string]any{} },
+		"deletion": func(u *unstructured.Unstructured) {
+			u.Object["metadata"].(map[string]any)["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+		},
 		"null vs none": func(u *unstructured.Unstructured) { u.Object["spec"].(map[string]any)["extra"] = nil },
 	}
 	for what, mutate := range changes {

@@ -68,7 +68,9 @@ func TestUnchangedEventsSkipTheGuest(t *testing.T) {
 	}{
 		{"a label", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"team": "a"}) }, false},
 		{"an annotation", func(u *unstructured.Unstructured) { u.SetAnnotations(map[string]string{"note": "x"}) }, false},
-		{"the spec", func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, int64(2), "spec", "size") }, false},
+		{"the spec", func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, int64(2), "spec", "size")
+		}, false},
 		{"a finalizer of someone else", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"example.com/keep"}) }, false},
 		{"the status, by someone else", func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, "tampered", "status", "summary")

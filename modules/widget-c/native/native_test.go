@@ -1,3 +1,5 @@
+//go:build cgo
+
 package native
 
 import (
@@ -52,7 +54,10 @@ func benchRequest() []byte {
 			"labels": map[string]any{"app": "bench"}, "annotations": ann},
 		"spec": map[string]any{"size": 3, "color": "blue"},
 	}
-	enc := func() []byte { b, _ := json.Marshal(map[string]any{"object": obj, "now": "2026-01-01T00:00:00Z"}); return b }
+	enc := func() []byte {
+		b, _ := json.Marshal(map[string]any{"object": obj, "now": "2026-01-01T00:00:00Z"})
+		return b
+	}
 	req := enc()
 	for i := 0; len(req) < 2400; i++ {
 		ann[fmt.Sprintf("example.com/note-%02d", i)] = strings.Repeat("v", 40)
