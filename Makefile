@@ -85,7 +85,7 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 
 # The per-package limit of go test: room to spare over the slowest package
 # (host/operator, about 6 minutes under -race on two loaded cores).
-TEST_TIMEOUT ?= 25m
+TEST_TIMEOUT ?= 40m
 
 .PHONY: test-short
 test-short: ## The inner loop: unit tests only (go test -short starts no control plane), no -race.

@@ -46,13 +46,21 @@ var eng *engine.Engine
 // tests; each test works in a namespace of its own.
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	var err error
-	if eng, err = engine.New(engine.Options{}); err != nil {
+	// A compilation cache on disk: the engine frees a module's code when
+	// its last module closes, and every test closes its module, so without
+	// it each test would compile the same guest again (seconds under -race).
+	dir, err := os.MkdirTemp("", "wasmreconcile-reconciler-code-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if eng, err = engine.New(engine.Options{CompilationCacheDir: dir}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := testenv.Main(m, testenv.MainOptions{})
 	_ = eng.Close(context.Background())
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
