@@ -84,7 +84,7 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
 # The per-package limit of go test: room to spare over the slowest package
-# (host/operator, about 6 minutes under -race on two loaded cores).
+# (host/engine, 20 minutes under -race beside two busy loops on 2 cores).
 TEST_TIMEOUT ?= 40m
 
 .PHONY: test-short
