@@ -359,12 +359,7 @@ func (v Value) Meta() Meta {
 	t := md.t
 	for c, end := md.i+1, t.Entries[md.i].Next; c < end; c = t.Entries[c].Next {
 		e := Value{t, c}
-		k := t.Key(c)
-		if t.Entries[c].KeyEscaped {
-			s, _ := jsontree.Key(k)
-			k = []byte(s)
-		}
-		switch string(k) { // compared without a copy
+		switch string(memberKey(t, c)) { // compared without a copy
 		case "name":
 			m.Name = e.String()
 		case "namespace":
@@ -402,12 +397,7 @@ func (v Value) Condition(t string) (Condition, bool) {
 		c := Condition{Type: t}
 		for f, fend := i+1, tp.Entries[i].Next; f < fend; f = tp.Entries[f].Next {
 			fv := Value{tp, f}
-			k := tp.Key(f)
-			if tp.Entries[f].KeyEscaped {
-				s, _ := jsontree.Key(k)
-				k = []byte(s)
-			}
-			switch string(k) {
+			switch string(memberKey(tp, f)) {
 			case "status":
 				c.Status = fv.String()
 			case "lastTransitionTime":
@@ -431,4 +421,15 @@ func (v Value) Condition(t string) (Condition, bool) {
 func (v Value) SetCondition(c Condition, now string) map[string]any {
 	old, ok := v.Condition(c.Type)
 	return conditionMap(c, old, ok, now)
+}
+
+// memberKey is the key of member entry c, decoded only when its raw bytes
+// differ from it.
+func memberKey(t *jsontree.Tape, c uint32) []byte {
+	k := t.Key(c)
+	if t.Entries[c].KeyEscaped {
+		s, _ := jsontree.Key(k)
+		return []byte(s)
+	}
+	return k
 }

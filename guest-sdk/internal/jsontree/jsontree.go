@@ -164,36 +164,8 @@ func (d *decoder) array(depth int) (any, error) {
 
 func (d *decoder) number() (any, error) {
 	start := d.pos
-	if d.data[d.pos] == '-' {
-		d.pos++
-	}
-	digits := func() int {
-		n := 0
-		for d.pos < len(d.data) && d.data[d.pos] >= '0' && d.data[d.pos] <= '9' {
-			d.pos++
-			n++
-		}
-		return n
-	}
-	if d.pos < len(d.data) && d.data[d.pos] == '0' {
-		d.pos++
-	} else if digits() == 0 {
-		return nil, d.errorf("invalid number")
-	}
-	if d.pos < len(d.data) && d.data[d.pos] == '.' {
-		d.pos++
-		if digits() == 0 {
-			return nil, d.errorf("invalid number: no digits after '.'")
-		}
-	}
-	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
-		d.pos++
-		if d.pos < len(d.data) && (d.data[d.pos] == '+' || d.data[d.pos] == '-') {
-			d.pos++
-		}
-		if digits() == 0 {
-			return nil, d.errorf("invalid number: no digits in exponent")
-		}
+	if err := d.skipNumber(); err != nil {
+		return nil, err
 	}
 	f, err := strconv.ParseFloat(string(d.data[start:d.pos]), 64)
 	if err != nil {
