@@ -155,6 +155,11 @@ type Manifest struct {
 	// Reads are the kinds, beyond For and Owns, the module may read through
 	// the host's cache; anything else is refused.
 	Reads []GroupVersionKind `json:"reads,omitempty"`
+	// Triggers say which reconciled objects the host calls again when an
+	// object of a Reads kind is created, changed or deleted. Without a
+	// trigger, a change to a read object calls no one: the module sees it
+	// at the object's next reconcile only.
+	Triggers []Trigger `json:"triggers,omitempty"`
 	// Finalizer, when true, makes the host add a finalizer to every object
 	// and call the module with Request.Finalizing set when the object is
 	// deleted, until it answers Response.Finalized.
@@ -163,6 +168,39 @@ type Manifest struct {
 	// win; a field the operator leaves unset takes the manifest's value,
 	// then the host's default.
 	Limits *ManifestLimits `json:"limits,omitempty"`
+}
+
+// Trigger maps a change to an object of one Reads kind (the related
+// object) to the reconciled objects, of the For kind, that the host
+// reconciles again. Exactly one of OwnerReference, Field, Selector and All
+// is set. A reconcile a trigger causes is an ordinary reconcile: the guest
+// reads the related object through cache_read as always.
+type Trigger struct {
+	// Kind is the related kind. It must be listed in Reads.
+	Kind GroupVersionKind `json:"kind"`
+	// OwnerReference, when true, reconciles the objects of the For kind
+	// that the related object names in its metadata.ownerReferences
+	// (any owner reference, not only the controller).
+	OwnerReference bool `json:"ownerReference,omitempty"`
+	// Field is a dot-separated path into the reconciled object, such as
+	// "spec.target", that names related objects: a string, or a list of
+	// strings. The host indexes the reconciled objects by it, and a change
+	// to a related object reconciles the objects whose field holds its
+	// name, in its namespace (any namespace for a cluster-scoped related
+	// kind).
+	Field string `json:"field,omitempty"`
+	// Selector is a dot-separated path into the reconciled object, such as
+	// "spec.selector", holding a label selector: either a
+	// metav1.LabelSelector ({matchLabels, matchExpressions}) or a plain map
+	// of labels as in a Service's spec.selector. A change to a related
+	// object reconciles the objects in its namespace whose selector
+	// matches its labels (old or new). A missing or empty selector matches
+	// nothing.
+	Selector string `json:"selector,omitempty"`
+	// All, when true, reconciles every object of the For kind in the
+	// related object's namespace, or in every namespace for a
+	// cluster-scoped related kind. It suits small kinds only.
+	All bool `json:"all,omitempty"`
 }
 
 // ManifestLimits are a module's default limits; zero fields are unset.
@@ -183,7 +221,9 @@ type Request struct {
 	// object owns (by controller owner reference).
 	Children []map[string]any `json:"children,omitempty"`
 	// Related are other objects the host passes along: in this version,
-	// those given to `operator invoke --related`.
+	// those given offline (`operator invoke --related`, a case's
+	// input.related), which also serve the guest's cache_read. In a
+	// cluster it is empty: read related objects with cache_read.
 	Related []map[string]any `json:"related,omitempty"`
 	// Finalizing is true when the object is being deleted and the module
 	// declared a finalizer. The module cleans up and answers Finalized.
