@@ -41,6 +41,7 @@ type (
 	Error            = abi.Error
 	ManifestLimits   = abi.ManifestLimits
 	ChildFailure     = abi.ChildFailure
+	Trigger          = abi.Trigger
 )
 
 // ChildFailureConflict is the ChildFailure.Reason of a desired child whose

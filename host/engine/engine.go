@@ -571,9 +571,46 @@ func validateManifest(m abi.Manifest) error {
 			}
 		}
 	}
+	if err := validateTriggers(m); err != nil {
+		return err
+	}
 	for i, g := range m.Owns {
 		if g.Group == m.For.Group && g.Kind == m.For.Kind {
 			return fmt.Errorf("owns[%d] is the reconciled kind %s itself: a module cannot own objects of the kind it reconciles (its children would be reconciled as owners, and pruning one would delete an owner); remove it from owns", i, g.Kind)
+		}
+	}
+	return nil
+}
+
+// validateTriggers checks that every trigger names a read kind and sets
+// exactly one mapping, with a well-formed path.
+func validateTriggers(m abi.Manifest) error {
+	for i, t := range m.Triggers {
+		read := false
+		for _, g := range m.Reads {
+			read = read || g == t.Kind
+		}
+		if !read {
+			return fmt.Errorf("triggers[%d].kind %s/%s %s is not in reads; a trigger maps a change to an object the module reads: add the kind to reads", i, t.Kind.Group, t.Kind.Version, t.Kind.Kind)
+		}
+		set := 0
+		for _, b := range []bool{t.OwnerReference, t.Field != "", t.Selector != "", t.All} {
+			if b {
+				set++
+			}
+		}
+		if set != 1 {
+			return fmt.Errorf("triggers[%d] (kind %s) sets %d of ownerReference, field, selector and all; set exactly one", i, t.Kind.Kind, set)
+		}
+		for _, p := range []struct{ name, path string }{{"field", t.Field}, {"selector", t.Selector}} {
+			if p.path == "" {
+				continue
+			}
+			for _, part := range strings.Split(p.path, ".") {
+				if part == "" {
+					return fmt.Errorf("triggers[%d].%s %q is not a dot-separated path such as spec.target: it has an empty segment", i, p.name, p.path)
+				}
+			}
 		}
 	}
 	return nil

@@ -32,8 +32,10 @@ type ControllerOptions struct {
 // NewController returns an unmanaged controller named after the module that
 // watches the module's kind, its owned kinds (a change to a child
 // reconciles its controller) and opts.Requeue, and calls r. Informers of the
-// kinds the module reads are started too, with a handler that does nothing,
-// so that a guest's read never waits for a cold cache. The caller runs it
+// kinds the module reads are started too, so that a guest's read never
+// waits for a cold cache; their events reconcile nothing, except through
+// the module's triggers (abi.Trigger), each of which adds a handler that
+// maps a related object's event to the objects to reconcile. The caller runs it
 // with Start and stops it by cancelling the context, which also removes its
 // handlers from the manager's shared informers; several controllers of one
 // name may exist one after another.
@@ -84,6 +86,15 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 		read := &unstructured.Unstructured{}
 		read.SetGroupVersionKind(gvkOf(g))
 		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: read, handler: handler.Funcs{}})
+	}
+	for i, t := range r.manifest.Triggers {
+		tr := r.newTrigger(mgr.GetCache(), t)
+		if err := tr.index(context.Background()); err != nil {
+			return nil, fmt.Errorf("module[%s]: triggers[%d]: %w", r.name, i, err)
+		}
+		related := &unstructured.Unstructured{}
+		related.SetGroupVersionKind(gvkOf(t.Kind))
+		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: related, handler: tr.handler()})
 	}
 	for _, w := range watches {
 		if err := c.Watch(w); err != nil {

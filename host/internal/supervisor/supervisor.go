@@ -961,7 +961,7 @@ func (s *Supervisor) stopController(r *running) {
 }
 
 // sameKinds reports whether b can replace a in a running controller: the
-// same name, kind, owned and read kinds, and finalizer.
+// same name, kind, owned and read kinds, triggers and finalizer.
 func sameKinds(a, b *engine.Module) error {
 	ma, mb := a.Manifest(), b.Manifest()
 	switch {
@@ -971,6 +971,8 @@ func sameKinds(a, b *engine.Module) error {
 		return fmt.Errorf("module[%s]: reconciled kind changed from %v to %v", a.Name(), ma.For, mb.For)
 	case !reflect.DeepEqual(ma.Owns, mb.Owns) || !reflect.DeepEqual(ma.Reads, mb.Reads):
 		return fmt.Errorf("module[%s]: owned or read kinds changed", a.Name())
+	case !reflect.DeepEqual(ma.Triggers, mb.Triggers):
+		return fmt.Errorf("module[%s]: triggers changed", a.Name())
 	case ma.Finalizer != mb.Finalizer:
 		return fmt.Errorf("module[%s]: finalizer declaration changed", a.Name())
 	}

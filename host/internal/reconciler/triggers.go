@@ -1,0 +1,256 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+)
+
+// TriggerIndexPrefix prefixes a trigger's field path to name the cache
+// index of the reconciled kind by that field (abi.Trigger.Field).
+const TriggerIndexPrefix = "wasmreconcile.io/trigger-field:"
+
+// A trigger (abi.Trigger) maps an event of a related object, of a kind the
+// module reads, to the reconciled objects to call again. The mapping runs
+// on the informer's goroutine and reads only the informer cache: the
+// reconciled kind's field index for Field, a list of the reconciled kind
+// in the related object's namespace for Selector and All, the related
+// object itself for OwnerReference. Each object it enqueues forgets its
+// memo first (unchanged.go), so the call is never answered as unchanged:
+// the related object is not part of what the memo compares.
+type trigger struct {
+	r         *Reconciler
+	t         abi.Trigger
+	cache     cache.Cache
+	namespace func(related client.Object) string // where to look for reconciled objects: a namespace, or "" for all
+}
+
+// newTrigger returns the trigger of t. The reconciled objects a related
+// object maps to are looked for in its namespace when both kinds are
+// namespaced, and in every namespace otherwise.
+func (r *Reconciler) newTrigger(c cache.Cache, t abi.Trigger) *trigger {
+	forNS := namespaced(r.opts.Scopes, r.gvk.GroupKind())
+	relNS := namespaced(r.opts.Scopes, schema.GroupKind{Group: t.Kind.Group, Kind: t.Kind.Kind})
+	tr := &trigger{r: r, t: t, cache: c, namespace: func(client.Object) string { return "" }}
+	if forNS && relNS {
+		tr.namespace = func(o client.Object) string { return o.GetNamespace() }
+	}
+	return tr
+}
+
+func namespaced(s interface {
+	Namespaced(schema.GroupKind) (bool, bool)
+}, gk schema.GroupKind) bool {
+	ns, known := s.Namespaced(gk)
+	return ns || !known // an unknown kind is taken as namespaced, as by the children rules
+}
+
+// index registers the reconciled kind's field index a Field trigger reads.
+// Several modules may register the same index: the extractor is the same
+// function of the same path.
+func (t *trigger) index(ctx context.Context) error {
+	if t.t.Field == "" {
+		return nil
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(t.r.gvk)
+	path := strings.Split(t.t.Field, ".")
+	err := t.cache.IndexField(ctx, obj, TriggerIndexPrefix+t.t.Field, func(o client.Object) []string {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			return nil
+		}
+		return fieldNames(u.Object, path)
+	})
+	if err != nil && !strings.Contains(err.Error(), "indexer conflict") {
+		return fmt.Errorf("indexing %s by %s for a trigger: %w", t.r.gvk.Kind, t.t.Field, err)
+	}
+	return nil
+}
+
+// fieldNames returns the names at path in obj: a string, or the strings
+// of a list. Anything else names nothing.
+func fieldNames(obj map[string]any, path []string) []string {
+	v, found, err := unstructured.NestedFieldNoCopy(obj, path...)
+	if !found || err != nil {
+		return nil
+	}
+	switch v := v.(type) {
+	case string:
+		if v != "" {
+			return []string{v}
+		}
+	case []any:
+		var out []string
+		for _, e := range v {
+			if s, ok := e.(string); ok && s != "" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// targets returns the reconciled objects related maps to.
+func (t *trigger) targets(ctx context.Context, related client.Object) ([]types.NamespacedName, error) {
+	switch {
+	case t.t.OwnerReference:
+		var out []types.NamespacedName
+		ns := ""
+		if namespaced(t.r.opts.Scopes, t.r.gvk.GroupKind()) {
+			ns = related.GetNamespace()
+		}
+		for _, ref := range related.GetOwnerReferences() {
+			gv, err := schema.ParseGroupVersion(ref.APIVersion)
+			if err == nil && gv.Group == t.r.gvk.Group && ref.Kind == t.r.gvk.Kind {
+				out = append(out, types.NamespacedName{Namespace: ns, Name: ref.Name})
+			}
+		}
+		return out, nil
+	case t.t.Field != "":
+		return t.list(ctx, related, client.MatchingFields{TriggerIndexPrefix + t.t.Field: related.GetName()})
+	case t.t.Selector != "":
+		owners, err := t.listObjects(ctx, related)
+		if err != nil {
+			return nil, err
+		}
+		path := strings.Split(t.t.Selector, ".")
+		set := labels.Set(related.GetLabels())
+		var out []types.NamespacedName
+		for i := range owners {
+			if sel := selectorAt(owners[i].Object, path); sel != nil && sel.Matches(set) {
+				out = append(out, client.ObjectKeyFromObject(&owners[i]))
+			}
+		}
+		return out, nil
+	case t.t.All:
+		return t.list(ctx, related)
+	}
+	return nil, nil
+}
+
+func (t *trigger) listObjects(ctx context.Context, related client.Object, opts ...client.ListOption) ([]unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(t.r.gvk.GroupVersion().WithKind(t.r.gvk.Kind + "List"))
+	if ns := t.namespace(related); ns != "" {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := t.cache.List(ctx, list, opts...); err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func (t *trigger) list(ctx context.Context, related client.Object, opts ...client.ListOption) ([]types.NamespacedName, error) {
+	items, err := t.listObjects(ctx, related, opts...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.NamespacedName, len(items))
+	for i := range items {
+		out[i] = client.ObjectKeyFromObject(&items[i])
+	}
+	return out, nil
+}
+
+// selectorAt reads the label selector at path in obj: a
+// metav1.LabelSelector, or a plain map of labels. It returns nil, which
+// matches nothing, for a missing, empty or malformed selector.
+func selectorAt(obj map[string]any, path []string) labels.Selector {
+	v, found, err := unstructured.NestedFieldNoCopy(obj, path...)
+	m, ok := v.(map[string]any)
+	if !found || err != nil || !ok || len(m) == 0 {
+		return nil
+	}
+	_, hasLabels := m["matchLabels"]
+	_, hasExprs := m["matchExpressions"]
+	if hasLabels || hasExprs {
+		var ls metav1.LabelSelector
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &ls); err != nil {
+			return nil
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&ls)
+		if err != nil || sel.Empty() {
+			return nil
+		}
+		return sel
+	}
+	set := labels.Set{}
+	for k, v := range m {
+		s, ok := v.(string)
+		if !ok {
+			return nil
+		}
+		set[k] = s
+	}
+	sel, err := labels.ValidatedSelectorFromSet(set)
+	if err != nil {
+		return nil
+	}
+	return sel
+}
+
+// handler enqueues the targets of every related object an event carries
+// (both sides of an update: a related object that stops matching is as
+// much a change to its former owners as one that starts).
+func (t *trigger) handler() handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+		seen := map[types.NamespacedName]bool{}
+		for _, o := range objs {
+			if o == nil {
+				continue
+			}
+			keys, err := t.targets(ctx, o)
+			if err != nil {
+				log.FromContext(ctx).Error(err, "trigger: finding the objects to reconcile", "module", t.r.name,
+					"related", o.GetObjectKind().GroupVersionKind().Kind+" "+client.ObjectKeyFromObject(o).String())
+				continue
+			}
+			for _, k := range keys {
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+				t.r.memos.forget(k)
+				q.Add(reconcile.Request{NamespacedName: k})
+			}
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.IsInInitialList {
+				return // the controller's start reconciles every object anyway
+			}
+			enqueue(ctx, q, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion() {
+				return // a resync: nothing changed
+			}
+			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, e.Object)
+		},
+	}
+}
