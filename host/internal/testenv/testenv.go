@@ -1,6 +1,8 @@
 // Package testenv starts a real kube-apiserver and etcd for integration
-// tests through controller-runtime's envtest, one control plane per test
-// package (Main). The binaries come from KUBEBUILDER_ASSETS when set, and
+// tests through controller-runtime's envtest, plus a kube-controller-manager
+// running the garbage collector and the namespace controller (so that
+// owner-reference cascades and namespace deletion happen as in a cluster),
+// one control plane per test package (Main). The binaries come from KUBEBUILDER_ASSETS when set, and
 // otherwise from hack/controlplane.sh, which builds them once into a cache
 // outside the checkout.
 //
@@ -58,7 +60,7 @@ func wrapAssets(assets, dir string) (string, error) {
 		fmt.Fprintln(os.Stderr, "testenv: setpriv (util-linux) not found; a killed test binary may leave kube-apiserver and etcd running")
 		return assets, nil
 	}
-	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl"} {
+	for _, bin := range []string{"kube-apiserver", "etcd", "kubectl", "kube-controller-manager"} {
 		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, filepath.Join(assets, bin))
 		if err := os.WriteFile(filepath.Join(dir, bin), []byte(script), 0o755); err != nil {
 			return "", err
@@ -79,7 +81,17 @@ type ControlPlane struct {
 	// Assets is the directory of the binaries as started (kubectl too).
 	Assets string
 	dir    string
+	kcm    *exec.Cmd // kube-controller-manager
 }
+
+// ControllerManagerControllers are the controllers the control plane's
+// kube-controller-manager runs: the garbage collector (children of a
+// deleted owner are deleted, as in a cluster) and the namespace
+// controller (a deleted namespace is emptied and goes), and the
+// PersistentVolumeClaim protection controller (a deleted claim no Pod uses
+// goes: the API server adds its finalizer). The others would only cost CPU
+// in tests that run no Pods.
+var ControllerManagerControllers = []string{"garbage-collector-controller", "namespace-controller", "persistentvolumeclaim-protection-controller"}
 
 // dirPrefix names the temporary directory of every control plane started
 // here; its processes carry it in their arguments.
@@ -114,7 +126,7 @@ func reapOrphans() {
 		}
 		for _, a := range bytes.Split(cmdline, []byte{0}) {
 			arg := string(a)
-			if !strings.HasPrefix(arg, "--data-dir=") && !strings.HasPrefix(arg, "--cert-dir=") {
+			if !strings.HasPrefix(arg, "--data-dir=") && !strings.HasPrefix(arg, "--cert-dir=") && !strings.HasPrefix(arg, "--kubeconfig=") {
 				continue
 			}
 			val := arg[strings.IndexByte(arg, '=')+1:]
@@ -168,14 +180,58 @@ func Start(crdPaths ...string) (*ControlPlane, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting envtest control plane from %s: %w", assets, err)
 	}
+	if err := cp.startControllerManager(assets); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
 	return cp, nil
+}
+
+// startControllerManager starts kube-controller-manager against the
+// control plane, with its log in the control plane's directory. It does
+// not wait for it: its controllers start within seconds, and a test that
+// relies on one waits for the effect it expects.
+func (cp *ControlPlane) startControllerManager(assets string) error {
+	if _, err := os.Stat(filepath.Join(assets, "kube-controller-manager")); err != nil {
+		return fmt.Errorf("no kube-controller-manager in %s: rebuild the control plane with hack/controlplane.sh (it builds only what is missing), or point KUBEBUILDER_ASSETS at a directory that has it", assets)
+	}
+	kubeconfig := filepath.Join(cp.dir, "kcm.kubeconfig")
+	if err := WriteKubeconfig(cp.Config, kubeconfig); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(cp.dir, "kube-controller-manager.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cp.kcm = exec.Command(filepath.Join(cp.Assets, "kube-controller-manager"),
+		"--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--controllers="+strings.Join(ControllerManagerControllers, ","),
+		"--use-service-account-credentials=false", "--concurrent-gc-syncs=5")
+	cp.kcm.Stdout, cp.kcm.Stderr = logFile, logFile
+	if err := cp.kcm.Start(); err != nil {
+		cp.kcm = nil
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	return nil
 }
 
 // Stop stops the control plane and removes its directory.
 func (cp *ControlPlane) Stop() error {
+	if cp.kcm != nil {
+		_ = cp.kcm.Process.Kill()
+		_ = cp.kcm.Wait()
+	}
 	err := cp.Env.Stop()
 	_ = os.RemoveAll(cp.dir)
 	return err
+}
+
+// ControllerManagerLog returns the kube-controller-manager's log so far,
+// for a test's failure message.
+func (cp *ControlPlane) ControllerManagerLog() string {
+	b, _ := os.ReadFile(filepath.Join(cp.dir, "kube-controller-manager.log"))
+	return string(b)
 }
 
 // KillAPIServer kills the kube-apiserver process with SIGKILL, as a crash
