@@ -402,6 +402,10 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return nil, nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
 	}
 	if err := checkShape(compiled, l); err != nil {
+		var h *hintedError
+		if errors.As(err, &h) {
+			return nil, nil, &InvalidModuleError{Module: source, Reason: h.reason, Hint: h.hint}
+		}
 		return nil, nil, invalid(err.Error(), nil)
 	}
 	if err := checkImports(rt, compiled); err != nil {
@@ -476,6 +480,14 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 		abi.ExportManifest:   {api.ValueTypeI64},
 		abi.ExportReconcile:  {api.ValueTypeI64},
 	}
+	if _, ok := exports[abi.ExportInitialize]; !ok {
+		if _, ok := exports["_start"]; ok {
+			return &hintedError{
+				reason: `module exports _start but not _initialize: it was built as a WASI command, and the host needs a reactor`,
+				hint:   `build it as a reactor: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared (for C: clang -mexec-model=reactor); see docs/abi.md, "Module shape"`,
+			}
+		}
+	}
 	for _, name := range []string{abi.ExportInitialize, abi.ExportAlloc, abi.ExportManifest, abi.ExportReconcile} {
 		def, ok := exports[name]
 		if !ok {
@@ -508,6 +520,12 @@ func checkShape(c wazero.CompiledModule, l Limits) error {
 	}
 	return nil
 }
+
+// hintedError is a reason to refuse a module that calls for another remedy
+// than rebuilding it against guest-sdk.
+type hintedError struct{ reason, hint string }
+
+func (e *hintedError) Error() string { return e.reason + "; " + e.hint }
 
 // checkImports checks every function import against the signature of the
 // host function it names, so that a mismatch is refused at load with the

@@ -143,6 +143,30 @@ func TestLoadRejectsBadModules(t *testing.T) {
 	}
 }
 
+// TestLoadRejectsCommandModule builds a guest against guest-sdk without
+// -buildmode=c-shared, the mistake of a new author: a WASI command, which
+// exports _start and no _initialize. The error says so and how to build a
+// reactor, not to rebuild against guest-sdk (it was).
+func TestLoadRejectsCommandModule(t *testing.T) {
+	_, err := newEngine(t).Load(context.Background(), "widget.wasm", testwasm.BuildCommand(t, "./widget"), engine.Limits{})
+	var invalid *engine.InvalidModuleError
+	if !errors.As(err, &invalid) {
+		t.Fatalf("want *InvalidModuleError, got %T %v", err, err)
+	}
+	for _, want := range []string{
+		"module[widget.wasm] invalid: module exports _start but not _initialize: it was built as a WASI command",
+		"build it as a reactor: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared",
+		"-mexec-model=reactor",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "rebuild it against guest-sdk") {
+		t.Errorf("error %q tells to rebuild against guest-sdk, which the module was built against", err)
+	}
+}
+
 func TestLoadRejectsMemoryOverLimit(t *testing.T) {
 	// Go guests start with more than one page of memory.
 	_, err := newEngine(t).Load(context.Background(), "w", testwasm.Build(t, "./widget"), engine.Limits{MemoryLimitPages: 1})

@@ -68,6 +68,18 @@ func BuildLdflags(tb testing.TB, pkg, ldflags string) []byte {
 	return b
 }
 
+// BuildCommand builds pkg as a WASI command (`go build` without
+// -buildmode=c-shared, as an author who forgets the flag would): the module
+// exports _start instead of _initialize, and the host refuses it.
+func BuildCommand(tb testing.TB, pkg string) []byte {
+	tb.Helper()
+	b, err := build(pkg, "-buildmode=default") // the last -buildmode wins
+	if err != nil {
+		tb.Fatalf("building guest %s as a command: %v", pkg, err)
+	}
+	return b
+}
+
 func outPath(pkg string, flags ...string) string {
 	return filepath.Join(outDir, strings.NewReplacer("/", "_", ".", "_", "=", "_", " ", "_", "-", "_").Replace(pkg+strings.Join(flags, ""))+".wasm")
 }
