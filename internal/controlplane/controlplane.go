@@ -1,0 +1,502 @@
+// Package controlplane starts a local Kubernetes control plane: etcd,
+// kube-apiserver and kube-controller-manager on loopback, in a temporary
+// directory of their own, from the binaries hack/controlplane.sh builds. It
+// serves `operator dev` and `make demo`.
+//
+// kube-controller-manager runs every controller that is on by default, so
+// the cluster behaves like a real one where it matters to an operator: the
+// garbage collector deletes children whose owner is gone (background and
+// foreground propagation), a deleted namespace is emptied and removed, and
+// every namespace gets its default ServiceAccount. Nothing runs pods: there
+// is no scheduler and no kubelet.
+//
+// Every process dies with the Go process that started it, however it ends:
+// etcd and kube-apiserver run through `setpriv --pdeathsig KILL`
+// (util-linux), kube-controller-manager with the parent-death signal set
+// directly, so a killed `operator dev` leaves nothing running. Each runs in
+// a process group of its own, so a Ctrl-C in the terminal reaches only the
+// Go process, which then stops them in order (Stop).
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// The versions hack/controlplane.sh builds by default (K8S_VERSION,
+// ETCD_VERSION there); they name the cache directory (CacheAssets).
+const (
+	KubernetesVersion = "v1.37.2"
+	EtcdVersion       = "v3.7.3"
+)
+
+// The binaries Start runs.
+const (
+	Etcd                  = "etcd"
+	KubeAPIServer         = "kube-apiserver"
+	KubeControllerManager = "kube-controller-manager"
+)
+
+// CacheAssets returns the directory hack/controlplane.sh builds the binaries
+// into, as that script computes it: $WASMRECONCILE_CACHE, else
+// $XDG_CACHE_HOME/wasmreconcile, else $HOME/.cache/wasmreconcile, then
+// controlplane/k8s-<KubernetesVersion>_etcd-<EtcdVersion>/bin.
+func CacheAssets() string {
+	root := os.Getenv("WASMRECONCILE_CACHE")
+	if root == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			cache = filepath.Join(os.Getenv("HOME"), ".cache")
+		}
+		root = filepath.Join(cache, "wasmreconcile")
+	}
+	return filepath.Join(root, "controlplane", "k8s-"+KubernetesVersion+"_etcd-"+EtcdVersion, "bin")
+}
+
+// DefaultAssets returns the directory the binaries are taken from when
+// Options.Assets is empty: $KUBEBUILDER_ASSETS when set, else CacheAssets.
+// from says which, for messages.
+func DefaultAssets() (dir, from string) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, "$KUBEBUILDER_ASSETS"
+	}
+	return CacheAssets(), "the control-plane cache"
+}
+
+// Options configure Start. The zero value is a complete control plane with
+// no CRDs, from the default binaries.
+type Options struct {
+	// Assets is the directory holding etcd, kube-apiserver and
+	// kube-controller-manager. Default: DefaultAssets ($KUBEBUILDER_ASSETS,
+	// else CacheAssets, where `make controlplane` builds them).
+	Assets string
+	// CRDDirs are directories (or files) of CustomResourceDefinitions to
+	// install: .yaml, .yml or .json files, several documents to a file
+	// allowed, documents of other kinds ignored. Start returns once every
+	// one is Established. Default: none.
+	CRDDirs []string
+	// NoControllerManager leaves kube-controller-manager out. Default
+	// false: it runs, and Start returns once its controllers work (the
+	// default namespace has its ServiceAccount). Without it no garbage
+	// collection, namespace deletion or ServiceAccount happens.
+	NoControllerManager bool
+	// Progress is called with a line before each step that takes seconds.
+	// Default: nil, nothing is reported.
+	Progress func(line string)
+	// StartTimeout bounds each step of Start (etcd, kube-apiserver, the
+	// CRDs, kube-controller-manager). Default: 2 minutes.
+	StartTimeout time.Duration
+}
+
+// ControlPlane is a running control plane. Stop stops it.
+type ControlPlane struct {
+	dir        string
+	assets     string
+	env        *envtest.Environment
+	config     *rest.Config
+	kubeconfig string
+	crds       []string
+	logs       []*os.File
+
+	kcm     *exec.Cmd
+	kcmDone chan struct{} // closed when kube-controller-manager has exited
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts etcd and kube-apiserver on free loopback ports, installs
+// the CRDs of opts.CRDDirs and starts kube-controller-manager, in a new
+// temporary directory that Stop removes. The processes' output goes to
+// etcd.log, kube-apiserver.log and kube-controller-manager.log in that
+// directory; a component that fails to start is reported with the end of
+// its log. ctx bounds the start only: once Start has returned, the control
+// plane runs until Stop.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
+	assets, from := opts.Assets, "Options.Assets"
+	if assets == "" {
+		assets, from = DefaultAssets()
+	}
+	need := []string{Etcd, KubeAPIServer}
+	if !opts.NoControllerManager {
+		need = append(need, KubeControllerManager)
+	}
+	for _, bin := range need {
+		if fi, err := os.Stat(filepath.Join(assets, bin)); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("no %s in %s (%s): run `make controlplane` (or hack/controlplane.sh), which builds etcd %s, kube-apiserver, kube-controller-manager and kubectl %s into %s once (minutes) and only what is missing after",
+				bin, assets, from, EtcdVersion, KubernetesVersion, CacheAssets())
+		}
+	}
+	dir, err := os.MkdirTemp("", "wasmreconcile-controlplane-")
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{dir: dir, assets: assets, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	if err := cp.start(ctx, opts, progress); err != nil {
+		_ = cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+func (cp *ControlPlane) start(ctx context.Context, opts Options, progress func(string)) error {
+	for _, d := range []string{"apiserver", "etcd", "bin"} {
+		if err := os.MkdirAll(filepath.Join(cp.dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	bin, err := wrapAssets(cp.assets, filepath.Join(cp.dir, "bin"), progress)
+	if err != nil {
+		return err
+	}
+	etcdLog, err := cp.logFile(Etcd)
+	if err != nil {
+		return err
+	}
+	apiLog, err := cp.logFile(KubeAPIServer)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	progress(fmt.Sprintf("starting etcd and kube-apiserver on loopback (in %s)", cp.dir))
+	cp.env = &envtest.Environment{
+		UseExistingCluster:       ptr.To(false), // whatever USE_EXISTING_CLUSTER says
+		ControlPlaneStartTimeout: opts.StartTimeout,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	api := cp.env.ControlPlane.GetAPIServer()
+	api.Path = filepath.Join(bin, KubeAPIServer) // set, so that no TEST_ASSET_* variable picks another
+	api.CertDir = filepath.Join(cp.dir, "apiserver")
+	api.Out, api.Err = apiLog, apiLog
+	cp.env.ControlPlane.Etcd = &envtest.Etcd{
+		Path:    filepath.Join(bin, Etcd),
+		DataDir: filepath.Join(cp.dir, "etcd"),
+		Out:     etcdLog,
+		Err:     etcdLog,
+	}
+	if cp.config, err = cp.env.Start(); err != nil {
+		return fmt.Errorf("starting etcd and kube-apiserver from %s: %w%s%s", cp.assets, err,
+			logTail(etcdLog.Name()), logTail(apiLog.Name()))
+	}
+	if err := writeKubeconfig(cp.config, cp.kubeconfig); err != nil {
+		return err
+	}
+
+	if len(opts.CRDDirs) > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		progress(fmt.Sprintf("installing the CRDs of %s", strings.Join(opts.CRDDirs, ", ")))
+		if err := cp.installCRDs(ctx, opts.CRDDirs, opts.StartTimeout); err != nil {
+			return err
+		}
+	}
+
+	if !opts.NoControllerManager {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		progress("starting kube-controller-manager (garbage collector, namespace controller and the other default controllers)")
+		if err := cp.startControllerManager(ctx, opts.StartTimeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// installCRDs installs the CRDs of dirs and waits until each is
+// Established. CRDs are installed before kube-controller-manager starts, so
+// that the garbage collector's first discovery sees their kinds (it
+// rediscovers every 30 seconds).
+func (cp *ControlPlane) installCRDs(ctx context.Context, dirs []string, timeout time.Duration) error {
+	crds, err := envtest.InstallCRDs(cp.config, envtest.CRDInstallOptions{
+		Paths:              dirs,
+		ErrorIfPathMissing: true,
+		MaxTime:            timeout,
+		PollInterval:       100 * time.Millisecond,
+	})
+	if err != nil {
+		return fmt.Errorf("installing the CRDs of %s: %w", strings.Join(dirs, ", "), err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.config)
+	if err != nil {
+		return err
+	}
+	crdResource := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	for _, crd := range crds {
+		name := crd.Name
+		err := poll(ctx, timeout, nil, func() (bool, error) {
+			u, err := dyn.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil // transient; the deadline reports it
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not Established: %w", name, err)
+		}
+		cp.crds = append(cp.crds, name)
+	}
+	return nil
+}
+
+// startControllerManager starts kube-controller-manager with the admin
+// kubeconfig and waits until its controllers work: the ServiceAccount
+// controller has given the default namespace its ServiceAccount.
+func (cp *ControlPlane) startControllerManager(ctx context.Context, timeout time.Duration) error {
+	logf, err := cp.logFile(KubeControllerManager)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--kubeconfig=" + cp.kubeconfig,
+		"--leader-elect=false",
+		// Every controller on by default. Those that need what a local
+		// control plane lacks disable themselves (the CSR signer without a
+		// signing CA, the cloud controllers without a cloud provider).
+		"--controllers=*",
+		"--use-service-account-credentials=false", // every controller acts as the admin user
+		"--secure-port=0",                         // no serving: no port to allocate
+	}
+	// envtest signs ServiceAccount tokens with this key: with it, the token
+	// controller runs too and fills legacy token Secrets.
+	if key := filepath.Join(cp.dir, "apiserver", "sa-signer.key"); fileExists(key) {
+		args = append(args, "--service-account-private-key-file="+key)
+	}
+	cmd := exec.Command(filepath.Join(cp.assets, KubeControllerManager), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = sysProcAttr()
+	// The parent-death signal is sent when the thread that started the
+	// process ends, not the process: start it from a thread that lives as
+	// long as it does (Go ends a thread whose locked goroutine returns).
+	started, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(done)
+	}()
+	if err := <-started; err != nil {
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	cp.kcm, cp.kcmDone = cmd, done
+
+	client, err := kubernetes.NewForConfig(cp.config)
+	if err != nil {
+		return err
+	}
+	err = poll(ctx, timeout, cp.kcmDone, func() (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-controller-manager did not become ready (no ServiceAccount default/default): %w%s", err, logTail(logf.Name()))
+	}
+	return nil
+}
+
+// Dir is the control plane's directory: its data, certificates, logs and
+// kubeconfig. Stop removes it.
+func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// Assets is the directory the binaries were taken from (kubectl is
+// usually there too).
+func (cp *ControlPlane) Assets() string { return cp.assets }
+
+// Kubeconfig is the path of a kubeconfig for an administrator (group
+// system:masters) of the control plane, in Dir.
+func (cp *ControlPlane) Kubeconfig() string { return cp.kubeconfig }
+
+// RESTConfig returns a copy of the administrator's client configuration.
+func (cp *ControlPlane) RESTConfig() *rest.Config { return rest.CopyConfig(cp.config) }
+
+// CRDs are the names of the CRDs installed from Options.CRDDirs.
+func (cp *ControlPlane) CRDs() []string { return append([]string(nil), cp.crds...) }
+
+// Stop stops kube-controller-manager, kube-apiserver and etcd, in that
+// order, each with SIGTERM and, if it has not exited within a minute,
+// SIGKILL, then removes Dir. Only the first call stops; later calls return
+// its result.
+func (cp *ControlPlane) Stop() error {
+	cp.stopOnce.Do(func() {
+		var errs []error
+		if cp.kcm != nil {
+			_ = cp.kcm.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-cp.kcmDone:
+			case <-time.After(time.Minute):
+				_ = cp.kcm.Process.Kill()
+				<-cp.kcmDone
+				errs = append(errs, errors.New("kube-controller-manager did not stop within a minute of SIGTERM; killed"))
+			}
+		}
+		if cp.env != nil {
+			if err := cp.env.Stop(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, f := range cp.logs {
+			_ = f.Close()
+		}
+		if err := os.RemoveAll(cp.dir); err != nil {
+			errs = append(errs, err)
+		}
+		cp.stopErr = errors.Join(errs...)
+	})
+	return cp.stopErr
+}
+
+// ProcessesUsing returns the processes whose command line names a path
+// under dir: a control plane's, for its Dir, until Stop has returned.
+func ProcessesUsing(dir string) []int {
+	var pids []int
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	prefix := []byte(filepath.Clean(dir) + "/")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cmdline, prefix) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// logFile creates Dir/NAME.log, closed by Stop.
+func (cp *ControlPlane) logFile(name string) (*os.File, error) {
+	f, err := os.Create(filepath.Join(cp.dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cp.logs = append(cp.logs, f)
+	return f, nil
+}
+
+// wrapAssets writes scripts into dir that run etcd and kube-apiserver of
+// assets through `setpriv --pdeathsig KILL`, so that each dies with this
+// process (envtest starts them; it offers no way to set the signal).
+// Without setpriv it says so and returns assets.
+func wrapAssets(assets, dir string, progress func(string)) (string, error) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		progress("warning: setpriv (util-linux) not found; if this process is killed, etcd and kube-apiserver keep running")
+		return assets, nil
+	}
+	for _, bin := range []string{Etcd, KubeAPIServer} {
+		script := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, filepath.Join(assets, bin))
+		if err := os.WriteFile(filepath.Join(dir, bin), []byte(script), 0o755); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+// writeKubeconfig writes a kubeconfig for cfg (a client certificate) to
+// path.
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["wasmreconcile-dev"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["wasmreconcile-dev"] = &clientcmdapi.Context{Cluster: "wasmreconcile-dev", AuthInfo: "admin", Namespace: "default"}
+	kc.CurrentContext = "wasmreconcile-dev"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// poll calls cond every 100 ms until it reports true, an error, ctx ends,
+// exited is closed (a process it waits on died) or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, exited <-chan struct{}, cond func() (bool, error)) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errors.New("the process exited")
+		case <-deadline.C:
+			return fmt.Errorf("timed out after %s", timeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// logTail returns the last lines of the log file at path, indented, for an
+// error message.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return fmt.Sprintf("\nlast lines of %s:\n    %s", filepath.Base(path), strings.Join(lines, "\n    "))
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
