@@ -37,7 +37,8 @@ const TriggerIndexPrefix = "wasmreconcile.io/trigger-field:"
 type trigger struct {
 	r         *Reconciler
 	t         abi.Trigger
-	cache     cache.Cache
+	cache     cache.Cache   // indexes the reconciled kind (Field)
+	reader    client.Reader // lists the reconciled kind: the cache
 	namespace func(related client.Object) string // where to look for reconciled objects: a namespace, or "" for all
 }
 
@@ -47,7 +48,7 @@ type trigger struct {
 func (r *Reconciler) newTrigger(c cache.Cache, t abi.Trigger) *trigger {
 	forNS := namespaced(r.opts.Scopes, r.gvk.GroupKind())
 	relNS := namespaced(r.opts.Scopes, schema.GroupKind{Group: t.Kind.Group, Kind: t.Kind.Kind})
-	tr := &trigger{r: r, t: t, cache: c, namespace: func(client.Object) string { return "" }}
+	tr := &trigger{r: r, t: t, cache: c, reader: c, namespace: func(client.Object) string { return "" }}
 	if forNS && relNS {
 		tr.namespace = func(o client.Object) string { return o.GetNamespace() }
 	}
@@ -152,7 +153,7 @@ func (t *trigger) listObjects(ctx context.Context, related client.Object, opts .
 	if ns := t.namespace(related); ns != "" {
 		opts = append(opts, client.InNamespace(ns))
 	}
-	if err := t.cache.List(ctx, list, opts...); err != nil {
+	if err := t.reader.List(ctx, list, opts...); err != nil {
 		return nil, err
 	}
 	return list.Items, nil
