@@ -345,3 +345,13 @@ func TestManifestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConformanceManifestTriggers loads the conformance guest, whose
+// manifest declares a trigger, and checks the host reads it as declared.
+func TestConformanceManifestTriggers(t *testing.T) {
+	m := load(t, "./internal/tck", engine.Limits{})
+	want := []abi.Trigger{{Kind: abi.GroupVersionKind{Version: "v1", Kind: "Secret"}, Field: "spec.secretName"}}
+	if got := m.Manifest().Triggers; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Triggers = %+v, want %+v", got, want)
+	}
+}

@@ -28,7 +28,8 @@ EXPORT("wr_alloc") void *wr_alloc(uint32_t size) { return malloc(size ? size : 1
 static const char manifest[] =
     "{\"name\":\"tck-c\",\"for\":{\"group\":\"tck.wasmreconcile.io\",\"version\":\"v1\",\"kind\":\"Probe\"},"
     "\"owns\":[{\"group\":\"\",\"version\":\"v1\",\"kind\":\"ConfigMap\"},{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Service\"}],"
-    "\"reads\":[{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Secret\"}],\"finalizer\":true}";
+    "\"reads\":[{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Secret\"}],"
+    "\"triggers\":[{\"kind\":{\"group\":\"\",\"version\":\"v1\",\"kind\":\"Secret\"},\"field\":\"spec.secretName\"}],\"finalizer\":true}";
 
 EXPORT("wr_manifest") uint64_t wr_manifest(void) { return pack(manifest, sizeof manifest - 1); }
 

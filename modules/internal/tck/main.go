@@ -38,10 +38,13 @@ import (
 
 func init() {
 	guest.Handle(guest.Manifest{
-		Name:      "tck",
-		For:       guest.GVK("tck.wasmreconcile.io", "v1", "Probe"),
-		Owns:      []guest.GroupVersionKind{guest.GVK("", "v1", "ConfigMap"), guest.GVK("", "v1", "Service")},
-		Reads:     []guest.GroupVersionKind{guest.GVK("", "v1", "Secret")},
+		Name:  "tck",
+		For:   guest.GVK("tck.wasmreconcile.io", "v1", "Probe"),
+		Owns:  []guest.GroupVersionKind{guest.GVK("", "v1", "ConfigMap"), guest.GVK("", "v1", "Service")},
+		Reads: []guest.GroupVersionKind{guest.GVK("", "v1", "Secret")},
+		// A change to the Secret named by spec.secretName reconciles the
+		// Probe: every manifest field is part of the kit.
+		Triggers:  []guest.Trigger{{Kind: guest.GVK("", "v1", "Secret"), Field: "spec.secretName"}},
 		Finalizer: true,
 	}, reconcile)
 }
