@@ -23,7 +23,11 @@
 //	  maxFuel: 5000000
 //
 // Without expect.error a case fails on any error. Unknown fields are errors,
-// so a typo cannot silently weaken a case.
+// so a typo cannot silently weaken a case; they, repeated fields and values
+// of the wrong type are reported at their line and column, with the path of
+// the field:
+//
+//	cases/ready.yaml:7:5: unknown field "stauts" in expect (known fields: status, children, ...)
 package modtest
 
 import (
@@ -119,13 +123,16 @@ func LoadFile(path string) (Case, error) {
 	}
 	var c Case
 	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		if located := locate(path, b); located != nil {
+			return Case{}, located
+		}
 		return Case{}, fmt.Errorf("case %s: %w", path, err)
 	}
 	if c.Input.Object == nil {
 		return Case{}, fmt.Errorf("case %s: input.object is required", path)
 	}
 	if e := c.Expect.Error; e != nil && !validKind(e.Kind) {
-		return Case{}, fmt.Errorf("case %s: expect.error.kind %q is not a kind; use one of %s", path, e.Kind, kindList())
+		return Case{}, fmt.Errorf("%s: expect.error.kind %q is not a kind; use one of %s", positionOf(path, b, "expect", "error", "kind"), e.Kind, kindList())
 	}
 	c.File = path
 	if c.Name == "" {
