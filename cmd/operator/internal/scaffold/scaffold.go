@@ -1,0 +1,310 @@
+// Package scaffold writes the directory of a new wasmreconcile module:
+// its go.mod, a reconcile handler built on the guest SDK, a native test, a
+// test case for `operator test`, a CRD skeleton, a Makefile and its RBAC.
+// It backs `operator init`. The templates are embedded (templates/*.tmpl)
+// and rendered with text/template; the Go files are gofmt'd.
+//
+// The package checks nothing about names and kinds beyond what it needs to
+// render them: the caller validates the module name and the kinds first
+// (cmd/operator's init.go).
+package scaffold
+
+import (
+	"bufio"
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"go/format"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/template"
+)
+
+// SDKModule is the module path of the guest SDK.
+const SDKModule = "github.com/wasmreconcile/wasmreconcile/guest-sdk"
+
+// SDKEnv is the environment variable that names a guest-sdk checkout when
+// --sdk is not given.
+const SDKEnv = "WASMRECONCILE_SDK"
+
+//go:embed templates/*.tmpl
+var templates embed.FS
+
+// Kind is a kind the module reconciles, owns or reads, with the resource
+// name its RBAC and CRD use.
+type Kind struct {
+	Group, Version, Kind string
+	// Plural is the lower-case plural resource name, such as "webapps".
+	Plural string
+}
+
+// APIVersion is the kind's apiVersion: "group/version", or "version" for
+// the core group.
+func (k Kind) APIVersion() string {
+	if k.Group == "" {
+		return k.Version
+	}
+	return k.Group + "/" + k.Version
+}
+
+// Singular is the lower-case kind, the CRD's singular name.
+func (k Kind) Singular() string { return strings.ToLower(k.Kind) }
+
+// Options say what to scaffold.
+type Options struct {
+	// Name is the module's name: a lower-case DNS label, also its Go
+	// module path and the name of its .wasm file.
+	Name string
+	// Dir is the directory to create; it must not exist, or be empty.
+	Dir string
+	// SDK is the directory of a guest-sdk checkout (see FindSDK), which
+	// go.mod's replace directive points at.
+	SDK string
+	// For is the reconciled kind; Owns the kinds of its children; Reads
+	// the other kinds it may read.
+	For   Kind
+	Owns  []Kind
+	Reads []Kind
+	// CRD, when true, writes crds/PLURAL.GROUP.yaml, a CustomResourceDefinition
+	// for For. Leave it false for a built-in kind.
+	CRD bool
+	// RBAC is the content of rbac.yaml, as `operator rbac` prints it for
+	// the module's manifest; nil writes no rbac.yaml.
+	RBAC []byte
+	// Operator is the operator command the Makefile runs (`operator test`,
+	// `operator rbac`); "" is "operator", found on $PATH.
+	Operator string
+	// ServiceAccount is the NAMESPACE/NAME that `make rbac` binds the
+	// module's rights to; RBAC should be generated for the same account.
+	ServiceAccount string
+}
+
+// File is a file Write wrote, relative to Options.Dir, and what it is for.
+type File struct {
+	Path, About string
+}
+
+// data is what the templates see.
+type data struct {
+	Options
+	SDKVersion string // the go directive of the SDK's go.mod
+	Replace    string // the replace directive's target
+	ConfigMap  bool   // the module owns v1 ConfigMaps: it makes one child
+	Others     []Kind // owned kinds it makes no child of (a TODO each)
+	CRDFile    string // crds/PLURAL.GROUP.yaml, or ""
+	Operator   string
+	SDKModule  string
+}
+
+// Write creates opts.Dir and writes the module into it, and returns the
+// files it wrote in the order written. It refuses a directory that exists
+// and is not empty, and writes nothing then. When rendering fails midway,
+// the files already written are left for inspection and the error says so.
+func Write(opts Options) ([]File, error) {
+	if err := checkEmpty(opts.Dir); err != nil {
+		return nil, err
+	}
+	d, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	files := []struct {
+		tmpl, path, about string
+		skip              bool
+	}{
+		{"go.mod.tmpl", "go.mod", "requires the guest SDK, replaced by " + d.Replace, false},
+		{"main.go.tmpl", "main.go", "the manifest and the reconcile handler", false},
+		{"main_test.go.tmpl", "main_test.go", "native tests of the handler (go test), with package sdktest", false},
+		{"case.yaml.tmpl", filepath.Join("testdata", "cases", "reconcile.yaml"), "a case for `operator test` on the built .wasm", false},
+		{"crd.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ": describe its spec", !opts.CRD},
+		{"Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm), test, rbac", false},
+		{"gitignore.tmpl", ".gitignore", "ignores the built .wasm", false},
+	}
+	tmpl, err := template.New("").Funcs(template.FuncMap{"quote": quote}).ParseFS(templates, "templates/*.tmpl")
+	if err != nil {
+		return nil, fmt.Errorf("scaffold: parsing templates: %w", err) // a bug in this package
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	var wrote []File
+	write := func(path string, b []byte) error {
+		full := filepath.Join(opts.Dir, path)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(full, b, 0o644)
+	}
+	for _, f := range files {
+		if f.skip {
+			continue
+		}
+		var buf bytes.Buffer
+		if err := tmpl.ExecuteTemplate(&buf, f.tmpl, d); err != nil {
+			return wrote, fmt.Errorf("scaffold: rendering %s: %w", f.path, err)
+		}
+		b := buf.Bytes()
+		if strings.HasSuffix(f.path, ".go") {
+			if b, err = format.Source(b); err != nil {
+				return wrote, fmt.Errorf("scaffold: %s is not valid Go (a bug in its template; the files written so far are in %s): %w", f.path, opts.Dir, err)
+			}
+		}
+		if err := write(f.path, b); err != nil {
+			return wrote, err
+		}
+		wrote = append(wrote, File{Path: f.path, About: f.about})
+	}
+	if opts.RBAC != nil {
+		if err := write("rbac.yaml", opts.RBAC); err != nil {
+			return wrote, err
+		}
+		wrote = append(wrote, File{Path: "rbac.yaml", About: "the RBAC of the module's account and of the operator's watches (`make rbac` regenerates it)"})
+	}
+	return wrote, nil
+}
+
+// prepare computes the templates' data.
+func prepare(opts Options) (data, error) {
+	d := data{Options: opts, Operator: opts.Operator, SDKModule: SDKModule}
+	if d.Operator == "" {
+		d.Operator = "operator"
+	}
+	var err error
+	if d.SDKVersion, err = checkSDK(opts.SDK); err != nil {
+		return data{}, err
+	}
+	if d.Replace, err = replacePath(opts.Dir, opts.SDK); err != nil {
+		return data{}, err
+	}
+	for _, k := range opts.Owns {
+		if k.Group == "" && k.Kind == "ConfigMap" {
+			d.ConfigMap = true
+		} else {
+			d.Others = append(d.Others, k)
+		}
+	}
+	if opts.CRD {
+		d.CRDFile = filepath.Join("crds", opts.For.Plural+"."+opts.For.Group+".yaml")
+	}
+	return d, nil
+}
+
+// quote renders s as a Go string literal.
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// checkEmpty refuses a directory that exists and holds anything.
+func checkEmpty(dir string) error {
+	entries, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		if fi, serr := os.Stat(dir); serr == nil && !fi.IsDir() {
+			return fmt.Errorf("%s exists and is not a directory; pass --dir with a new or empty directory", dir)
+		}
+		return err
+	case len(entries) > 0:
+		names := make([]string, 0, 3)
+		for i, e := range entries {
+			if i == 3 {
+				names = append(names, "...")
+				break
+			}
+			names = append(names, e.Name())
+		}
+		return fmt.Errorf("%s exists and is not empty (%s): init never overwrites; pass --dir with a new or empty directory", dir, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// FindSDK returns the absolute directory of the guest-sdk checkout that a
+// new module's go.mod replaces the SDK with: flag (--sdk) when it is set,
+// else env ($WASMRECONCILE_SDK) when it is set, else the nearest
+// guest-sdk/go.mod found walking up from start (the current directory),
+// with start itself being the SDK when it holds the SDK's go.mod. The SDK's
+// module path is not served by any module proxy, so without a checkout
+// there is nothing to build against: the error says what to pass.
+func FindSDK(flag, env, start string) (string, error) {
+	var dir, from string
+	switch {
+	case flag != "":
+		dir, from = flag, "--sdk"
+	case env != "":
+		dir, from = env, "$"+SDKEnv
+	default:
+		abs, err := filepath.Abs(start)
+		if err != nil {
+			return "", err
+		}
+		for d := abs; ; d = filepath.Dir(d) {
+			for _, c := range []string{d, filepath.Join(d, "guest-sdk")} {
+				if _, err := checkSDK(c); err == nil {
+					return c, nil
+				}
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+		return "", fmt.Errorf("no guest SDK found: no guest-sdk/go.mod of module %s in %s or any directory above it; its module path is not served by a module proxy, so a module builds against a local checkout: clone github.com/wasmreconcile/wasmreconcile and pass --sdk CHECKOUT/guest-sdk, or set %s", SDKModule, abs, SDKEnv)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if _, err := checkSDK(abs); err != nil {
+		return "", fmt.Errorf("%s %s: %w; pass the guest-sdk directory of a wasmreconcile checkout", from, dir, err)
+	}
+	return abs, nil
+}
+
+// checkSDK checks that dir holds the SDK's go.mod and returns its go
+// directive's version.
+func checkSDK(dir string) (goVersion string, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return "", fmt.Errorf("no go.mod of %s there", SDKModule)
+	}
+	module := ""
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && f[0] == "module" {
+			module = strings.Trim(f[1], `"`)
+		}
+		if len(f) == 2 && f[0] == "go" {
+			goVersion = f[1]
+		}
+	}
+	if module != SDKModule {
+		return "", fmt.Errorf("its go.mod is of module %q, not %s", module, SDKModule)
+	}
+	if goVersion == "" {
+		return "", fmt.Errorf("its go.mod has no go directive")
+	}
+	return goVersion, nil
+}
+
+// replacePath is the target of go.mod's replace directive for a module in
+// dir: relative when the module is inside the checkout that holds the SDK
+// (the SDK's parent directory), so that the checkout can move; absolute
+// otherwise.
+func replacePath(dir, sdk string) (string, error) {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	root := filepath.Dir(sdk)
+	if rel, err := filepath.Rel(root, absDir); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		if r, err := filepath.Rel(absDir, sdk); err == nil {
+			if !strings.HasPrefix(r, ".") {
+				r = "./" + r
+			}
+			return filepath.ToSlash(r), nil
+		}
+	}
+	return filepath.ToSlash(sdk), nil
+}
