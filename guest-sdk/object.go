@@ -6,15 +6,22 @@ import "strconv"
 // Numbers decode as float64, as encoding/json does.
 type Object map[string]any
 
-// NestedField returns the value at path and whether it was present.
+// NestedField returns the value at path and whether it was present. It
+// steps into a map[string]string too, such as the labels of a child built
+// with package k8s.
 func (o Object) NestedField(path ...string) (any, bool) {
 	var cur any = map[string]any(o)
 	for _, p := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
+		var ok bool
+		switch m := cur.(type) {
+		case map[string]any:
+			cur, ok = m[p]
+		case Object:
+			cur, ok = m[p]
+		case map[string]string:
+			cur, ok = m[p]
 		}
-		if cur, ok = m[p]; !ok {
+		if !ok {
 			return nil, false
 		}
 	}
@@ -127,11 +134,16 @@ func conditionMap(c Condition, old Condition, ok bool, now string) map[string]an
 func (o Object) stringMap(path ...string) map[string]string {
 	out := map[string]string{}
 	v, _ := o.NestedField(path...)
-	if m, ok := v.(map[string]any); ok {
+	switch m := v.(type) {
+	case map[string]any:
 		for k, x := range m {
 			if s, ok := x.(string); ok {
 				out[k] = s
 			}
+		}
+	case map[string]string:
+		for k, s := range m {
+			out[k] = s
 		}
 	}
 	return out

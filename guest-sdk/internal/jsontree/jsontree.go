@@ -288,10 +288,18 @@ func (d *decoder) hex4() (rune, bool) {
 // ErrUnsupported reports a value Encode cannot encode.
 var ErrUnsupported = errors.New("json: unsupported value")
 
+// Appender is a value that encodes itself, such as the typed objects of
+// package k8s. AppendJSON appends exactly one JSON value to b, written as
+// Append writes (object keys sorted, encoding/json's escapes), and returns
+// the extended buffer; on an error, the returned buffer is undefined.
+type Appender interface {
+	AppendJSON(b []byte) ([]byte, error)
+}
+
 // Append encodes v, which must be made of map[string]any, []any,
 // []map[string]any, map[string]string, string, bool, nil, float64, float32,
-// and the integer types, appending to b. Object keys are sorted, as
-// encoding/json sorts them.
+// the integer types and Appenders, appending to b. Object keys are sorted,
+// as encoding/json sorts them.
 func Append(b []byte, v any) ([]byte, error) {
 	switch x := v.(type) {
 	case nil:
@@ -338,11 +346,7 @@ func Append(b []byte, v any) ([]byte, error) {
 		}
 		return append(b, '}'), nil
 	case map[string]string:
-		m := make(map[string]any, len(x))
-		for k, s := range x {
-			m[k] = s
-		}
-		return Append(b, m)
+		return AppendStringMap(b, x), nil
 	case []any:
 		b = append(b, '[')
 		for i, e := range x {
@@ -370,9 +374,36 @@ func Append(b []byte, v any) ([]byte, error) {
 			}
 		}
 		return append(b, ']'), nil
+	case Appender: // after the concrete types, which pay nothing for it
+		return x.AppendJSON(b)
 	}
 	return nil, fmt.Errorf("%w of type %T", ErrUnsupported, v)
 }
+
+// AppendStringMap appends m as a JSON object with sorted keys; nil is
+// {}, unlike encoding/json's null, as Append writes a nil map[string]any.
+func AppendStringMap(b []byte, m map[string]string) []byte {
+	var small [16]string
+	keys := small[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, m[k])
+	}
+	return append(b, '}')
+}
+
+// AppendString appends s quoted as encoding/json quotes it, with its
+// HTML-safe escapes.
+func AppendString(b []byte, s string) []byte { return appendString(b, s) }
 
 // appendFloat formats like encoding/json.
 func appendFloat(b []byte, f float64) ([]byte, error) {

@@ -57,3 +57,14 @@ func TestAppendTypes(t *testing.T) {
 		t.Error("struct accepted")
 	}
 }
+
+type appender string
+
+func (a appender) AppendJSON(b []byte) ([]byte, error) { return append(b, a...), nil }
+
+func TestAppendAppender(t *testing.T) {
+	got, err := Append([]byte("x"), map[string]any{"a": appender(`{"k":1}`), "b": map[string]string{}, "c": map[string]string(nil)})
+	if err != nil || string(got) != `x{"a":{"k":1},"b":{},"c":{}}` {
+		t.Errorf("Append = %s, %v", got, err)
+	}
+}
