@@ -191,10 +191,18 @@ func initManifest(name, forKind string, owns, reads []string) (abi.Manifest, err
 			*list.out = append(*list.out, g)
 		}
 	}
-	if err := protocol.CheckOwnership(m, protocol.Builtin); err != nil {
+	// The CRD init writes for a custom kind is namespaced.
+	if err := protocol.CheckOwnership(m, protocol.Chain(protocol.Builtin, namespacedKinds{gk: true})); err != nil {
 		return abi.Manifest{}, fmt.Errorf("--owns: %w", err)
 	}
 	return m, nil
+}
+
+// namespacedKinds knows the scope of the kinds it holds: namespaced.
+type namespacedKinds map[schema.GroupKind]bool
+
+func (k namespacedKinds) Namespaced(gk schema.GroupKind) (namespaced, known bool) {
+	return k[gk], k[gk]
 }
 
 // parseKind parses s, the value of flag, as GROUP/VERSION/KIND, or
