@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -276,6 +277,7 @@ func (cp *ControlPlane) installCRDs(ctx context.Context, dirs []string, timeout 
 		}
 		cp.crds = append(cp.crds, name)
 	}
+	sort.Strings(cp.crds)
 	return nil
 }
 
@@ -357,7 +359,7 @@ func (cp *ControlPlane) Kubeconfig() string { return cp.kubeconfig }
 // RESTConfig returns a copy of the administrator's client configuration.
 func (cp *ControlPlane) RESTConfig() *rest.Config { return rest.CopyConfig(cp.config) }
 
-// CRDs are the names of the CRDs installed from Options.CRDDirs.
+// CRDs are the names of the CRDs installed from Options.CRDDirs, sorted.
 func (cp *ControlPlane) CRDs() []string { return append([]string(nil), cp.crds...) }
 
 // Stop stops kube-controller-manager, kube-apiserver and etcd, in that
