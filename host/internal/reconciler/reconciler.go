@@ -24,14 +24,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -113,6 +116,13 @@ type Options struct {
 	// Now returns the wall clock passed to guests as Request.Now.
 	// Defaults to time.Now.
 	Now func() time.Time
+	// Log receives the reconciles' log lines (and, through the context,
+	// the guest's), each with the module, its digest, the object and
+	// controller-runtime's reconcileID; START and FINISH lines at V(1).
+	// Defaults to ctrl.Log.WithName("reconcile"). The logger of the
+	// context controller-runtime passes is not used: an unmanaged
+	// controller's (NewController's) discards everything.
+	Log logr.Logger
 }
 
 // Reconciler reconciles the objects of one module's kind by calling the
@@ -157,6 +167,9 @@ func New(opts Options) (*Reconciler, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = ctrl.Log.WithName("reconcile")
 	}
 	if opts.Stats == nil {
 		opts.Stats = &Stats{}
@@ -254,7 +267,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	defer v.Release()
 	r.active.Add(1)
 	defer r.active.Add(-1)
-	logger := log.FromContext(ctx).WithValues("module", r.name, "digest", v.Module.Digest())
+	logger := r.opts.Log.WithValues("module", r.name, "digest", v.Module.Digest(),
+		"object", klog.KRef(req.Namespace, req.Name), "reconcileID", crcontroller.ReconcileIDFromContext(ctx))
 	ctx = log.IntoContext(ctx, logger)
 	logger.V(1).Info("START reconcile")
 	start := time.Now()
@@ -311,7 +325,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 			}
 		}
 	}
-	r.memos.forget(key) // remembered again below if this call succeeds
+	r.memos.forget(key) // remembered again below if this call succeeds or fails terminally
 	if ok, wait := r.storms.admit(key, o.fingerprint, r.opts.Now()); !ok {
 		o.skip, o.damped = skipStorm, wait
 		return o
@@ -361,17 +375,24 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		o.err = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
 	default:
 		o.requeueAfter = time.Duration(resp.RequeueAfterSeconds) * time.Second
-		if !deleting && !a.untold && !a.childWrites && len(a.failures) == 0 && len(told) == 0 && reads.n == 0 {
-			status := any(resp.Status)
-			if resp.Status == nil {
-				status = obj.Object["status"]
-			}
-			m := memo{digest: module.Digest(), inputs: hashObject(obj), status: hashValue(status), children: hashString(childFP)}
-			if o.requeueAfter > 0 {
-				m.due = r.opts.Now().Add(o.requeueAfter)
-			}
-			r.memos.set(key, m)
+	}
+	// Remember a success, and a terminal guest error (one the same input
+	// repeats), so that an event that changes nothing the guest sees, such
+	// as the one of the status this call wrote, is not another call: after
+	// a terminal error it would fail again and record a second identical
+	// Warning (unchanged.go).
+	success := err == nil && resp.Error == nil
+	terminal := err == nil && resp.Error != nil && resp.Error.Terminal
+	if (success || terminal) && !deleting && !a.untold && !a.childWrites && len(a.failures) == 0 && len(told) == 0 && reads.n == 0 {
+		status := any(resp.Status)
+		if resp.Status == nil {
+			status = obj.Object["status"]
 		}
+		m := memo{digest: module.Digest(), inputs: hashObject(obj), status: hashValue(status), children: hashString(childFP)}
+		if success && o.requeueAfter > 0 {
+			m.due = r.opts.Now().Add(o.requeueAfter)
+		}
+		r.memos.set(key, m)
 	}
 	return o
 }

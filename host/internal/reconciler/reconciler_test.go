@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
@@ -82,8 +83,10 @@ type harness struct {
 
 type runOptions struct {
 	limits  engine.Limits
-	rec     reconciler.Options // Config, Storm
+	rec     reconciler.Options // Config, Storm, Log
 	workers int
+	// recorder, when set, wraps the manager's Event recorder.
+	recorder func(recorder.EventRecorder) recorder.EventRecorder
 }
 
 // run starts pkg's module in a fresh namespace and returns the harness.
@@ -118,6 +121,9 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	o := ro.rec
 	o.Slot, o.Client, o.Recorder, o.Metrics = versionslot.NewSlot(versionslot.New(h.module)), mgr.GetClient(), mgr.GetEventRecorder("test/"+h.module.Name()), h.metrics
 	o.Scopes = protocol.MapperScopes(mgr.GetRESTMapper())
+	if ro.recorder != nil {
+		o.Recorder = ro.recorder(o.Recorder)
+	}
 	if h.rec, err = reconciler.New(o); err != nil {
 		t.Fatal(err)
 	}

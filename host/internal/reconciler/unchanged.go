@@ -19,13 +19,16 @@ import (
 // changed, and the status is the one that call produced. The guest is a
 // deterministic function of its request, so calling it again would answer
 // what the host has already applied; the host answers the event without a
-// call (Options.CallUnchanged turns this off).
+// call (Options.CallUnchanged turns this off). The same holds after a
+// terminal guest error, which the guest declares the same input repeats:
+// calling it again would fail again and record a second identical Warning.
 //
 // Precisely, the guest is not called when all of these hold, and is called
 // otherwise:
 //
-//   - the last call of this object succeeded with nothing left to retry: no
-//     guest error, no failed or untold child, no failed write;
+//   - the last call of this object succeeded, or returned a terminal guest
+//     error (Response.error.terminal), with nothing left to retry: no
+//     other error, no failed or untold child, no failed write;
 //   - that call wrote no child and pruned none (a write changes the
 //     children's resourceVersions, so the next event is compared afresh);
 //   - that call read nothing through cache_read (what it read may have
@@ -44,7 +47,8 @@ import (
 //     of the time).
 //
 // Request.now and Request.attempt are not compared: the first changes
-// every second and the second is 0 after a success.
+// every second, and the second is 0 after a success and, after a terminal
+// error, changes nothing the guest declared it would do differently.
 type memo struct {
 	digest   string    // the module version that answered
 	inputs   uint64    // hashObject: the object without resourceVersion, managedFields and status
@@ -53,7 +57,8 @@ type memo struct {
 	due      time.Time // when the requeue the guest asked for is due; zero for none
 }
 
-// memos keeps the last successful call's memo per object.
+// memos keeps the memo of the last call per object that succeeded or
+// failed terminally.
 type memos struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]memo
