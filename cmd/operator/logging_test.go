@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestLogFlags: operator run logs in production mode unless --zap-devel is
+// given: JSON lines at info, no debug lines, no stack trace below error.
+// -v=1 (or --zap-log-level=debug, or =1) adds the V(1) lines, such as
+// START and FINISH; --zap-devel switches to console lines.
+func TestLogFlags(t *testing.T) {
+	for _, c := range []struct {
+		args        []string
+		debug, json bool
+	}{
+		{args: nil, json: true},
+		{args: []string{"-v=1"}, debug: true, json: true},
+		{args: []string{"-v", "2"}, debug: true, json: true},
+		{args: []string{"--zap-log-level=debug"}, debug: true, json: true},
+		{args: []string{"--zap-log-level=1"}, debug: true, json: true},
+		{args: []string{"-v=1", "-v=0"}, json: true},
+		{args: []string{"--zap-devel"}, debug: true},
+		{args: []string{"--zap-devel", "-v=0"}},
+	} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var l logFlags
+		l.register(fs)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		var out bytes.Buffer
+		log := l.logger(&out)
+		log.V(1).Info("START reconcile")
+		log.Info("module loaded")
+		log.V(1).Info("FINISH reconcile", "fuel", 1)
+		log.Info("WARNING: module load health")
+		text := out.String()
+		if got := strings.Contains(text, "START reconcile") && strings.Contains(text, "FINISH reconcile"); got != c.debug {
+			t.Errorf("%q: V(1) lines logged = %v, want %v:\n%s", c.args, got, c.debug, text)
+		}
+		if !strings.Contains(text, "module loaded") {
+			t.Errorf("%q: an info line is missing:\n%s", c.args, text)
+		}
+		if got := strings.HasPrefix(text, "{"); got != c.json {
+			t.Errorf("%q: JSON lines = %v, want %v:\n%s", c.args, got, c.json, text)
+		}
+		if c.json && strings.Contains(text, "stacktrace") {
+			t.Errorf("%q: a stack trace below the error level:\n%s", c.args, text)
+		}
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var l logFlags
+	l.register(fs)
+	for _, bad := range []string{"-v=-1", "-v=high"} {
+		if err := fs.Parse([]string{bad}); err == nil || errors.Is(err, flag.ErrHelp) {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
