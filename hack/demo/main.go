@@ -1,9 +1,10 @@
 // Command demo runs wasmreconcile end to end on an embedded, real control
-// plane: it starts etcd and kube-apiserver on loopback in a temporary
-// directory, installs the example CRDs, starts one operator with the example
-// modules, applies sample Widgets and a WebApp, and shows with kubectl their
-// status converging and the WebApp's children appearing. Ctrl-C stops
-// everything and removes the temporary directory.
+// plane: it starts etcd, kube-apiserver and kube-controller-manager on
+// loopback in a temporary directory (internal/controlplane), installs the
+// example CRDs, starts one operator with the example modules, applies sample
+// Widgets and a WebApp, and shows with kubectl their status converging and
+// the WebApp's children appearing. Ctrl-C stops everything and removes the
+// temporary directory.
 //
 // It is run by `make demo`, which builds the binaries it needs first:
 //
@@ -17,7 +18,10 @@
 //   - releases a buggy widget v3 that spins forever: the host preempts every
 //     call, records a Warning Event on each Widget and counts
 //     wasmreconcile_preemptions_total, while the WebApp module is unaffected;
-//   - rolls back to v2 (still compiled: instant) and shows a change converge.
+//   - rolls back to v2 (still compiled: instant) and shows a change converge;
+//   - deletes a namespace holding a WebApp: kube-controller-manager's
+//     namespace controller deletes the WebApp, the webapp module's finalizer
+//     tears its children down, and the namespace goes.
 //
 // It then prints where to look and waits for Ctrl-C; with --exit-when-done it
 // exits 0 instead, or 1 as soon as a step fails or times out.
@@ -41,7 +45,7 @@ import (
 	"syscall"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
 )
 
 func main() {
@@ -59,7 +63,7 @@ type demo struct {
 
 func run() error {
 	var (
-		assets       = flag.String("assets", os.Getenv("KUBEBUILDER_ASSETS"), "directory with kube-apiserver, etcd and kubectl (from hack/controlplane.sh)")
+		assets       = flag.String("assets", "", "directory with etcd, kube-apiserver, kube-controller-manager and kubectl (default: $KUBEBUILDER_ASSETS, else "+controlplane.CacheAssets()+", where hack/controlplane.sh builds them)")
 		operatorBin  = flag.String("operator", "bin/operator", "operator binary")
 		modules      = flag.String("modules", "bin/modules/widget.wasm,bin/modules/webapp.wasm", "comma-separated modules to run")
 		crds         = flag.String("crds", "examples/crds", "directory of CRDs to install")
@@ -71,16 +75,13 @@ func run() error {
 		readyTimeout = flag.Duration("ready-timeout", 2*time.Minute, "how long to wait for the Widgets to become Ready")
 	)
 	flag.Parse()
-	if *assets == "" {
-		return errors.New("no control plane binaries: pass --assets or set KUBEBUILDER_ASSETS (make demo does this)")
-	}
 	moduleList := strings.Split(*modules, ",")
 	for _, f := range append([]string{*operatorBin, *crds, *samples, *webapp, *widgetV2, *widgetBuggy}, moduleList...) {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("%w; run `make demo` from the repository root", err)
 		}
 	}
-	d := &demo{kubectl: filepath.Join(*assets, "kubectl"), start: time.Now()}
+	d := &demo{start: time.Now()}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -91,39 +92,23 @@ func run() error {
 	}
 	defer os.RemoveAll(tmp)
 
-	d.say("starting etcd and kube-apiserver on loopback (data in %s)", tmp)
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: *assets,
-		CRDDirectoryPaths:     []string{*crds},
-		ErrorIfCRDPathMissing: true,
-	}
-	env.ControlPlane.Etcd = &envtest.Etcd{}
-	env.ControlPlane.Etcd.DataDir = filepath.Join(tmp, "etcd")
-	if err := os.MkdirAll(env.ControlPlane.Etcd.DataDir, 0o700); err != nil {
-		return err
-	}
-	if _, err := env.Start(); err != nil {
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Assets:   *assets,
+		CRDDirs:  []string{*crds},
+		Progress: func(line string) { d.say("%s", line) },
+	})
+	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	defer func() {
 		d.say("stopping the control plane")
-		if err := env.Stop(); err != nil {
+		if err := cp.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "demo: stopping control plane:", err)
 		}
 	}()
-	user, err := env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	d.kubeconfig = filepath.Join(tmp, "kubeconfig")
-	if err := os.WriteFile(d.kubeconfig, kc, 0o600); err != nil {
-		return err
-	}
-	d.say("control plane up at %s; CRDs from %s installed", env.Config.Host, *crds)
+	d.kubeconfig = cp.Kubeconfig()
+	d.kubectl = filepath.Join(cp.Assets(), "kubectl")
+	d.say("control plane up at %s; CRDs from %s established", cp.RESTConfig().Host, *crds)
 	if err := d.kubectl_(ctx, "version"); err != nil {
 		return err
 	}
@@ -147,7 +132,8 @@ func run() error {
 	op := exec.Command(*operatorBin, args...)
 	op.Stdout = prefixWriter("[operator] ", os.Stdout)
 	op.Stderr = prefixWriter("[operator] ", os.Stdout)
-	op.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches us; we stop it in order
+	// Ctrl-C reaches us, and we stop it in order; if we are killed, it dies too.
+	op.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := op.Start(); err != nil {
 		return fmt.Errorf("starting operator: %w", err)
 	}
@@ -247,6 +233,9 @@ func run() error {
 	if err := d.showMetrics(metricsAddr, "wasmreconcile_module_reloads_total"); err != nil {
 		return err
 	}
+	if err := d.namespaceDeletion(ctx, opDone, *readyTimeout); err != nil {
+		return err
+	}
 	if *exitDone {
 		d.say("walkthrough complete. With `make demo` the cluster keeps running; you would then try:")
 	} else {
@@ -270,6 +259,57 @@ func run() error {
 	case err := <-opDone:
 		return fmt.Errorf("operator exited: %v", err)
 	}
+}
+
+// stagingWebApp is a WebApp in namespace staging.
+const stagingWebApp = `apiVersion: examples.wasmreconcile.io/v1alpha1
+kind: WebApp
+metadata:
+  name: shop
+  namespace: staging
+spec:
+  image: nginx:1.27
+  port: 8080
+`
+
+// namespaceDeletion shows kube-controller-manager at work: a namespace
+// holding a WebApp is deleted; the namespace controller deletes the WebApp,
+// whose finalizer (the webapp module's) tears its children down, and then
+// the namespace goes.
+func (d *demo) namespaceDeletion(ctx context.Context, opDone <-chan error, timeout time.Duration) error {
+	d.say("kube-controller-manager: a WebApp in namespace staging, then the namespace deleted; the namespace controller deletes the WebApp, whose finalizer (the webapp module) tears its children down, and the namespace goes")
+	if err := d.kubectl_(ctx, "create", "namespace", "staging"); err != nil {
+		return err
+	}
+	if err := d.kubectlStdin(ctx, stagingWebApp, "apply", "-f", "-"); err != nil {
+		return err
+	}
+	staging := []string{"get", "webapps,configmaps,services", "-n", "staging"}
+	if err := d.waitFor(ctx, opDone, timeout, "the staging WebApp Ready with its children", staging, func(out string) bool {
+		return webappReady(out) && strings.Contains(out, "configmap/shop-config") && strings.Contains(out, "service/shop ")
+	}); err != nil {
+		return err
+	}
+	if err := d.kubectl_(ctx, "delete", "namespace", "staging", "--wait=false"); err != nil {
+		return err
+	}
+	namespaces := []string{"get", "namespaces", "-o", "custom-columns=NAME:.metadata.name,STATUS:.status.phase"}
+	return d.waitFor(ctx, opDone, timeout, "namespace staging and everything in it deleted", namespaces, func(out string) bool {
+		return strings.Contains(out, "default") && !strings.Contains(out, "staging")
+	})
+}
+
+// kubectlStdin runs kubectl with input on its standard input, echoing the
+// command and the input as a here-document.
+func (d *demo) kubectlStdin(ctx context.Context, input string, args ...string) error {
+	fmt.Printf("$ kubectl %s <<EOF\n%sEOF\n", strings.Join(args, " "), input)
+	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(input)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
 }
 
 // showMetrics prints the operator's samples of metric.
