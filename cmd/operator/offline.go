@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/schemacheck"
 )
 
 // exitError carries a process exit code; its message, if any, has been
@@ -38,7 +40,8 @@ type limitFlags struct {
 	reads    offlineReadNamespaces
 }
 
-// options returns the offline options: the scopes of the kinds in --crds.
+// options returns the offline options: the scopes and schemas of the kinds
+// in --crds, and the built-in kinds' schemas.
 func (l *limitFlags) options() (offline.Options, error) {
 	if _, err := l.ceilings.ceilings(); err != nil {
 		return offline.Options{}, err
@@ -51,13 +54,18 @@ func (l *limitFlags) options() (offline.Options, error) {
 		return offline.Options{}, fmt.Errorf("--read-namespaces: %w", err)
 	}
 	if l.crds == "" {
-		return offline.Options{Limits: l.response, ReadNamespaces: reads}, nil
+		// The built-in kinds' schemas are always there.
+		schemas, err := schemacheck.New()
+		if err != nil {
+			return offline.Options{}, err
+		}
+		return offline.Options{Limits: l.response, ReadNamespaces: reads, Schemas: schemas}, nil
 	}
-	objs, err := offline.ReadObjectDir(l.crds)
+	schemas, err := schemacheck.LoadDir(l.crds)
 	if err != nil {
 		return offline.Options{}, fmt.Errorf("--crds: %w", err)
 	}
-	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, protocol.CRDScopes(objs)), Limits: l.response, ReadNamespaces: reads}, nil
+	return offline.Options{Scopes: protocol.Chain(protocol.Builtin, schemas), Limits: l.response, ReadNamespaces: reads, Schemas: schemas}, nil
 }
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
@@ -73,7 +81,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	registerResponseLimits(fs, &l.response)
 	l.guest.register(fs)
 	l.ceilings.register(fs)
-	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files: tells the children rules which custom kinds are cluster-scoped (built-in kinds are known; other kinds are taken as namespaced)")
+	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files (several documents to a file allowed; CRDs only): the desired status and children of their kinds are checked against their schemas as the API server checks them, and the children rules learn which of their kinds are cluster-scoped (built-in kinds are always known and checked; a kind of no CRD given is taken as namespaced and not checked)")
 }
 
 func (l *limitFlags) limits() (engine.Limits, error) {
@@ -147,6 +155,13 @@ response the cluster would refuse (the JSON then has an "error" with a
 "kind" and the message the cluster would record), and 2 on bad flags or
 unreadable files.
 
+The desired children and status are checked against their schemas with the
+API server's own code: built-in kinds always, custom kinds when --crds gives
+their CRDs (docs/abi.md, "Schema checks offline"). A field the schema does
+not declare, a value of the wrong type or one the CRD's validation refuses
+is an InvalidResponse naming the object, the field and the API server's
+message.
+
 Flags:
 `
 
@@ -217,6 +232,7 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 	noteClamped(stderr, m)
 	o := offline.Run(ctx, m, in, opts)
 	noteUnknownScopes(stderr, o)
+	noteUnchecked(stderr, o, map[schema.GroupVersionKind]bool{})
 	ms := float64(o.Duration.Microseconds()) / 1000
 	out := map[string]any{}
 	if o.Response != nil {
@@ -235,6 +251,17 @@ func runInvoke(args []string, stdout, stderr io.Writer) error {
 	}
 	printJSON(stdout, out)
 	return nil
+}
+
+// noteUnchecked says which kinds had no schema to check the status or
+// children against, each kind once (seen).
+func noteUnchecked(w io.Writer, o offline.Outcome, seen map[schema.GroupVersionKind]bool) {
+	for _, gvk := range o.Unchecked {
+		if !seen[gvk] {
+			seen[gvk] = true
+			fmt.Fprintf(w, "note: %s has no schema offline, so its objects were not checked against one; pass its CRD with --crds to check them as the API server will\n", gvk.GroupKind())
+		}
+	}
 }
 
 // noteUnknownScopes says which child kinds were taken as namespaced.
@@ -261,6 +288,27 @@ CASES_DIR gives the input a guest observes and what its response must contain
 and a diff, then "N passed, N failed"; with -v, also the guest's log lines
 of each case on stderr ("CASE: guest: LEVEL: message"). Exits 1 if any case
 fails, 2 on bad flags or unreadable files.
+
+Schema checks: each case's desired children and status are checked against
+their schemas with the API server's own code, as server-side apply and the
+CRD's validation check them in a cluster: built-in kinds always (client-go's
+schemas), custom kinds when --crds DIR gives their CRDs (YAML files of
+CustomResourceDefinitions only, several documents to a file allowed). A
+typo'd field, a value of the wrong type, or one the CRD's OpenAPI validation
+or CEL rules refuse fails the case with kind InvalidResponse and a message
+naming the object (Kind namespace/name), the field path and the API
+server's message, e.g.
+
+  the API server would refuse child CronJob default/backup: failed to
+  create typed patch object (default/backup; batch/v1, Kind=CronJob):
+  .spec.jobTemplate.spec.template.spec.serviceAccount_Name: field not
+  declared in schema
+
+A case that expects it names it as error: {kind: InvalidResponse}. A kind
+with no schema (its CRD not given) is not checked; a note on stderr says so
+once. Built-in kinds' value rules (a port's range, a required image) live
+in the kube-apiserver and are not checked offline (docs/abi.md, "Schema
+checks offline").
 
 Flags:
 `
@@ -308,12 +356,14 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	noteClamped(stderr, m)
 	var results []modtest.Result
 	passed := 0
+	unchecked := map[schema.GroupVersionKind]bool{}
 	for _, c := range cases {
 		if verbose {
 			opts.Log = offline.NewLogger(stderr, c.Name+": ")
 		}
 		o := offline.Run(ctx, m, c.Input, opts)
 		noteUnknownScopes(stderr, o)
+		noteUnchecked(stderr, o, unchecked)
 		r := modtest.Result{Case: c, Outcome: o, Diff: c.Check(o)}
 		results = append(results, r)
 		verdict := "FAIL"

@@ -2,7 +2,9 @@
 // request is built from objects given by the caller, and the response is
 // decoded and checked by package protocol exactly as the cluster reconciler
 // does, so an invalid response is refused here with the same kind and
-// message as in a cluster. It backs `operator invoke` and `operator test`,
+// message as in a cluster. With Options.Schemas, the desired children and
+// status are also checked against their schemas as the API server checks
+// them (package schemacheck). It backs `operator invoke` and `operator test`,
 // and is deterministic: the same module and input give the same response and
 // the same fuel.
 package offline
@@ -13,11 +15,13 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/schemacheck"
 )
 
 // DefaultNow is Request.Now when Input.Now is empty. A fixed clock keeps
@@ -47,6 +51,14 @@ type Options struct {
 	// may read through cache_read, as ReconcileModule spec.readNamespaces
 	// grants in the cluster ("*" for every namespace). Defaults to none.
 	ReadNamespaces []string
+	// Schemas, when set, checks the desired children and status against
+	// the schemas the API server checks them against: the CRDs it was
+	// loaded with (schemacheck.LoadDir, `--crds DIR`) and the built-in
+	// kinds. A write the API server would refuse fails the run with a
+	// *schemacheck.Error (kind InvalidResponse). Defaults to nil: no schema
+	// check. Give it as Scopes too (protocol.Chain(protocol.Builtin,
+	// Schemas)) for the scopes of the CRDs' kinds.
+	Schemas *schemacheck.Checker
 }
 
 // Outcome is the result of one run.
@@ -60,10 +72,15 @@ type Outcome struct {
 	Duration time.Duration
 	// Err is how the run failed, or nil: an engine error, an
 	// *engine.ABIError or *protocol.InvalidResponseError for a response the
-	// cluster would refuse, or a *protocol.GuestError when the guest
-	// reported an error (Response is then set: its status is still applied
-	// in a cluster).
+	// cluster would refuse, a *schemacheck.Error for children or a status
+	// the API server would refuse (Options.Schemas; Response is then set),
+	// or a *protocol.GuestError when the guest reported an error (Response
+	// is then set: its status is still applied in a cluster).
 	Err error
+	// Unchecked are the kinds of the desired children and status that
+	// Options.Schemas has no schema for, and did not check: kinds of CRDs
+	// not given.
+	Unchecked []schema.GroupVersionKind
 }
 
 // Kind is how the run ended, in the host's one vocabulary.
@@ -102,6 +119,12 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 		return out
 	}
 	out.Response = resp
+	// As in the cluster, a write the API server refuses outweighs the
+	// guest's own error.
+	if out.Unchecked, err = opts.Schemas.Check(m.Name(), call, in.Object, resp); err != nil {
+		out.Err = err
+		return out
+	}
 	if e := resp.Error; e != nil {
 		out.Err = &protocol.GuestError{Module: m.Name(), Call: call, Message: e.Message, Terminal: e.Terminal}
 	}
