@@ -87,27 +87,27 @@ func TestBuiltinChild(t *testing.T) {
 
 func TestCustomChild(t *testing.T) {
 	c := load(t)
-	gadget := func(spec string) map[string]any {
-		return obj(t, "apiVersion: test.wasmreconcile.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: ns}\nspec: "+spec)
+	gizmo := func(spec string) map[string]any {
+		return obj(t, "apiVersion: test.wasmreconcile.io/v1\nkind: Gizmo\nmetadata: {name: g, namespace: ns}\nspec: "+spec)
 	}
 	cases := []struct {
 		name, spec string
 		want       string // "" for valid
 	}{
 		{"valid, with defaulting", "{size: 3}", ""},
-		{"typo", "{size: 3, szie: 4}", "failed to create typed patch object (ns/g; test.wasmreconcile.io/v1, Kind=Gadget): .spec.szie: field not declared in schema"},
+		{"typo", "{size: 3, szie: 4}", "failed to create typed patch object (ns/g; test.wasmreconcile.io/v1, Kind=Gizmo): .spec.szie: field not declared in schema"},
 		{"wrong type", "{size: three}", ".spec.size: expected numeric (int or float), got string"},
-		{"enum", "{size: 3, mode: medium}", `Gadget.test.wasmreconcile.io "g" is invalid: [spec.mode: Unsupported value: "medium": supported values: "fast", "slow", `},
+		{"enum", "{size: 3, mode: medium}", `Gizmo.test.wasmreconcile.io "g" is invalid: [spec.mode: Unsupported value: "medium": supported values: "fast", "slow", `},
 		{"maximum", "{size: 11}", "spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"},
 		{"required", "{mode: fast}", `spec.size: Required value`},
 		{"pattern", "{size: 1, name: ABC}", `spec.name in body should match '^[a-z]+$'`},
-		{"CEL rule", "{size: 1, name: forbidden}", `Gadget.test.wasmreconcile.io "g" is invalid: spec: Invalid value: name must not be forbidden`},
+		{"CEL rule", "{size: 1, name: forbidden}", `Gizmo.test.wasmreconcile.io "g" is invalid: spec: Invalid value: name must not be forbidden`},
 		{"preserve-unknown-fields", "{size: 1, extra: {anything: [1, {goes: here}]}}", ""},
 		{"embedded resource", "{size: 1, template: {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {whatever: 1}}}", ""},
 		{"embedded resource metadata", "{size: 1, template: {apiVersion: v1, kind: Pod, metadata: {name: a/b}}}", `spec.template.metadata.name: Invalid value: "a/b": may not contain '/'`},
 	}
 	for _, tc := range cases {
-		r, checked := c.CheckObject(gadget(tc.spec))
+		r, checked := c.CheckObject(gizmo(tc.spec))
 		switch {
 		case !checked:
 			t.Errorf("%s: not checked", tc.name)
@@ -122,7 +122,7 @@ func TestCustomChild(t *testing.T) {
 
 	// A version the CRD does not serve, and one it does not define.
 	for _, v := range []string{"v0", "v9"} {
-		o := gadget("{size: 1}")
+		o := gizmo("{size: 1}")
 		o["apiVersion"] = "test.wasmreconcile.io/" + v
 		if r, _ := c.CheckObject(o); r == nil || !strings.Contains(r.Message, "does not serve version "+v+" (it serves v1)") {
 			t.Errorf("version %s: %v", v, r)
@@ -132,15 +132,15 @@ func TestCustomChild(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	c := load(t)
-	owner := obj(t, "apiVersion: test.wasmreconcile.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: ns}\nspec: {size: 1}\nstatus: {phase: Pending}")
+	owner := obj(t, "apiVersion: test.wasmreconcile.io/v1\nkind: Gizmo\nmetadata: {name: g, namespace: ns}\nspec: {size: 1}\nstatus: {phase: Pending}")
 	cases := []struct {
 		name, status string
 		want         string
 	}{
 		{"valid", "{phase: Ready, count: 2}", ""},
-		{"typo", "{phsae: Ready}", "failed to create typed patch object (ns/g; test.wasmreconcile.io/v1, Kind=Gadget): .status.phsae: field not declared in schema"},
+		{"typo", "{phsae: Ready}", "failed to create typed patch object (ns/g; test.wasmreconcile.io/v1, Kind=Gizmo): .status.phsae: field not declared in schema"},
 		{"wrong type", "{count: many}", ".status.count: expected numeric (int or float), got string"},
-		{"enum", "{phase: Done}", `Gadget.test.wasmreconcile.io "g" is invalid: [status.phase: Unsupported value: "Done": supported values: "Pending", "Ready", `},
+		{"enum", "{phase: Done}", `Gizmo.test.wasmreconcile.io "g" is invalid: [status.phase: Unsupported value: "Done": supported values: "Pending", "Ready", `},
 	}
 	for _, tc := range cases {
 		r, checked := c.CheckStatus(owner, obj(t, tc.status))
@@ -153,14 +153,14 @@ func TestStatus(t *testing.T) {
 			t.Errorf("%s: passed, want %q", tc.name, tc.want)
 		case tc.want != "" && !strings.Contains(r.Message, tc.want):
 			t.Errorf("%s: %q\nwant it to contain %q", tc.name, r.Message, tc.want)
-		case tc.want != "" && r.What != "the status of Gadget ns/g":
+		case tc.want != "" && r.What != "the status of Gizmo ns/g":
 			t.Errorf("%s: what %q", tc.name, r.What)
 		}
 	}
 
 	// Ratcheting: an invalid value the object already has passes, as
 	// with the API server; the spec is not the status write's business.
-	bad := obj(t, "apiVersion: test.wasmreconcile.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: ns}\nspec: {size: 99}\nstatus: {phase: Done}")
+	bad := obj(t, "apiVersion: test.wasmreconcile.io/v1\nkind: Gizmo\nmetadata: {name: g, namespace: ns}\nspec: {size: 99}\nstatus: {phase: Done}")
 	if r, _ := c.CheckStatus(bad, obj(t, "{phase: Done, count: 1}")); r != nil {
 		t.Errorf("unchanged invalid phase: %s", r.Message)
 	}
@@ -223,8 +223,8 @@ func TestCheck(t *testing.T) {
 
 func TestScopes(t *testing.T) {
 	c := load(t)
-	if ns, ok := c.Namespaced(schema.GroupKind{Group: "test.wasmreconcile.io", Kind: "Gadget"}); !ok || !ns {
-		t.Errorf("Gadget: namespaced %v, known %v", ns, ok)
+	if ns, ok := c.Namespaced(schema.GroupKind{Group: "test.wasmreconcile.io", Kind: "Gizmo"}); !ok || !ns {
+		t.Errorf("Gizmo: namespaced %v, known %v", ns, ok)
 	}
 	if ns, ok := c.Namespaced(schema.GroupKind{Group: "test.wasmreconcile.io", Kind: "ClusterThing"}); !ok || ns {
 		t.Errorf("ClusterThing: namespaced %v, known %v", ns, ok)
