@@ -29,8 +29,8 @@ or be empty:
                        --owns v1/ConfigMap, a ConfigMap child
   main_test.go         native tests of the handler (go test, package sdktest)
   testdata/cases/      a case for operator test
-  crds/PLURAL.GROUP.yaml  a CRD skeleton of the --for kind (not for a
-                       built-in kind)
+  crds/                a CRD skeleton of the --for kind, PLURAL.GROUP.yaml
+                       (none for a built-in kind)
   Makefile             build (GOOS=wasip1, -buildmode=c-shared), test, rbac
   rbac.yaml            its RBAC, as operator rbac prints it, for the
                        account wasmreconcile-modules/NAME
@@ -237,10 +237,11 @@ func parseKind(flag, s string) (abi.GroupVersionKind, error) {
 }
 
 // operatorCommand is the operator command a scaffold's Makefile runs: this
-// binary when it is an installed operator, else "operator" on $PATH.
+// binary's path when it is an operator binary that stays (not one `go run`
+// built in a temporary directory), else "operator", found on $PATH.
 func operatorCommand() string {
 	exe, err := os.Executable()
-	if err != nil || filepath.Base(exe) != "operator" {
+	if err != nil || filepath.Base(exe) != "operator" || strings.Contains(exe, string(filepath.Separator)+"go-build") {
 		return "operator"
 	}
 	return exe

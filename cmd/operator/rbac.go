@@ -25,8 +25,8 @@ import (
 
 const rbacUsage = `Usage: operator rbac [flags] MODULE.wasm
 
-Loads a module (offline; nothing is run but its manifest) and prints, as
-YAML, the least-privilege RBAC its manifest declares the need of
+Loads a module offline (only its initializer and manifest export run) and
+prints, as YAML, the least-privilege RBAC that its manifest implies
 (docs/security.md):
 
   1. ClusterRole wasmreconcile-watch-NAME: get, list, watch on the kinds the
