@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -67,8 +68,11 @@ import (
 
 // builtin converts objects of the built-in kinds to typed values with the
 // schemas client-go ships (k8s.io/client-go/applyconfigurations), generated
-// from the same OpenAPI as the kube-apiserver's.
-var builtin = applyconfigurations.NewTypeConverter(scheme.Scheme)
+// from the same OpenAPI as the kube-apiserver's. Parsing them takes a few
+// hundred milliseconds: done on first use, not when a program starts.
+var builtin = sync.OnceValue(func() managedfields.TypeConverter {
+	return applyconfigurations.NewTypeConverter(scheme.Scheme)
+})
 
 // Checker checks objects against the schemas of the CustomResourceDefinitions
 // it was given and of the built-in kinds. A nil *Checker checks nothing.
@@ -341,7 +345,7 @@ func (c *Checker) CheckObject(obj map[string]any) (refusal *Refusal, checked boo
 		if !scheme.Scheme.Recognizes(gvk) {
 			return nil, false
 		}
-		return applyRefusal(builtin, u, what), true
+		return applyRefusal(builtin(), u, what), true
 	}
 	if r := applyRefusal(k.converter, u, what); r != nil {
 		return r, true
@@ -389,7 +393,7 @@ func (c *Checker) CheckStatus(owner map[string]any, status map[string]any) (refu
 		if !scheme.Scheme.Recognizes(gvk) {
 			return nil, false
 		}
-		return applyRefusal(builtin, patch, what), true
+		return applyRefusal(builtin(), patch, what), true
 	}
 	if !v.status {
 		return &Refusal{What: what, Message: fmt.Sprintf("the CRD %s has no status subresource for version %s (spec.versions[].subresources.status), so the host cannot write a status: the API server answers 404 Not Found; add the subresource to the CRD, or return no status", k.crd, gvk.Version)}, true
