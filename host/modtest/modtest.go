@@ -81,8 +81,10 @@ type EventExpect struct {
 
 // ErrorExpect matches how a run failed. Kind is one of protocol.Kinds
 // (but Success): ReconcileFailed for an error the guest reported in its
-// response, InvalidResponse for a response the cluster would refuse, or the
-// kind of a limit or trap, such as FuelExhausted.
+// response, InvalidResponse for a response the cluster would refuse (by the
+// response rules, or, with offline.Options.Schemas (`--crds`), a child or
+// status the API server would refuse by its schema: a *schemacheck.Error),
+// or the kind of a limit or trap, such as FuelExhausted.
 type ErrorExpect struct {
 	Kind            string `json:"kind"`
 	Terminal        *bool  `json:"terminal,omitempty"`
