@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -218,7 +219,17 @@ func (r *Reconciler) writeChild(ctx context.Context, obj, d, o *unstructured.Uns
 	// turned into the module's apply ownership, so that a field the guest
 	// later drops is removed by its next apply.
 	created := d.DeepCopy()
-	err := r.opts.Writer.Create(ctx, created, client.FieldOwner(r.name))
+	// Strict: a create would otherwise drop a field the schema does not
+	// declare, with only a warning, and the child's next apply would fail.
+	err := r.opts.Writer.Create(ctx, created, client.FieldOwner(r.name), client.FieldValidation(metav1.FieldValidationStrict))
+	if isStrictDecoding(err) {
+		// Refuse it in the words of server-side apply, as the module's
+		// every later write and the offline schema check would: a dry run
+		// of the apply gives them, and writes nothing.
+		if aerr := r.opts.Writer.Apply(ctx, client.ApplyConfigurationFromUnstructured(d.DeepCopy()), client.FieldOwner(r.name), client.ForceOwnership, client.DryRunAll); aerr != nil {
+			err = aerr
+		}
+	}
 	if apierrors.IsAlreadyExists(err) {
 		// Created meanwhile, by us (an earlier reconcile the cache has not
 		// seen yet) or by someone else: ask the API server whose it is.
@@ -275,12 +286,43 @@ func (r *Reconciler) conflict(ctx context.Context, d, existing *unstructured.Uns
 	}
 }
 
+// reasonFor is the reason of a write the API server refused: its
+// StatusReason, except that a refusal by the schema is Invalid however the
+// API server answered it. Server-side apply answers an undeclared field or
+// a value of the wrong type with 500 and no reason ("failed to create typed
+// patch object"), and a strict create with 400 BadRequest ("strict decoding
+// error"); both are invalid responses, not transient failures to retry.
+func reasonFor(err error) string {
+	if isSchemaRefusal(err) {
+		return string(metav1.StatusReasonInvalid)
+	}
+	if reason := string(apierrors.ReasonForError(err)); reason != "" {
+		return reason
+	}
+	return "Failed"
+}
+
+// isSchemaRefusal reports whether the API server refused a write because
+// it does not match the kind's schema.
+func isSchemaRefusal(err error) bool {
+	if err == nil {
+		return false
+	}
+	if apierrors.IsInvalid(err) || isStrictDecoding(err) {
+		return true
+	}
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "failed to create typed patch object")
+}
+
+// isStrictDecoding reports whether a strict create was refused for a field
+// the schema does not declare (or declares twice).
+func isStrictDecoding(err error) bool {
+	return err != nil && apierrors.IsBadRequest(err) && strings.Contains(err.Error(), "strict decoding error")
+}
+
 // failure reports that doing what to child c failed with err.
 func failure(c *unstructured.Unstructured, err error, what string) abi.ChildFailure {
-	reason := string(apierrors.ReasonForError(err))
-	if reason == "" {
-		reason = "Failed"
-	}
+	reason := reasonFor(err)
 	return abi.ChildFailure{
 		APIVersion: c.GetAPIVersion(), Kind: c.GetKind(), Namespace: c.GetNamespace(), Name: c.GetName(),
 		Reason: reason, Message: fmt.Sprintf("%s: %s: the API server answered %s", childName(c), what, err.Error()),
@@ -290,10 +332,7 @@ func failure(c *unstructured.Unstructured, err error, what string) abi.ChildFail
 // applyFailed counts and logs a write the API server refused; target is
 // child, prune, status or finalizer.
 func (r *Reconciler) applyFailed(ctx context.Context, target string, err error) {
-	reason := string(apierrors.ReasonForError(err))
-	if reason == "" {
-		reason = "Failed"
-	}
+	reason := reasonFor(err)
 	r.opts.Metrics.ApplyFailures.WithLabelValues(r.name, target, reason).Inc()
 	log.FromContext(ctx).Error(err, "write refused", "target", target, "reason", reason)
 }
@@ -314,7 +353,7 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 	if err != nil {
 		r.applyFailed(ctx, "status", err)
 	}
-	if apierrors.IsInvalid(err) {
+	if isSchemaRefusal(err) {
 		return false, &protocol.InvalidResponseError{Module: r.name, Call: call,
 			Reason: fmt.Sprintf("the API server refused the status: %v; make the module's status match the CRD's schema", err)}
 	}

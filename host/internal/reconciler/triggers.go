@@ -37,8 +37,8 @@ const TriggerIndexPrefix = "wasmreconcile.io/trigger-field:"
 type trigger struct {
 	r         *Reconciler
 	t         abi.Trigger
-	cache     cache.Cache   // indexes the reconciled kind (Field)
-	reader    client.Reader // lists the reconciled kind: the cache
+	cache     cache.Cache                        // indexes the reconciled kind (Field)
+	reader    client.Reader                      // lists the reconciled kind: the cache
 	namespace func(related client.Object) string // where to look for reconciled objects: a namespace, or "" for all
 }
 
