@@ -66,13 +66,13 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@echo "== modules (native logic tests)"
 	cd modules && $(GO) test ./...
-	@echo "== module cases (operator test, offline, on the built .wasm)"
+	@echo "== module cases (operator test, offline, on the built .wasm, with the example CRDs' schemas)"
 	@for d in $(MODULE_DIRS); do \
 	  [ -d modules/$$d/testdata/cases ] || continue; \
 	  name=$$(basename $$d); wasm=$(BIN)/modules/$$name.wasm; \
 	  case $$d in internal/testguests/*) wasm=$(BIN)/modules/testguests/$$name.wasm;; esac; \
 	  echo "-- modules/$$d"; \
-	  $(BIN)/operator test --memory-limit 64Mi $$wasm modules/$$d/testdata/cases || exit 1; \
+	  $(BIN)/operator test --crds examples/crds --memory-limit 64Mi $$wasm modules/$$d/testdata/cases || exit 1; \
 	done
 	@echo "-- modules/tck-c (the C guest, on the conformance cases of modules/internal/tck)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/internal/tck/testdata/cases
