@@ -6,22 +6,15 @@ import "strconv"
 // Numbers decode as float64, as encoding/json does.
 type Object map[string]any
 
-// NestedField returns the value at path and whether it was present. It
-// steps into a map[string]string too, such as the labels of a child built
-// with package k8s.
+// NestedField returns the value at path and whether it was present.
 func (o Object) NestedField(path ...string) (any, bool) {
 	var cur any = map[string]any(o)
 	for _, p := range path {
-		var ok bool
-		switch m := cur.(type) {
-		case map[string]any:
-			cur, ok = m[p]
-		case Object:
-			cur, ok = m[p]
-		case map[string]string:
-			cur, ok = m[p]
-		}
+		m, ok := cur.(map[string]any)
 		if !ok {
+			return nil, false
+		}
+		if cur, ok = m[p]; !ok {
 			return nil, false
 		}
 	}

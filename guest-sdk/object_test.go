@@ -93,14 +93,10 @@ func TestLabelsOwnersAndSetters(t *testing.T) {
 	}
 }
 
-// A child built with package k8s holds map[string]string labels and data.
-func TestNestedStringMaps(t *testing.T) {
-	o := Object{"metadata": map[string]any{"name": "n", "labels": map[string]string{"a": "b"}},
-		"data": map[string]string{"k": "v"}, "nested": Object{"x": "y"}}
-	if o.NestedString("data", "k") != "v" || o.Labels()["a"] != "b" || o.NestedString("nested", "x") != "y" {
-		t.Errorf("data %q, labels %v, nested %q", o.NestedString("data", "k"), o.Labels(), o.NestedString("nested", "x"))
-	}
-	if _, ok := o.NestedField("data", "k", "deeper"); ok {
-		t.Error("stepped into a string")
+// A child built with package k8s holds map[string]string labels.
+func TestStringMapLabels(t *testing.T) {
+	o := Object{"metadata": map[string]any{"name": "n", "labels": map[string]string{"a": "b"}, "annotations": map[string]string{"c": "d"}}}
+	if o.Labels()["a"] != "b" || o.Annotations()["c"] != "d" {
+		t.Errorf("labels %v, annotations %v", o.Labels(), o.Annotations())
 	}
 }

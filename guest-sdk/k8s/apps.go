@@ -13,8 +13,8 @@ type Deployment struct {
 }
 
 // Child returns d as an element of guest.Response.Children: apiVersion,
-// kind and metadata are plain values (guest.Object's accessors read
-// them), and spec is &d.Spec, which the SDK encodes straight into the
+// kind and metadata are plain values (guest.Object's Name, Namespace,
+// Labels and Annotations read them), and spec is &d.Spec, which the SDK encodes straight into the
 // response. The child refers to d: a change to d shows in it until the
 // response is encoded. Extra's members replace the modelled ones.
 func (d *Deployment) Child() guest.Object {
@@ -66,8 +66,9 @@ func (s *DeploymentSpec) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s DeploymentSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
+// MarshalJSON is AppendJSON for encoding/json, which the SDK falls back to
+// for a response it cannot encode itself.
+func (s *DeploymentSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // DeploymentStrategyType is how a Deployment replaces its pods.
 type DeploymentStrategyType string
@@ -95,9 +96,6 @@ func (s *DeploymentStrategy) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s DeploymentStrategy) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // RollingUpdateDeployment bounds a rolling update: how many pods may be
 // missing (MaxUnavailable) or extra (MaxSurge), as a number or a
 // percentage ("25%", the API's default for both).
@@ -114,6 +112,3 @@ func (r *RollingUpdateDeployment) AppendJSON(b []byte) ([]byte, error) {
 	w.intOrString("maxUnavailable", r.MaxUnavailable)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (r RollingUpdateDeployment) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }

@@ -15,8 +15,8 @@ type Job struct {
 }
 
 // Child returns j as an element of guest.Response.Children: apiVersion,
-// kind and metadata are plain values (guest.Object's accessors read
-// them), and spec is &j.Spec, which the SDK encodes straight into the
+// kind and metadata are plain values (guest.Object's Name, Namespace,
+// Labels and Annotations read them), and spec is &j.Spec, which the SDK encodes straight into the
 // response. The child refers to j: a change to j shows in it until the
 // response is encoded. Extra's members replace the modelled ones.
 func (j *Job) Child() guest.Object {
@@ -63,8 +63,9 @@ func (s *JobSpec) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s JobSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
+// MarshalJSON is AppendJSON for encoding/json, which the SDK falls back to
+// for a response it cannot encode itself.
+func (s *JobSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // CronJob is a batch/v1 CronJob: it creates a Job from JobTemplate on
 // Schedule.
@@ -75,8 +76,8 @@ type CronJob struct {
 }
 
 // Child returns c as an element of guest.Response.Children: apiVersion,
-// kind and metadata are plain values (guest.Object's accessors read
-// them), and spec is &c.Spec, which the SDK encodes straight into the
+// kind and metadata are plain values (guest.Object's Name, Namespace,
+// Labels and Annotations read them), and spec is &c.Spec, which the SDK encodes straight into the
 // response. The child refers to c: a change to c shows in it until the
 // response is encoded. Extra's members replace the modelled ones.
 func (c *CronJob) Child() guest.Object {
@@ -138,8 +139,9 @@ func (s *CronJobSpec) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s CronJobSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
+// MarshalJSON is AppendJSON for encoding/json, which the SDK falls back to
+// for a response it cannot encode itself.
+func (s *CronJobSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // JobTemplateSpec is the Job a CronJob creates: its labels and
 // annotations, and its spec.
@@ -160,6 +162,3 @@ func (t *JobTemplateSpec) AppendJSON(b []byte) ([]byte, error) {
 	}
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (t JobTemplateSpec) MarshalJSON() ([]byte, error) { return t.AppendJSON(nil) }

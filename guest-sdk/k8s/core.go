@@ -7,6 +7,8 @@ import (
 
 // The kinds of this package implement AppendJSON and MarshalJSON by
 // encoding their Child: the whole object, apiVersion and kind included.
+// MarshalJSON has a value receiver, so that encoding/json writes a kind's
+// value, not only a pointer to one, as the whole object.
 
 // ConfigMap is a v1 ConfigMap: string Data and binary BinaryData, under
 // distinct keys.
@@ -20,10 +22,12 @@ type ConfigMap struct {
 	Extra     map[string]any `json:"-"`
 }
 
-// Child returns c as an element of guest.Response.Children. Its members are
-// plain values (guest.Object's accessors read them): data is c.Data itself
-// and binaryData a map of base64 strings, as the API encodes bytes. Extra's
-// members replace the modelled ones.
+// Child returns c as an element of guest.Response.Children, made of plain
+// values: guest.Object's Name, Namespace, Labels and Annotations read its
+// metadata; data is c.Data itself and binaryData a map of base64 strings,
+// as the API encodes bytes, both map[string]string, which the Nested
+// accessors do not step into (read child["data"].(map[string]string), or
+// use Plain). Extra's members replace the modelled ones.
 func (c *ConfigMap) Child() guest.Object {
 	o := c.ObjectMeta.child("v1", "ConfigMap", 3)
 	if len(c.Data) > 0 {
@@ -73,10 +77,12 @@ type Secret struct {
 	Extra     map[string]any `json:"-"`
 }
 
-// Child returns s as an element of guest.Response.Children. Its members are
-// plain values (guest.Object's accessors read them): data is a map of
-// base64 strings, as the API encodes bytes, and stringData is s.StringData
-// itself. Extra's members replace the modelled ones.
+// Child returns s as an element of guest.Response.Children, made of plain
+// values: guest.Object's Name, Namespace, Labels and Annotations read its
+// metadata; data is a map of base64 strings, as the API encodes bytes,
+// and stringData is s.StringData itself, both map[string]string, which the
+// Nested accessors do not step into (use Plain). Extra's members replace
+// the modelled ones.
 func (s *Secret) Child() guest.Object {
 	o := s.ObjectMeta.child("v1", "Secret", 4)
 	if len(s.Data) > 0 {
@@ -110,8 +116,8 @@ type Service struct {
 }
 
 // Child returns s as an element of guest.Response.Children: apiVersion,
-// kind and metadata are plain values (guest.Object's accessors read
-// them), and spec is &s.Spec, which the SDK encodes straight into the
+// kind and metadata are plain values (guest.Object's Name, Namespace,
+// Labels and Annotations read them), and spec is &s.Spec, which the SDK encodes straight into the
 // response. The child refers to s: a change to s shows in it until the
 // response is encoded. Extra's members replace the modelled ones.
 func (s *Service) Child() guest.Object {
@@ -171,8 +177,9 @@ func (s *ServiceSpec) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s ServiceSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
+// MarshalJSON is AppendJSON for encoding/json, which the SDK falls back to
+// for a response it cannot encode itself.
+func (s *ServiceSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // ServicePort is a port of a Service: Port, forwarded to the pods'
 // TargetPort (a number, or the name of a container port; absent, the same
@@ -197,9 +204,6 @@ func (p *ServicePort) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (p ServicePort) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil) }
-
 // ServiceAccount is a v1 ServiceAccount: an identity for pods
 // (PodSpec.ServiceAccountName).
 type ServiceAccount struct {
@@ -212,9 +216,10 @@ type ServiceAccount struct {
 	Extra                        map[string]any `json:"-"`
 }
 
-// Child returns a as an element of guest.Response.Children. Its members are
-// plain values (guest.Object's accessors read them); imagePullSecrets is a
-// []any of {"name": ...} maps. Extra's members replace the modelled ones.
+// Child returns a as an element of guest.Response.Children, made of plain
+// values: guest.Object's Name, Namespace, Labels and Annotations read its
+// metadata; imagePullSecrets is a []any of {"name": ...} maps. Extra's
+// members replace the modelled ones.
 func (a *ServiceAccount) Child() guest.Object {
 	o := a.ObjectMeta.child("v1", "ServiceAccount", 2)
 	if len(a.ImagePullSecrets) > 0 {
@@ -253,8 +258,8 @@ type PersistentVolumeClaim struct {
 }
 
 // Child returns c as an element of guest.Response.Children: apiVersion,
-// kind and metadata are plain values (guest.Object's accessors read
-// them), and spec is &c.Spec, which the SDK encodes straight into the
+// kind and metadata are plain values (guest.Object's Name, Namespace,
+// Labels and Annotations read them), and spec is &c.Spec, which the SDK encodes straight into the
 // response. The child refers to c: a change to c shows in it until the
 // response is encoded. Extra's members replace the modelled ones.
 func (c *PersistentVolumeClaim) Child() guest.Object {
@@ -321,8 +326,9 @@ func (s *PersistentVolumeClaimSpec) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s PersistentVolumeClaimSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
+// MarshalJSON is AppendJSON for encoding/json, which the SDK falls back to
+// for a response it cannot encode itself.
+func (s *PersistentVolumeClaimSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // VolumeResourceRequirements are a claim's storage request and limit.
 type VolumeResourceRequirements struct {
@@ -338,6 +344,3 @@ func (r *VolumeResourceRequirements) AppendJSON(b []byte) ([]byte, error) {
 	w.strMap("requests", r.Requests)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (r VolumeResourceRequirements) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }

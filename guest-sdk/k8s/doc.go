@@ -46,10 +46,21 @@
 // Every struct has an Extra map, for the members the type does not model:
 // they are written in the same JSON object, and a key of Extra replaces the
 // modelled field of that name. Its values are what a Response may hold
-// (map[string]any, []any, strings, numbers, booleans, nil, and the types of
-// this package); any other value is encoded with encoding/json. For fields
-// at the top level of an object, Child's map can also be set directly; to
-// change any field of a child as plain maps, use Plain.
+// (map[string]any, []any, strings, numbers, booleans, nil) and pointers to
+// this package's types; any other value is encoded with encoding/json (a
+// value of this package's types from its json tags, without its own
+// Extra). For fields at the top level of an object, Child's map can also be
+// set directly; to change any field of a child as plain maps, use Plain.
+//
+// # Encoding
+//
+// Every type has AppendJSON, which appends its JSON with the members in
+// sorted key order, as the SDK writes a map. The kinds and their specs
+// also implement json.Marshaler with the same bytes, so that the SDK's
+// fallback to encoding/json (for a response holding a value its own
+// encoder does not handle) writes a child as its own encoder does.
+// encoding/json writes the other types from their json tags: the same
+// JSON, without Extra.
 //
 // # Cost
 //

@@ -28,14 +28,13 @@ func (m *ObjectMeta) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (m ObjectMeta) MarshalJSON() ([]byte, error) { return m.AppendJSON(nil) }
-
 // child starts the map of an object for Child, with room for more top-level
 // members: apiVersion, kind and metadata, all plain values, so that
 // guest.Object's Name, Namespace, Labels and Annotations read them. The
-// labels and annotations are m's maps, not copies.
-func (m *ObjectMeta) child(apiVersion, kind string, more int) guest.Object {
+// labels and annotations are m's maps (map[string]string), not copies.
+// apiVersion and kind are interfaces so that the callers' constants are
+// boxed without an allocation.
+func (m *ObjectMeta) child(apiVersion, kind any, more int) guest.Object {
 	md := make(map[string]any, 2+len(m.Extra))
 	if m.Name != "" {
 		md["name"] = m.Name
@@ -49,8 +48,10 @@ func (m *ObjectMeta) child(apiVersion, kind string, more int) guest.Object {
 	if len(m.Annotations) > 0 {
 		md["annotations"] = m.Annotations
 	}
-	for k, v := range m.Extra {
-		md[k] = v
+	if len(m.Extra) > 0 { // a range over a nil map still costs an iterator
+		for k, v := range m.Extra {
+			md[k] = v
+		}
 	}
 	o := make(guest.Object, 3+more)
 	o["apiVersion"], o["kind"], o["metadata"] = apiVersion, kind, md
@@ -59,8 +60,10 @@ func (m *ObjectMeta) child(apiVersion, kind string, more int) guest.Object {
 
 // withExtra sets the members of extra in o, replacing modelled ones.
 func withExtra(o map[string]any, extra map[string]any) map[string]any {
-	for k, v := range extra {
-		o[k] = v
+	if len(extra) > 0 {
+		for k, v := range extra {
+			o[k] = v
+		}
 	}
 	return o
 }
@@ -89,9 +92,6 @@ func (s *LabelSelector) AppendJSON(b []byte) ([]byte, error) {
 	w.strMap("matchLabels", s.MatchLabels)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s LabelSelector) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // LabelSelectorOperator is a LabelSelectorRequirement's operator.
 type LabelSelectorOperator string
@@ -123,9 +123,6 @@ func (r *LabelSelectorRequirement) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (r LabelSelectorRequirement) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }
-
 // LocalObjectReference names an object in the same namespace, such as an
 // image pull Secret.
 type LocalObjectReference struct {
@@ -139,9 +136,6 @@ func (r *LocalObjectReference) AppendJSON(b []byte) ([]byte, error) {
 	w.str("name", r.Name)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (r LocalObjectReference) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }
 
 func (w *writer) localRefs(k string, refs []LocalObjectReference) {
 	if len(refs) == 0 || !w.key(k) {
@@ -222,6 +216,3 @@ func (r *ResourceRequirements) AppendJSON(b []byte) ([]byte, error) {
 	w.strMap("requests", r.Requests)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (r ResourceRequirements) MarshalJSON() ([]byte, error) { return r.AppendJSON(nil) }

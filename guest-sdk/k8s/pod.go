@@ -20,9 +20,6 @@ func (t *PodTemplateSpec) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (t PodTemplateSpec) MarshalJSON() ([]byte, error) { return t.AppendJSON(nil) }
-
 // RestartPolicy is a pod's restart policy.
 type RestartPolicy string
 
@@ -67,9 +64,6 @@ func (s *PodSpec) AppendJSON(b []byte) ([]byte, error) {
 	}
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s PodSpec) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 func (w *writer) containers(k string, cs []Container) {
 	if len(cs) == 0 || !w.key(k) {
@@ -167,9 +161,6 @@ func (c *Container) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (c Container) MarshalJSON() ([]byte, error) { return c.AppendJSON(nil) }
-
 // Protocol is a port's protocol; the API's default is TCP.
 type Protocol string
 
@@ -198,9 +189,6 @@ func (p *ContainerPort) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (p ContainerPort) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil) }
-
 // EnvVar is one environment variable: its Value, or a value taken from
 // elsewhere (ValueFrom).
 type EnvVar struct {
@@ -220,9 +208,6 @@ func (e *EnvVar) AppendJSON(b []byte) ([]byte, error) {
 	}
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (e EnvVar) MarshalJSON() ([]byte, error) { return e.AppendJSON(nil) }
 
 // EnvVarSource is where an EnvVar's value comes from: one of a key of a
 // ConfigMap or a Secret, or a field of the pod ("metadata.name",
@@ -250,9 +235,6 @@ func (s *EnvVarSource) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s EnvVarSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // ConfigMapKeySelector is the key Key of the ConfigMap Name. The pod does
 // not start while it is missing, unless Optional.
 type ConfigMapKeySelector struct {
@@ -270,9 +252,6 @@ func (s *ConfigMapKeySelector) AppendJSON(b []byte) ([]byte, error) {
 	w.boolPtr("optional", s.Optional)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s ConfigMapKeySelector) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // SecretKeySelector is the key Key of the Secret Name. The pod does not
 // start while it is missing, unless Optional.
@@ -292,9 +271,6 @@ func (s *SecretKeySelector) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s SecretKeySelector) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // ObjectFieldSelector is a field of the pod, such as "metadata.namespace".
 type ObjectFieldSelector struct {
 	APIVersion string         `json:"apiVersion,omitempty"`
@@ -309,9 +285,6 @@ func (s *ObjectFieldSelector) AppendJSON(b []byte) ([]byte, error) {
 	w.str("fieldPath", s.FieldPath)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s ObjectFieldSelector) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // EnvFromSource makes every key of a ConfigMap or a Secret an environment
 // variable, its name prefixed with Prefix.
@@ -335,9 +308,6 @@ func (s *EnvFromSource) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s EnvFromSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // ConfigMapEnvSource names the ConfigMap of an EnvFromSource.
 type ConfigMapEnvSource struct {
 	Name     string         `json:"name,omitempty"`
@@ -353,9 +323,6 @@ func (s *ConfigMapEnvSource) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s ConfigMapEnvSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // SecretEnvSource names the Secret of an EnvFromSource.
 type SecretEnvSource struct {
 	Name     string         `json:"name,omitempty"`
@@ -370,9 +337,6 @@ func (s *SecretEnvSource) AppendJSON(b []byte) ([]byte, error) {
 	w.boolPtr("optional", s.Optional)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s SecretEnvSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // VolumeMount mounts the pod's volume Name at MountPath in a container,
 // or only its SubPath.
@@ -393,9 +357,6 @@ func (m *VolumeMount) AppendJSON(b []byte) ([]byte, error) {
 	w.str("subPath", m.SubPath)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (m VolumeMount) MarshalJSON() ([]byte, error) { return m.AppendJSON(nil) }
 
 // Volume is a pod's volume: Name and exactly one source. (k8s.io/api
 // embeds the sources in a VolumeSource; they are fields here.) Other
@@ -428,9 +389,6 @@ func (v *Volume) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (v Volume) MarshalJSON() ([]byte, error) { return v.AppendJSON(nil) }
-
 // PersistentVolumeClaimVolumeSource is a volume on the claim ClaimName.
 type PersistentVolumeClaimVolumeSource struct {
 	ClaimName string         `json:"claimName,omitempty"`
@@ -445,9 +403,6 @@ func (s *PersistentVolumeClaimVolumeSource) AppendJSON(b []byte) ([]byte, error)
 	w.boolean("readOnly", s.ReadOnly)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s PersistentVolumeClaimVolumeSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
 
 // ConfigMapVolumeSource is a volume of the ConfigMap Name's keys, one file
 // each, or only those of Items.
@@ -469,9 +424,6 @@ func (s *ConfigMapVolumeSource) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s ConfigMapVolumeSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // SecretVolumeSource is a volume of the Secret SecretName's keys, one file
 // each, or only those of Items. (The API names the Secret secretName.)
 type SecretVolumeSource struct {
@@ -492,9 +444,6 @@ func (s *SecretVolumeSource) AppendJSON(b []byte) ([]byte, error) {
 	return w.close()
 }
 
-// MarshalJSON is AppendJSON for encoding/json.
-func (s SecretVolumeSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }
-
 // KeyToPath puts the key Key of a ConfigMap or a Secret at the relative
 // Path of its volume.
 type KeyToPath struct {
@@ -512,9 +461,6 @@ func (k *KeyToPath) AppendJSON(b []byte) ([]byte, error) {
 	w.str("path", k.Path)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (k KeyToPath) MarshalJSON() ([]byte, error) { return k.AppendJSON(nil) }
 
 func (w *writer) items(k string, items []KeyToPath) {
 	if len(items) == 0 || !w.key(k) {
@@ -554,6 +500,3 @@ func (s *EmptyDirVolumeSource) AppendJSON(b []byte) ([]byte, error) {
 	w.str("sizeLimit", s.SizeLimit)
 	return w.close()
 }
-
-// MarshalJSON is AppendJSON for encoding/json.
-func (s EmptyDirVolumeSource) MarshalJSON() ([]byte, error) { return s.AppendJSON(nil) }

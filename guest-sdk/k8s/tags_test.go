@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -95,12 +96,18 @@ func value(t reflect.Type, name string, r *rand.Rand, p float64, depth int) refl
 			break
 		}
 		n := r.IntN(3)
+		if n == 0 {
+			break // nil, as maps
+		}
 		v.Set(reflect.MakeSlice(t, n, n))
 		for i := range n {
 			v.Index(i).Set(value(t.Elem(), name, r, p, depth))
 		}
 	case reflect.Map:
 		n := r.IntN(3)
+		if n == 0 {
+			break // nil: a non-nil empty map or slice makes its struct non-zero to omitzero (TestZeroValues)
+		}
 		v.Set(reflect.MakeMapWithSize(t, n))
 		for i := range n {
 			v.SetMapIndex(reflect.ValueOf(fmt.Sprintf("%s/k%d", name, i)), value(t.Elem(), name, r, p, depth))
@@ -209,6 +216,17 @@ func TestAppendJSONMatchesTags(t *testing.T) {
 			got := encode(t, v.Interface().(jsontree.Appender))
 			if want := tagged(v.Elem()); !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s (round %d):\nAppendJSON %v\ntags       %v", v.Type(), round, got, want)
+			}
+			// encoding/json, given a value (which has no MarshalJSON),
+			// writes the same from the tags.
+			b, err := json.Marshal(v.Elem().Interface())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var viaJSON any
+			_ = json.Unmarshal(b, &viaJSON)
+			if !reflect.DeepEqual(got, viaJSON) {
+				t.Fatalf("%s (round %d):\nAppendJSON    %v\nencoding/json %v", v.Type(), round, got, viaJSON)
 			}
 		}
 		for _, k := range kinds {
