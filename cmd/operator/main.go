@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,10 +19,9 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
@@ -33,10 +33,16 @@ const usage = `operator runs Kubernetes reconcile logic compiled to WebAssembly.
 Usage:
   operator run --module FILE.wasm [--module FILE.wasm ...] [flags]
       Run modules against a cluster (kubeconfig or in-cluster).
+  operator dev --module-dir DIR [--crds DIR ...] [flags]
+      Run modules with hot reload on a local control plane it starts and stops.
   operator invoke --module FILE.wasm --object OBJ.yaml [flags]
       Run one reconcile offline and print the response as JSON.
   operator test [flags] FILE.wasm CASES_DIR
       Run a module's test cases offline; for CI.
+  operator init NAME --for GROUP/VERSION/KIND [--owns G/V/K ...] [--reads G/V/K ...] [--dir DIR] [--sdk PATH]
+      Write a new module: go.mod, handler, tests, a case, a CRD, a Makefile, RBAC.
+  operator rbac [--service-account NAMESPACE/NAME] [--namespace NS] [--crds DIR] MODULE.wasm
+      Print the least-privilege RBAC of a module's manifest as YAML.
   operator version
 
 Run "operator COMMAND --help" for the flags of a command.
@@ -61,10 +67,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "run":
 		return runOperator(args[1:], stderr)
+	case "dev":
+		return runDev(args[1:], stdout, stderr)
 	case "invoke":
 		return runInvoke(args[1:], stdout, stderr)
 	case "test":
 		return runTest(args[1:], stdout, stderr)
+	case "init":
+		return runInit(args[1:], stdout, stderr)
+	case "rbac":
+		return runRBAC(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -82,6 +94,12 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func runOperator(args []string, stderr io.Writer) error {
+	return runOperatorWith(args, stderr, nil)
+}
+
+// runOperatorWith is operator run, or with dev operator dev: the same flags
+// and code path, on the control plane dev starts (dev.go).
+func runOperatorWith(args []string, stderr io.Writer, dev *devCommand) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -115,7 +133,7 @@ Flags:
 		opts    operator.Options
 		mo      operator.ManagerOptions
 		modules stringList
-		zapOpts = zap.Options{Development: true, Level: zapcore.InfoLevel}
+		logs    logFlags
 	)
 	fs.Var(&modules, "module", "path of a .wasm reconcile module to run, optionally pinned: FILE.wasm@sha256:HEX (repeatable)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
@@ -173,10 +191,13 @@ Flags:
 	identity.register(fs)
 	var sources sourceFlags
 	sources.register(fs)
-	zapOpts.BindFlags(fs)
+	logs.register(fs)
 	// --kubeconfig is registered by controller-runtime on flag.CommandLine.
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig; defaults to $KUBECONFIG, then in-cluster config, then ~/.kube/config")
 	fs.String("config", "", "YAML file of flag values, keyed by flag name (lists for repeatable flags); flags given on the command line override it")
+	if dev != nil {
+		dev.register(fs)
+	}
 	if err := applyConfigFile(fs, args); err != nil {
 		return err
 	}
@@ -220,10 +241,23 @@ Flags:
 		opts.ModuleConfig[name] = cfg
 	}
 
-	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	logger := logs.logger(stderr)
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
 
+	// startOperator runs the operator on cfg until ctx ends.
+	startOperator := func(ctx context.Context, cfg *rest.Config) error {
+		start := time.Now()
+		op, err := operator.New(cfg, mo, opts)
+		if err != nil {
+			return err
+		}
+		ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Names()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
+		return op.Start(ctx)
+	}
+	if dev != nil {
+		return dev.run(fs, &opts, &mo, startOperator)
+	}
 	if *kubeconfig != "" {
 		os.Setenv("KUBECONFIG", *kubeconfig)
 	}
@@ -231,14 +265,7 @@ Flags:
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w; pass --kubeconfig or set KUBECONFIG", err)
 	}
-	ctx := ctrl.SetupSignalHandler()
-	start := time.Now()
-	op, err := operator.New(cfg, mo, opts)
-	if err != nil {
-		return err
-	}
-	ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Names()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
-	return op.Start(ctx)
+	return startOperator(ctrl.SetupSignalHandler(), cfg)
 }
 
 // applyConfigFile sets the flags named in the --config file found in args,

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
+)
+
+const devUsage = `Usage: operator dev --module-dir DIR [--crds DIR ...] [flags]
+
+An operator author's inner loop in one command. It starts a local control
+plane (etcd, kube-apiserver and kube-controller-manager, on loopback, in a
+temporary directory), installs the CRDs of --crds and waits until they are
+established, and runs the operator in this process on --module-dir, as
+operator run does: rebuild a module into DIR and it is hot-reloaded, with no
+restart. It prints the KUBECONFIG to export and the metrics URL. Ctrl-C (or
+SIGTERM) stops the operator and the control plane and removes the temporary
+directory; if this process is killed, the control plane dies with it.
+
+kube-controller-manager runs the default controllers, so the garbage
+collector deletes children with their owner and a deleted namespace is
+emptied, as in a real cluster (no pods run: there is no scheduler or
+kubelet). The binaries come from --assets, else $KUBEBUILDER_ASSETS, else
+the cache that make controlplane (hack/controlplane.sh) fills.
+
+Every flag of operator run applies, except --kubeconfig;
+--metrics-bind-address and --health-probe-bind-address default to free
+loopback ports, and the operator's log (on stderr) to console lines without
+stack traces (--zap-encoder=json for operator run's JSON).
+
+Examples:
+  make controlplane modules
+  mkdir -p dev && cp bin/modules/widget.wasm dev/
+  operator dev --module-dir dev --crds examples/crds
+  # in another shell: export KUBECONFIG=... as printed, then
+  kubectl apply -f examples/widgets/widgets.yaml
+  (cd modules && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o ../dev/widget.wasm ./widget)   # hot reload
+
+Flags:
+`
+
+// runDev is `operator dev`: until SIGINT or SIGTERM. After the first
+// signal a second one ends the process at once (the control plane dies
+// with it, but its directory stays).
+func runDev(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	return runDevContext(ctx, args, stdout, stderr)
+}
+
+// runDevContext is `operator dev` until ctx ends.
+func runDevContext(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runOperatorWith(args, stderr, &devCommand{ctx: ctx, stdout: stdout})
+}
+
+// devCommand holds operator dev's own flags; runOperatorWith parses them
+// with operator run's and hands over to run.
+type devCommand struct {
+	ctx    context.Context
+	stdout io.Writer
+
+	crds                stringList
+	assets              string
+	kubeconfigOut       string
+	noControllerManager bool
+
+	start time.Time
+	mu    sync.Mutex // orders lines on stdout
+}
+
+// register adds dev's flags and usage to run's flag set.
+func (d *devCommand) register(fs *flag.FlagSet) {
+	fs.Var(&d.crds, "crds", "directory (or file) of CRDs to install and wait for before the operator starts: .yaml, .yml or .json, several documents to a file allowed (repeatable)")
+	fs.StringVar(&d.assets, "assets", "", "directory of etcd, kube-apiserver and kube-controller-manager (default: $KUBEBUILDER_ASSETS, else "+controlplane.CacheAssets()+")")
+	fs.StringVar(&d.kubeconfigOut, "kubeconfig-out", "", "also write the cluster's kubeconfig to this file, removed at exit (default: only in the temporary directory)")
+	fs.BoolVar(&d.noControllerManager, "no-controller-manager", false, "do not run kube-controller-manager: no garbage collection, namespace deletion or ServiceAccounts")
+	for _, name := range []string{"metrics-bind-address", "health-probe-bind-address"} {
+		fs.Lookup(name).DefValue = "a free port on 127.0.0.1"
+	}
+	// Logs for a person at a terminal: console lines with readable times,
+	// no stack traces of the host's own code.
+	for name, value := range map[string]string{"zap-encoder": "console", "zap-time-encoding": "iso8601", "zap-stacktrace-level": "panic"} {
+		if f := fs.Lookup(name); f != nil && f.Value.Set(value) == nil {
+			f.DefValue = value
+		}
+	}
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), devUsage)
+		fs.PrintDefaults()
+	}
+}
+
+// run starts the control plane, then the operator through startOperator
+// (operator run's code path) until d.ctx ends, then stops both.
+func (d *devCommand) run(fs *flag.FlagSet, opts *operator.Options, mo *operator.ManagerOptions, startOperator func(context.Context, *rest.Config) error) (err error) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["kubeconfig"] {
+		return errors.New("--kubeconfig does not apply to operator dev, which starts its own cluster; --kubeconfig-out FILE writes that cluster's kubeconfig to FILE")
+	}
+	for name, addr := range map[string]*string{"metrics-bind-address": &mo.MetricsBindAddress, "health-probe-bind-address": &mo.HealthProbeBindAddress} {
+		if set[name] {
+			continue
+		}
+		if *addr, err = freeLoopbackAddr(); err != nil {
+			return err
+		}
+	}
+
+	d.start = time.Now()
+	cp, err := controlplane.Start(d.ctx, controlplane.Options{
+		Assets:              d.assets,
+		CRDDirs:             d.crds,
+		NoControllerManager: d.noControllerManager,
+		Progress:            func(line string) { d.say("%s", line) },
+	})
+	if err != nil {
+		if d.ctx.Err() != nil {
+			d.say("interrupted while starting the control plane; stopped it")
+			return nil
+		}
+		if d.assets == "" {
+			err = fmt.Errorf("%w (or pass --assets DIR)", err)
+		}
+		return err
+	}
+	defer func() {
+		d.say("stopping the control plane")
+		if stopErr := cp.Stop(); stopErr != nil {
+			d.say("stopping the control plane: %v", stopErr)
+		}
+		if d.kubeconfigOut != "" {
+			_ = os.Remove(d.kubeconfigOut)
+		}
+		d.say("stopped; removed %s", cp.Dir())
+	}()
+
+	kubeconfig := cp.Kubeconfig()
+	if d.kubeconfigOut != "" {
+		b, err := os.ReadFile(kubeconfig)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(d.kubeconfigOut, b, 0o600); err != nil {
+			return fmt.Errorf("--kubeconfig-out: %w", err)
+		}
+		if kubeconfig, err = filepath.Abs(d.kubeconfigOut); err != nil {
+			return err
+		}
+	}
+	controllers := "kube-controller-manager running"
+	if d.noControllerManager {
+		controllers = "no kube-controller-manager"
+	}
+	crds := "no CRDs"
+	if names := cp.CRDs(); len(names) > 0 {
+		crds = "CRDs established: " + strings.Join(names, ", ")
+	}
+	d.say("control plane ready at %s (%s; %s)", cp.RESTConfig().Host, controllers, crds)
+
+	var sources []string
+	if opts.ModuleDir != "" {
+		dir, _ := filepath.Abs(opts.ModuleDir)
+		sources = append(sources, "module directory "+dir+" (hot reload)")
+	}
+	if len(opts.Modules) > 0 {
+		sources = append(sources, "modules "+strings.Join(opts.Modules, ", "))
+	}
+	if opts.ReconcileModules {
+		sources = append(sources, "ReconcileModule objects")
+	}
+	d.say("starting the operator on %s", strings.Join(sources, ", "))
+	d.mu.Lock()
+	fmt.Fprintf(d.stdout, "\n    export KUBECONFIG=%s\n", kubeconfig)
+	if kubectl := filepath.Join(cp.Assets(), "kubectl"); isFile(kubectl) {
+		fmt.Fprintf(d.stdout, "    kubectl:  %s\n", kubectl)
+	}
+	fmt.Fprintf(d.stdout, "    metrics:  %s\n", httpURL(mo.MetricsBindAddress, "/metrics"))
+	fmt.Fprintf(d.stdout, "    health:   %s\n", httpURL(mo.HealthProbeBindAddress, "/readyz"))
+	fmt.Fprintf(d.stdout, "    logs:     %s/{etcd,kube-apiserver,kube-controller-manager}.log\n\n", cp.Dir())
+	d.mu.Unlock()
+
+	// Say when the operator is ready (its caches synced), and when it is
+	// asked to stop.
+	var wg sync.WaitGroup
+	opCtx, opDone := context.WithCancel(d.ctx)
+	defer opDone()
+	if ready := httpURL(mo.HealthProbeBindAddress, "/readyz"); ready != "disabled" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if waitHTTP200(opCtx, ready) {
+				d.say("operator ready. Ctrl-C stops the operator and the control plane")
+			}
+		}()
+	}
+	stopSaid := context.AfterFunc(d.ctx, func() { d.say("interrupted: stopping the operator") })
+	defer stopSaid()
+
+	err = startOperator(opCtx, cp.RESTConfig())
+	opDone()
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("the operator stopped: %w", err)
+	}
+	if d.ctx.Err() == nil {
+		return errors.New("the operator stopped on its own")
+	}
+	return nil
+}
+
+func (d *devCommand) say(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	fmt.Fprintf(d.stdout, "==> [%5.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// freeLoopbackAddr returns a loopback address with a port free at the time of the
+// call.
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// httpURL is the URL of path on a server bound to addr, or "disabled" for
+// "0" and "".
+func httpURL(addr, path string) string {
+	if addr == "0" || addr == "" {
+		return "disabled"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr + path
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + path
+}
+
+// waitHTTP200 polls url until it answers 200 (true) or ctx ends (false).
+func waitHTTP200(ctx context.Context, url string) bool {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir()
+}
