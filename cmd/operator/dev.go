@@ -39,7 +39,9 @@ emptied, as in a real cluster (no pods run: there is no scheduler or
 kubelet). The binaries come from --assets, else $KUBEBUILDER_ASSETS, else
 the cache that make controlplane (hack/controlplane.sh) fills.
 
-Every flag of operator run applies, except --kubeconfig;
+Every flag of operator run applies, except --kubeconfig; --interpreter-first
+defaults to true (a rebuilt module serves at once on wazero's interpreter,
+then on its compiled code);
 --metrics-bind-address and --health-probe-bind-address default to free
 loopback ports, and the operator's log (on stderr) to console lines without
 stack traces (--zap-encoder=json for operator run's JSON).
@@ -100,6 +102,11 @@ func (d *devCommand) register(fs *flag.FlagSet) {
 		if f := fs.Lookup(name); f != nil && f.Value.Set(value) == nil {
 			f.DefValue = value
 		}
+	}
+	// Reloads answer at once: new bytes run on the interpreter until their
+	// compiled code is ready (seconds for a Go module).
+	if f := fs.Lookup("interpreter-first"); f != nil && f.Value.Set("true") == nil {
+		f.DefValue = "true"
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devUsage)
