@@ -524,16 +524,19 @@ func (h *Host) Names() []string { return h.supervisor.Names() }
 // present at Setup) that failed to load.
 func (h *Host) LoadErrors() []error { return h.loadErrors }
 
-// Ready reports whether every informer cache has synced; the readiness check
-// serves it. It returns an error before the manager has started and while
-// caches sync.
+// Ready reports whether every informer cache has synced and every module
+// can watch its kinds; the readiness check serves it
+// (/readyz/wasmreconcile shows its message). It returns an error before
+// the manager has started, while caches sync, and while a module waits for
+// a kind the API server does not serve, naming the module and the kind and
+// saying to install its CRD.
 func (h *Host) Ready() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if !h.mgr.GetCache().WaitForCacheSync(ctx) {
 		return errors.New("informer caches have not synced yet")
 	}
-	return nil
+	return h.supervisor.Ready()
 }
 
 // Close stops the module controllers, waits for the calls running, and

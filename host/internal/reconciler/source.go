@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -29,11 +31,48 @@ type informerSource struct {
 	cache   cache.Cache
 	obj     client.Object
 	handler handler.EventHandler
+	retry   time.Duration // between attempts to get the informer; 0: InformerRetry
 
+	ctx    context.Context    // Start's goroutine's; ends when its controller stops or the source gives up
 	cancel context.CancelFunc // ends Start's goroutine and removes the handler
+	got    chan struct{}      // closed once the informer is had
 	synced chan error         // Start's outcome: nil once the handler has synced
 	done   chan struct{}      // closed when Start's goroutine has returned, after err is set
 	err    error              // Start's outcome, once done is closed
+}
+
+// InformerRetry is how often a source tries again to get the informer of a
+// kind the API server does not serve (its CRD is not installed yet).
+const InformerRetry = 10 * time.Second
+
+// InformerState is what a source reports of its kind's informer: Err is why
+// the Attempt-th attempt of an episode to get it failed (an episode begins
+// at the first failure; meta.IsNoMatchError(Err) when the kind is not
+// served), or nil when the Attempt-th attempt got it (the first, or the one
+// that ends an episode).
+type InformerState struct {
+	GVK     schema.GroupVersionKind
+	Err     error
+	Attempt int
+}
+
+type informerReportKey struct{}
+
+// WithInformerReport returns a context whose controllers' sources (started
+// with it) call report at each failed attempt to get their kind's informer,
+// and once when they get it, instead of logging. report must not block.
+func WithInformerReport(ctx context.Context, report func(InformerState)) context.Context {
+	return context.WithValue(ctx, informerReportKey{}, report)
+}
+
+// UnservedMessage says why the informer of gvk cannot be had, and what to
+// do: for a kind the API server does not serve, to install its CRD.
+func UnservedMessage(gvk schema.GroupVersionKind, err error) string {
+	if meta.IsNoMatchError(err) {
+		return fmt.Sprintf("kind %s of %s is not served by the API server: install its CRD; the module starts once it is (retried every %s)",
+			gvk.Kind, gvk.GroupVersion(), InformerRetry)
+	}
+	return fmt.Sprintf("cannot watch kind %s of %s: %v (retried every %s)", gvk.Kind, gvk.GroupVersion(), err, InformerRetry)
 }
 
 var _ source.SyncingSource = (*informerSource)(nil)
@@ -48,7 +87,9 @@ func (s *informerSource) Start(ctx context.Context, queue workqueue.TypedRateLim
 	if s.cache == nil || s.obj == nil || s.handler == nil {
 		return errors.New("informer source: cache, object and handler are required")
 	}
-	ctx, s.cancel = context.WithCancel(ctx)
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	ctx = s.ctx
+	s.got = make(chan struct{})
 	s.synced = make(chan error, 1) // buffered: the goroutine never waits for WaitForSync
 	s.done = make(chan struct{})
 	go func() {
@@ -62,16 +103,33 @@ func (s *informerSource) Start(ctx context.Context, queue workqueue.TypedRateLim
 
 func (s *informerSource) run(ctx context.Context, queue workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 	logger := log.FromContext(ctx).WithValues("source", s.String())
+	report, _ := ctx.Value(informerReportKey{}).(func(InformerState))
+	gvk := s.obj.GetObjectKind().GroupVersionKind()
+	retry := s.retry
+	if retry <= 0 {
+		retry = InformerRetry
+	}
 	var informer cache.Informer
 	var lastErr error
-	// As source.Kind: a kind whose CRD is not installed yet is retried.
-	if err := wait.PollUntilContextCancel(ctx, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+	attempt := 0 // failed attempts so far
+	// As source.Kind: a kind whose CRD is not installed yet is retried, and
+	// quietly: one report (or log line) when the episode begins, one when
+	// it ends.
+	if err := wait.PollUntilContextCancel(ctx, retry, true, func(ctx context.Context) (bool, error) {
 		informer, lastErr = s.cache.GetInformer(ctx, s.obj)
 		if lastErr != nil {
 			if ctx.Err() != nil {
 				return false, ctx.Err() // stopped meanwhile
 			}
-			logger.Error(lastErr, "getting the informer; retrying")
+			attempt++
+			switch {
+			case report != nil:
+				report(InformerState{GVK: gvk, Err: lastErr, Attempt: attempt})
+			case attempt == 1:
+				logger.Info("WARNING: " + UnservedMessage(gvk, lastErr))
+			default:
+				logger.V(1).Info("getting the informer failed again; retrying", "attempt", attempt, "error", lastErr.Error())
+			}
 			return false, nil
 		}
 		return true, nil
@@ -80,6 +138,13 @@ func (s *informerSource) run(ctx context.Context, queue workqueue.TypedRateLimit
 			return fmt.Errorf("getting the informer for %s: %w", s, lastErr)
 		}
 		return err
+	}
+	close(s.got)
+	switch {
+	case report != nil:
+		report(InformerState{GVK: gvk, Attempt: attempt + 1})
+	case attempt > 0:
+		logger.Info(fmt.Sprintf("kind %s of %s is served now", gvk.Kind, gvk.GroupVersion()))
 	}
 	reg, err := informer.AddEventHandlerWithOptions(&eventHandler{ctx: ctx, queue: queue, handler: s.handler},
 		toolscache.HandlerOptions{Logger: &logger})
@@ -101,8 +166,14 @@ func (s *informerSource) run(ctx context.Context, queue workqueue.TypedRateLimit
 }
 
 // WaitForSync waits until the handler has received the kind's initial
-// list. If ctx ends first, the source gives up and removes its handler.
+// list. If ctx is cancelled first, the source gives up and removes its
+// handler; so it does at ctx's deadline (the controller's
+// CacheSyncTimeout), except while the kind is not served: waiting for a
+// CRD to be installed is not a sync that takes too long, so the source
+// keeps trying until its controller stops, and once it has the informer
+// its sync gets the same time again.
 func (s *informerSource) WaitForSync(ctx context.Context) error {
+	begin := time.Now()
 	select {
 	case err := <-s.synced:
 		if err != nil && errors.Is(ctx.Err(), context.Canceled) {
@@ -110,12 +181,39 @@ func (s *informerSource) WaitForSync(ctx context.Context) error {
 		}
 		return err
 	case <-ctx.Done():
-		s.cancel()
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return nil
-		}
-		return fmt.Errorf("timed out waiting for %s to sync", s)
 	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		s.cancel()
+		return nil
+	}
+	select {
+	case <-s.got:
+	default:
+		timeout := time.Since(begin)
+		if deadline, ok := ctx.Deadline(); ok {
+			timeout = deadline.Sub(begin)
+		}
+		select {
+		case <-s.got:
+		case err := <-s.synced: // the source ended without its informer: its controller stopped
+			if err != nil && s.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case err := <-s.synced:
+			if err != nil && s.ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case <-t.C:
+		}
+	}
+	s.cancel()
+	return fmt.Errorf("timed out waiting for %s to sync", s)
 }
 
 // eventHandler adapts a handler.EventHandler to the informer's handler, as

@@ -2,9 +2,15 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -12,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -62,14 +69,22 @@ func (f *fakeInformer) state() (registered []toolscache.ResourceEventHandler, ad
 	return registered, f.added
 }
 
-// fakeCache hands out its informer once ready is closed.
+// fakeCache hands out its informer once ready is closed. While missing is
+// true, it answers at once that the kind is not served.
 type fakeCache struct {
 	cache.Cache // nil: a source calls only the methods below
 	informer    *fakeInformer
 	ready       chan struct{}
+	missing     atomic.Bool
+	gets        atomic.Int64
 }
 
-func (c *fakeCache) GetInformer(ctx context.Context, _ client.Object, _ ...cache.InformerGetOption) (cache.Informer, error) {
+func (c *fakeCache) GetInformer(ctx context.Context, obj client.Object, _ ...cache.InformerGetOption) (cache.Informer, error) {
+	c.gets.Add(1)
+	if c.missing.Load() {
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		return nil, &meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}
+	}
 	select {
 	case <-c.ready:
 		return c.informer, nil
@@ -192,4 +207,110 @@ func TestInformerSourceGivesUpOnSyncTimeout(t *testing.T) {
 		registered, _ := c.informer.state()
 		return len(registered) == 0
 	})
+}
+
+// TestInformerSourceWaitsForItsKind: a source whose kind is not served (no
+// CRD) retries past its controller's sync deadline instead of giving up,
+// reports each failed attempt of the episode, numbered, with an error that
+// says the kind is not served, and once it gets the informer reports the
+// episode's end and syncs.
+func TestInformerSourceWaitsForItsKind(t *testing.T) {
+	c := newFakeCache(true)
+	c.missing.Store(true)
+	src := newSource(c)
+	src.retry = time.Millisecond
+	var mu sync.Mutex
+	var states []InformerState
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(states) }
+	ctx, cancel := context.WithCancel(WithInformerReport(context.Background(), func(st InformerState) {
+		mu.Lock()
+		states = append(states, st)
+		mu.Unlock()
+	}))
+	defer cancel()
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	if err := src.Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	syncCtx, cancelSync := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelSync()
+	waited := make(chan error, 1)
+	go func() { waited <- src.WaitForSync(syncCtx) }()
+	<-syncCtx.Done()
+	n := count()
+	waitUntil(t, "two more attempts past the sync deadline", func() bool { return count() >= n+2 })
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitForSync returned %v while the kind is not served", err)
+	default:
+	}
+	c.missing.Store(false)
+	if err := <-waited; err != nil {
+		t.Fatalf("WaitForSync once the kind is served: %v", err)
+	}
+	if registered, _ := c.informer.state(); len(registered) != 1 {
+		t.Errorf("%d handlers registered, want 1", len(registered))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	last := states[len(states)-1]
+	if last.Err != nil || last.Attempt != len(states) {
+		t.Errorf("last report %+v: want the episode's end, attempt %d", last, len(states))
+	}
+	for i, st := range states[:len(states)-1] {
+		if st.Attempt != i+1 || !meta.IsNoMatchError(st.Err) || st.GVK.Kind != "Widget" {
+			t.Fatalf("report %d: %+v", i, st)
+		}
+	}
+	msg := UnservedMessage(states[0].GVK, states[0].Err)
+	for _, want := range []string{"kind Widget of examples.wasmreconcile.io/v1alpha1 is not served", "install its CRD"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q does not say %q", msg, want)
+		}
+	}
+}
+
+// TestInformerSourceLogsOncePerEpisode: with no report in its context, a
+// source whose kind is not served logs one line when the episode begins,
+// whatever the attempts, and one when it ends; a second episode (another
+// controller's source) logs again.
+func TestInformerSourceLogsOncePerEpisode(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		lines = append(lines, prefix+" "+args)
+		mu.Unlock()
+	}, funcr.Options{})
+	c := newFakeCache(true)
+	for episode := 1; episode <= 2; episode++ {
+		c.missing.Store(true)
+		src := newSource(c)
+		src.retry = time.Millisecond
+		ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
+		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+		before := c.gets.Load()
+		if err := src.Start(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "five attempts", func() bool { return c.gets.Load() >= before+5 })
+		c.missing.Store(false)
+		if err := src.WaitForSync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		q.ShutDown()
+		mu.Lock()
+		warnings, served := 0, 0
+		for _, l := range lines {
+			warnings += strings.Count(l, "WARNING: kind Widget of examples.wasmreconcile.io/v1alpha1 is not served by the API server: install its CRD")
+			served += strings.Count(l, "is served now")
+		}
+		got := fmt.Sprintf("%d warnings, %d served lines", warnings, served)
+		mu.Unlock()
+		if want := fmt.Sprintf("%d warnings, %d served lines", episode, episode); got != want {
+			t.Fatalf("after episode %d: %s, want %s: %q", episode, got, want, lines)
+		}
+	}
 }

@@ -2,14 +2,17 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 )
@@ -19,6 +22,94 @@ type health struct {
 	since       time.Time // when the module's controller was (re)built
 	syncWarned  bool
 	staleWarned bool
+	// unserved are the kinds whose informer the module's controller cannot
+	// get (a CRD not installed): the module is not ready while any is.
+	unserved map[schema.GroupVersionKind]*UnservedKind
+}
+
+// UnservedKind is a kind a module's controller watches whose informer it
+// cannot get, usually because the kind's CRD is not installed. The
+// controller keeps trying (reconciler.InformerRetry).
+type UnservedKind struct {
+	// Message says what is wrong and what to do.
+	Message string
+	// Attempts counts the failed attempts so far.
+	Attempts int
+}
+
+// informerReport returns what the sources of r's controller report to. The
+// first failed attempt of an episode to get a kind's informer is logged,
+// once, and recorded as one SyncFailed Warning through OnHealth (on a
+// ReconcileModule); while any kind is unserved the module is not ready
+// (Ready); the attempts after the first are quiet. The episode ends when
+// the source gets the informer; the Synced report follows once the
+// module's kind has synced (checkHealth).
+func (s *Supervisor) informerReport(r *running) func(reconciler.InformerState) {
+	name := r.spec.Name
+	return func(st reconciler.InformerState) {
+		s.mu.Lock()
+		if s.modules[name] != r {
+			s.mu.Unlock()
+			return // a stopped controller's source, late
+		}
+		h := &r.health
+		var warning *HealthEvent
+		switch u := h.unserved[st.GVK]; {
+		case st.Err == nil:
+			delete(h.unserved, st.GVK)
+		case u == nil:
+			if h.unserved == nil {
+				h.unserved = map[schema.GroupVersionKind]*UnservedKind{}
+			}
+			h.unserved[st.GVK] = &UnservedKind{Message: reconciler.UnservedMessage(st.GVK, st.Err), Attempts: 1}
+			h.syncWarned = true // the timed SyncFailed would only repeat it
+			warning = &HealthEvent{Module: name, Warning: true, Reason: ReasonSyncFailed, Message: h.unserved[st.GVK].Message}
+		default:
+			u.Attempts++
+		}
+		report := r.spec.OnHealth
+		s.mu.Unlock()
+		if warning != nil {
+			s.opts.Log.Info("WARNING: module load health: "+warning.Message, "module", name, "reason", warning.Reason)
+			if report != nil {
+				report(*warning)
+			}
+		}
+	}
+}
+
+// watchedOnly returns the entries of unserved for the kinds a controller
+// of m watches, whose sources report them again.
+func watchedOnly(unserved map[schema.GroupVersionKind]*UnservedKind, m abi.Manifest) map[schema.GroupVersionKind]*UnservedKind {
+	var out map[schema.GroupVersionKind]*UnservedKind
+	for _, g := range append(append([]abi.GroupVersionKind{m.For}, m.Owns...), m.Reads...) {
+		gvk := schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}
+		if u, ok := unserved[gvk]; ok {
+			if out == nil {
+				out = map[schema.GroupVersionKind]*UnservedKind{}
+			}
+			out[gvk] = u
+		}
+	}
+	return out
+}
+
+// Ready returns an error naming each module that waits for a kind the API
+// server does not serve, and what to do; nil when none does.
+func (s *Supervisor) Ready() error {
+	s.mu.Lock()
+	var msgs []string
+	for name, r := range s.modules {
+		for _, u := range r.health.unserved {
+			msgs = append(msgs, "module "+name+": "+u.Message)
+		}
+	}
+	s.mu.Unlock()
+	if len(msgs) == 0 {
+		return nil
+	}
+	sort.Strings(msgs)
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // healthLoop checks every module's caches each HealthInterval until ctx is
@@ -73,7 +164,7 @@ func (s *Supervisor) checkHealth(ctx context.Context, now time.Time) {
 			events = append(events, HealthEvent{Module: c.name, Warning: true, Reason: ReasonSyncFailed, Message: fmt.Sprintf(
 				"the cache for %s has not synced %s after the module loaded: %s; check that the kind's CRD is installed, the operator's RBAC for it, and the API server's health",
 				c.gvk.Kind, s.opts.SyncTimeout, why)})
-		case synced && h.syncWarned:
+		case synced && h.syncWarned && len(h.unserved) == 0:
 			h.syncWarned = false
 			events = append(events, HealthEvent{Module: c.name, Reason: ReasonSynced, Message: fmt.Sprintf("the cache for %s has synced", c.gvk.Kind)})
 		}
@@ -126,6 +217,8 @@ type Status struct {
 	Paused   bool
 	Stats    reconciler.StatsSnapshot
 	Activity reconciler.Activity
+	// Unserved are the kinds the module's controller cannot watch yet.
+	Unserved map[schema.GroupVersionKind]UnservedKind
 }
 
 // Status returns module name's status, and whether it runs.
@@ -136,8 +229,15 @@ func (s *Supervisor) Status(name string) (Status, bool) {
 	if r == nil {
 		return Status{}, false
 	}
+	var unserved map[schema.GroupVersionKind]UnservedKind
+	for gvk, u := range r.health.unserved {
+		if unserved == nil {
+			unserved = map[schema.GroupVersionKind]UnservedKind{}
+		}
+		unserved[gvk] = *u
+	}
 	return Status{Loaded: r.loaded, Owner: r.spec.Owner, Paused: r.paused.Load(), Stats: r.stats.Snapshot(),
-		Activity: r.rec.Activity()}, true
+		Activity: r.rec.Activity(), Unserved: unserved}, true
 }
 
 // Names lists the modules that run, sorted.

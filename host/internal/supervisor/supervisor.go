@@ -573,6 +573,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 		if r != nil {
 			next.stats, next.versions = r.stats, r.versions
 			next.health.syncWarned, next.health.staleWarned = r.health.syncWarned, r.health.staleWarned
+			next.health.unserved = watchedOnly(r.health.unserved, version.Module.Manifest()) // the same episodes: not reported again
 		}
 		next.slot = versionslot.NewSlot(version)
 		next.paused.Store(spec.Paused)
@@ -878,6 +879,7 @@ func (s *Supervisor) startController(r *running) {
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
+	ctx = reconciler.WithInformerReport(ctx, s.informerReport(r))
 	stopped := make(chan struct{})
 	r.cancel, r.stopped = cancel, stopped
 	s.goroutines.Add(1)

@@ -18,6 +18,9 @@
 //	"fin"     name claim-fin: as "", with a finalizer
 //	"nofin"   name claim-fin: as "fin" without the finalizer, a new
 //	          version of claim-fin that drops it
+//	"late"    name claim-late: reconciles Latecomers
+//	          (late.wasmreconcile.io/v1), a kind no CRD serves until a
+//	          test installs one
 //
 // Build: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o claim.wasm .
 package main
@@ -54,6 +57,9 @@ func init() {
 		m.Finalizer = true
 	case "nofin":
 		m.Name = "claim-fin"
+	case "late":
+		m.Name = "claim-late"
+		m.For = guest.GVK("late.wasmreconcile.io", "v1", "Latecomer")
 	default:
 		panic("claim: unknown Version " + Version)
 	}

@@ -1,0 +1,158 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// latecomerCRD serves the kind of the claim guest's "late" build.
+const latecomerCRD = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: latecomers.late.wasmreconcile.io
+spec:
+  group: late.wasmreconcile.io
+  names: {kind: Latecomer, listKind: LatecomerList, plural: latecomers, singular: latecomer}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec: {type: object, x-kubernetes-preserve-unknown-fields: true}
+            status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+var latecomerGVK = schema.GroupVersionKind{Group: "late.wasmreconcile.io", Version: "v1", Kind: "Latecomer"}
+
+// removeCRD deletes the CRD if it exists and waits until it is gone.
+func removeCRD(t *testing.T, c client.Client, crd *unstructured.Unstructured) {
+	t.Helper()
+	if err := c.Delete(context.Background(), crd.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the CRD to be gone", func() error {
+		err := c.Get(context.Background(), client.ObjectKeyFromObject(crd), crd.DeepCopy())
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+}
+
+// moduleEvents lists the Events with reason on the ReconcileModule of uid.
+func moduleEvents(t *testing.T, c client.Client, uid types.UID, reason string) []corev1.Event {
+	t.Helper()
+	var events corev1.EventList
+	if err := c.List(context.Background(), &events); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range events.Items {
+		if e.InvolvedObject.UID == uid && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestModuleWaitsForItsCRD runs a ReconcileModule whose kind has no CRD:
+// the operator is not ready, and its readiness check says which module
+// waits for which kind and to install its CRD; the module's object gets
+// one SyncFailed Warning saying the same, however many times the
+// controller retries (and the timed SyncFailed warning does not repeat
+// it). Once the CRD is installed the operator is ready again, without a
+// restart, and the module reconciles.
+func TestModuleWaitsForItsCRD(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(latecomerCRD), &crd.Object); err != nil {
+		t.Fatal(err)
+	}
+	removeCRD(t, e.c, crd) // left by an earlier run of the package's tests
+	t.Cleanup(func() { removeCRD(t, e.c, crd) })
+
+	b := testwasm.BuildVersion(t, "./internal/testguests/claim", "late")
+	file := filepath.Join(t.TempDir(), "claim-late.wasm")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
+		ReconcileModules: true, HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second,
+	})
+	uid := createModule(t, e.c, "claim-late", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
+
+	want := "module claim-late: kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD"
+	testenv.Eventually(t, 2*time.Minute, "the operator to be unready, naming the module's kind", func() error {
+		if err := op.Ready(); err == nil || !strings.Contains(err.Error(), want) {
+			return fmt.Errorf("Ready() = %v", err)
+		}
+		return nil
+	})
+	// The controller keeps trying (every 10 s), quietly.
+	testenv.Eventually(t, 2*time.Minute, "a third attempt to watch Latecomers", func() error {
+		st, _ := op.ModuleStatus("claim-late")
+		if n := st.Unserved[latecomerGVK].Attempts; n < 3 {
+			return fmt.Errorf("%d attempts", n)
+		}
+		return nil
+	})
+	msg := waitModuleEvent(t, e.c, uid, modulecontroller.ReasonSyncFailed)
+	if !strings.Contains(msg, "kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD") {
+		t.Errorf("SyncFailed message %q", msg)
+	}
+	if events := moduleEvents(t, e.c, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 || events[0].Series != nil {
+		t.Errorf("%d SyncFailed Events (first %+v), want one, once", len(events), events)
+	}
+
+	crd.SetResourceVersion("")
+	if err := e.c.Create(ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the operator to be ready again", func() error { return op.Ready() })
+	late := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"response": map[string]any{"status": map[string]any{"phase": "reconciled"}}}}}
+	late.SetGroupVersionKind(latecomerGVK)
+	late.SetNamespace(e.ns)
+	late.SetName("first")
+	testenv.Eventually(t, time.Minute, "a Latecomer to be created", func() error { return e.c.Create(ctx, late) })
+	testenv.Eventually(t, 2*time.Minute, "the module to reconcile the Latecomer", func() error {
+		got := &unstructured.Unstructured{}
+		got.SetGroupVersionKind(latecomerGVK)
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(late), got); err != nil {
+			return err
+		}
+		if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase != "reconciled" {
+			return fmt.Errorf("status %v", got.Object["status"])
+		}
+		return nil
+	})
+	waitModuleEvent(t, e.c, uid, supervisor.ReasonSynced)
+	if events := moduleEvents(t, e.c, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 {
+		t.Errorf("%d SyncFailed Events after the episode, want one", len(events))
+	}
+}
