@@ -23,7 +23,7 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "; printf "Usage: make <target>\n\nTargets:\n"} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: controlplane
-controlplane: ## Build kube-apiserver, kubectl and etcd into ~/.cache/wasmreconcile (once; minutes).
+controlplane: ## Build kube-apiserver, kube-controller-manager, kubectl and etcd into ~/.cache/wasmreconcile (once; minutes).
 	@hack/controlplane.sh >/dev/null
 
 .PHONY: modules

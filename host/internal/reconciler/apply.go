@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -244,6 +245,13 @@ func (r *Reconciler) writeChild(ctx context.Context, obj, d, o *unstructured.Uns
 			return false, r.conflict(ctx, d, live)
 		}
 		return r.writeChild(ctx, obj, d, live, true)
+	}
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace is being deleted: its controller deletes the
+		// children before their owner, and the owner goes next. Nothing to
+		// report, and nothing to retry.
+		logger.V(1).Info("child not created: its namespace is being deleted", "child", childName(d))
+		return false, nil
 	}
 	if err != nil {
 		r.applyFailed(ctx, "child", err)
