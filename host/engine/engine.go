@@ -608,6 +608,9 @@ func validateTriggers(m abi.Manifest) error {
 		for _, g := range m.Reads {
 			read = read || g == t.Kind
 		}
+		if t.Kind.Group == m.For.Group && t.Kind.Kind == m.For.Kind {
+			return fmt.Errorf("triggers[%d].kind is the reconciled kind %s itself: a change to an object already reconciles it, and a trigger would make every change reconcile others of its kind; remove the trigger", i, t.Kind.Kind)
+		}
 		if !read {
 			return fmt.Errorf("triggers[%d].kind %s/%s %s is not in reads; a trigger maps a change to an object the module reads: add the kind to reads", i, t.Kind.Group, t.Kind.Version, t.Kind.Kind)
 		}

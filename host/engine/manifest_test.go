@@ -26,6 +26,11 @@ func TestValidateTriggers(t *testing.T) {
 		{"no mapping", base(abi.Trigger{Kind: pvc}), "sets 0 of"},
 		{"kind not read", base(abi.Trigger{Kind: abi.GroupVersionKind{Version: "v1", Kind: "Secret"}, All: true}), "is not in reads"},
 		{"other version of a read kind", base(abi.Trigger{Kind: abi.GroupVersionKind{Version: "v2", Kind: "PersistentVolumeClaim"}, All: true}), "is not in reads"},
+		{"the reconciled kind itself", func() abi.Manifest {
+			m := base(abi.Trigger{Kind: abi.GroupVersionKind{Group: "example.io", Version: "v1", Kind: "Backup"}, All: true})
+			m.Reads = append(m.Reads, m.For)
+			return m
+		}(), "is the reconciled kind Backup itself"},
 		{"empty path segment", base(abi.Trigger{Kind: pvc, Field: "spec..target"}), "empty segment"},
 		{"trailing dot", base(abi.Trigger{Kind: pvc, Selector: "spec."}), "empty segment"},
 	} {
