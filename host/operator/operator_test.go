@@ -129,11 +129,11 @@ func waitHTTP(t *testing.T, url string, status int, want string) {
 // (the conformance module: its Probe kind has no CRD here) gets the same
 // SyncFailed warning as a ReconcileModule, as a log line and in
 // wasmreconcile_module_health, while the other module of the operator is
-// healthy.
+// healthy; the operator is not ready, and says which CRD is missing.
 func TestFileModuleLoadHealth(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
 		Modules:        []string{testwasm.BuildFile(t, "./internal/tck"), testwasm.BuildFile(t, "./widget")},
 		HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second, Registerer: reg,
 	})
@@ -145,5 +145,11 @@ func TestFileModuleLoadHealth(t *testing.T) {
 	})
 	if v := gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "widget", "problem": "SyncFailed"}); v != 0 {
 		t.Errorf("the widget module, whose kind syncs, has SyncFailed = %v", v)
+	}
+	// The tck module's triggers index its kind, so its controller cannot
+	// even be built: the operator says so, and which CRD to install.
+	want := "module tck: kind Probe of tck.wasmreconcile.io/v1 is not served by the API server: install its CRD"
+	if err := op.Ready(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Ready() = %v, want %q", err, want)
 	}
 }

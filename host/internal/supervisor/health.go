@@ -19,7 +19,7 @@ import (
 
 // health is one module's load health, for warnings once per episode.
 type health struct {
-	since       time.Time // when the module's controller was (re)built
+	since       time.Time // when the module's controller last started
 	syncWarned  bool
 	staleWarned bool
 	// unserved are the kinds whose informer the module's controller cannot

@@ -37,10 +37,12 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
@@ -871,15 +873,20 @@ func (s *Supervisor) startController(r *running) {
 	if r.spec.MaxConcurrentReconciles > 0 {
 		workers = r.spec.MaxConcurrentReconciles
 	}
-	c, err := r.rec.NewController(s.opts.Manager, reconciler.ControllerOptions{
-		MaxConcurrentReconciles: workers, RateLimiter: ratelimit.New(rl), Requeue: r.requeue,
-	})
-	if err != nil {
+	newController := func() (crcontroller.Controller, error) {
+		return r.rec.NewController(s.opts.Manager, reconciler.ControllerOptions{
+			MaxConcurrentReconciles: workers, RateLimiter: ratelimit.New(rl), Requeue: r.requeue,
+		})
+	}
+	c, err := newController()
+	if err != nil && !meta.IsNoMatchError(err) {
 		s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
 		return
 	}
+	r.health.since = time.Now() // the sync timeout runs from here: a standby's modules loaded long before it leads
 	ctx, cancel := context.WithCancel(s.ctx)
-	ctx = reconciler.WithInformerReport(ctx, s.informerReport(r))
+	report := s.informerReport(r)
+	ctx = reconciler.WithInformerReport(ctx, report)
 	stopped := make(chan struct{})
 	r.cancel, r.stopped = cancel, stopped
 	s.goroutines.Add(1)
@@ -887,10 +894,44 @@ func (s *Supervisor) startController(r *running) {
 		defer s.goroutines.Done()
 		defer close(stopped)
 		defer cancel() // a controller that fails to start releases its sources too
+		// A kind the controller indexes (an owned kind, the reconciled kind
+		// of a field trigger) is not served: its CRD is not installed.
+		// Report the module's unserved kinds as its sources would, and
+		// build the controller again every InformerRetry until they are.
+		for attempt := 1; err != nil; attempt++ {
+			s.reportUnserved(r.rec.Manifest(), err, attempt, report)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(reconciler.InformerRetry):
+			}
+			if c, err = newController(); err != nil && !meta.IsNoMatchError(err) {
+				s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
+				return
+			}
+		}
 		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
 			s.opts.Log.Error(err, "controller stopped", "module", r.spec.Name)
 		}
 	}()
+}
+
+// reportUnserved reports to report the kinds of m the API server does not
+// serve, found with the RESTMapper, after building a controller of m
+// failed with err, a "no match" error; err itself for the reconciled kind
+// when the mapper finds none.
+func (s *Supervisor) reportUnserved(m abi.Manifest, err error, attempt int, report func(reconciler.InformerState)) {
+	found := false
+	for _, g := range append(append([]abi.GroupVersionKind{m.For}, m.Owns...), m.Reads...) {
+		gvk := gvkOf(g)
+		if _, merr := s.opts.Manager.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); meta.IsNoMatchError(merr) {
+			report(reconciler.InformerState{GVK: gvk, Err: merr, Attempt: attempt})
+			found = true
+		}
+	}
+	if !found {
+		report(reconciler.InformerState{GVK: gvkOf(m.For), Err: err, Attempt: attempt})
+	}
 }
 
 // impersonate gives the reconciler of module spec, reconciling forKind,
