@@ -4,8 +4,10 @@
 // made of (ObjectMeta, PodSpec, Container, Volume, ...). It depends on the
 // SDK and the standard library only, and builds for wasip1.
 //
+//	meta := k8s.ObjectMeta{Name: name + "-backup", Labels: labels}
+//	cm := &k8s.ConfigMap{ObjectMeta: meta, Data: map[string]string{"backup.sh": script}}
 //	cj := &k8s.CronJob{
-//		ObjectMeta: k8s.ObjectMeta{Name: name + "-backup", Labels: labels},
+//		ObjectMeta: meta,
 //		Spec: k8s.CronJobSpec{
 //			Schedule:          "0 3 * * *",
 //			ConcurrencyPolicy: k8s.ForbidConcurrent,
@@ -27,8 +29,8 @@
 // that the API server accepts every child. Where k8s.io/api embeds a
 // LocalObjectReference or a VolumeSource, the fields (Name; ConfigMap,
 // Secret, ...) are here directly. The Kubernetes types' status is left
-// out: a module writes desired state, and the host writes its status
-// elsewhere.
+// out: a module writes desired state, and the children's own controllers
+// write their status.
 //
 // A field that is zero (an empty string, 0, false, nil, an empty slice or
 // map, a struct with nothing set) is left out of the JSON, as the API's
@@ -43,9 +45,9 @@
 //
 // # Fields this package does not model
 //
-// Every struct has an Extra map, for the members the type does not model:
-// they are written in the same JSON object, and a key of Extra replaces the
-// modelled field of that name. Its values are what a Response may hold
+// Every object type (every struct but IntOrString) has an Extra map, for
+// the members the type does not model: they are written in the same JSON
+// object, and a key of Extra replaces the modelled field of that name. Its values are what a Response may hold
 // (map[string]any, []any, strings, numbers, booleans, nil) and pointers to
 // this package's types; any other value is encoded with encoding/json (a
 // value of this package's types from its json tags, without its own
@@ -54,8 +56,8 @@
 //
 // # Encoding
 //
-// Every type has AppendJSON, which appends its JSON with the members in
-// sorted key order, as the SDK writes a map. The kinds and their specs
+// Every object type has AppendJSON, which appends its JSON with the members
+// in sorted key order, as the SDK writes a map. The kinds and their specs
 // also implement json.Marshaler with the same bytes, so that the SDK's
 // fallback to encoding/json (for a response holding a value its own
 // encoder does not handle) writes a child as its own encoder does.
