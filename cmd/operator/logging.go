@@ -29,7 +29,47 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 func (l *logFlags) logger(w io.Writer) logr.Logger {
 	o := l.zap
 	o.DestWriter = w
-	return zap.New(zap.UseFlagOptions(&o))
+	log := zap.New(zap.UseFlagOptions(&o))
+	return log.WithSink(quietProbes{LogSink: log.GetSink()})
+}
+
+// quietProbes drops controller-runtime's info line for each failed probe
+// of /readyz or /healthz ("healthz check failed" with "statuses":[{}]): a
+// kubelet probing an operator that waits for a CRD would log it every
+// period, while the reason is logged once per episode (and
+// controller-runtime's V(1) line for the probe, with the failing check's
+// error, stays).
+type quietProbes struct {
+	logr.LogSink
+	name string // the logger's name, as WithName built it
+}
+
+const probeLogger, probeFailed = "controller-runtime.healthz", "healthz check failed"
+
+func (q quietProbes) Info(level int, msg string, kv ...any) {
+	if level == 0 && msg == probeFailed && q.name == probeLogger {
+		return
+	}
+	q.LogSink.Info(level, msg, kv...)
+}
+
+func (q quietProbes) WithName(name string) logr.LogSink {
+	full := name
+	if q.name != "" {
+		full = q.name + "." + name
+	}
+	return quietProbes{LogSink: q.LogSink.WithName(name), name: full}
+}
+
+func (q quietProbes) WithValues(kv ...any) logr.LogSink {
+	return quietProbes{LogSink: q.LogSink.WithValues(kv...), name: q.name}
+}
+
+func (q quietProbes) WithCallDepth(depth int) logr.LogSink {
+	if c, ok := q.LogSink.(logr.CallDepthLogSink); ok {
+		return quietProbes{LogSink: c.WithCallDepth(depth), name: q.name}
+	}
+	return q
 }
 
 // verbosity is -v: a logr verbosity, set as the zap level -N.

@@ -12,7 +12,8 @@ import (
 // TestLogFlags: operator run logs in production mode unless --zap-devel is
 // given: JSON lines at info, no debug lines, no stack trace below error.
 // -v=1 (or --zap-log-level=debug, or =1) adds the V(1) lines, such as
-// START and FINISH; --zap-devel switches to console lines.
+// START and FINISH; --zap-devel switches to console lines. A failed health
+// probe's info line from controller-runtime is dropped at every level.
 func TestLogFlags(t *testing.T) {
 	for _, c := range []struct {
 		args        []string
@@ -40,7 +41,16 @@ func TestLogFlags(t *testing.T) {
 		log.Info("module loaded")
 		log.V(1).Info("FINISH reconcile", "fuel", 1)
 		log.Info("WARNING: module load health")
+		probes := log.WithName("controller-runtime").WithName("healthz")
+		probes.Info("healthz check failed", "statuses", []struct{}{{}})
+		probes.V(1).Info("healthz check failed", "checker", "wasmreconcile", "error", "module x: install its CRD")
 		text := out.String()
+		if strings.Contains(text, "statuses") {
+			t.Errorf("%q: a failed probe's info line was logged:\n%s", c.args, text)
+		}
+		if got := strings.Contains(text, "install its CRD"); got != c.debug {
+			t.Errorf("%q: a failed probe's V(1) line logged = %v, want %v:\n%s", c.args, got, c.debug, text)
+		}
 		if got := strings.Contains(text, "START reconcile") && strings.Contains(text, "FINISH reconcile"); got != c.debug {
 			t.Errorf("%q: V(1) lines logged = %v, want %v:\n%s", c.args, got, c.debug, text)
 		}
