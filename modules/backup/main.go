@@ -23,9 +23,11 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/k8s"
 )
 
 var pvc = guest.GVK("", "v1", "PersistentVolumeClaim")
@@ -102,54 +104,52 @@ func Reconcile(req *guest.Request) *guest.Response {
 	if v, ok := obj.NestedField("spec", "suspend"); ok {
 		suspend, _ = v.(bool)
 	}
-	labels := map[string]any{"app.kubernetes.io/name": "backup", "app.kubernetes.io/instance": name}
+	labels := map[string]string{"app.kubernetes.io/name": "backup", "app.kubernetes.io/instance": name}
 	child := name + "-backup"
-
-	podSpec := map[string]any{
-		"restartPolicy": "OnFailure",
-		"containers": []any{map[string]any{
-			"name":    "backup",
-			"image":   image,
-			"command": []any{"/bin/sh", "/scripts/backup.sh"},
-			"env":     []any{map[string]any{"name": "RETAIN", "value": fmt.Sprint(retain)}},
-			"volumeMounts": []any{
-				map[string]any{"name": "data", "mountPath": "/data"},
-				map[string]any{"name": "scripts", "mountPath": "/scripts", "readOnly": true},
-			},
-		}},
-		"volumes": []any{
-			map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": target}},
-			map[string]any{"name": "scripts", "configMap": map[string]any{"name": child}},
-		},
+	// Typed children (package k8s): the API's field names, checked by the
+	// compiler, encoded straight into the response.
+	cm := &k8s.ConfigMap{
+		ObjectMeta: k8s.ObjectMeta{Name: child, Labels: labels},
+		Data:       map[string]string{"backup.sh": script},
 	}
-	if sa := obj.NestedString("spec", "serviceAccountName"); sa != "" {
-		podSpec["serviceAccountName"] = sa
-	}
-	children := []map[string]any{
-		{
-			"apiVersion": "v1", "kind": "ConfigMap",
-			"metadata": map[string]any{"name": child, "labels": labels},
-			"data":     map[string]any{"backup.sh": script},
-		},
-		{
-			"apiVersion": "batch/v1", "kind": "CronJob",
-			"metadata": map[string]any{"name": child, "labels": labels},
-			"spec": map[string]any{
-				"schedule":                   schedule,
-				"suspend":                    suspend,
-				"concurrencyPolicy":          "Forbid",
-				"successfulJobsHistoryLimit": int64(3),
-				"failedJobsHistoryLimit":     int64(1),
-				"jobTemplate": map[string]any{
-					"metadata": map[string]any{"labels": labels},
-					"spec": map[string]any{
-						"backoffLimit": int64(2),
-						"template":     map[string]any{"metadata": map[string]any{"labels": labels}, "spec": podSpec},
+	cj := &k8s.CronJob{
+		ObjectMeta: k8s.ObjectMeta{Name: child, Labels: labels},
+		Spec: k8s.CronJobSpec{
+			Schedule:                   schedule,
+			Suspend:                    &suspend,
+			ConcurrencyPolicy:          k8s.ForbidConcurrent,
+			SuccessfulJobsHistoryLimit: new(int32(3)),
+			FailedJobsHistoryLimit:     new(int32(1)),
+			JobTemplate: k8s.JobTemplateSpec{
+				ObjectMeta: k8s.ObjectMeta{Labels: labels},
+				Spec: k8s.JobSpec{
+					BackoffLimit: new(int32(2)),
+					Template: k8s.PodTemplateSpec{
+						ObjectMeta: k8s.ObjectMeta{Labels: labels},
+						Spec: k8s.PodSpec{
+							RestartPolicy:      k8s.RestartPolicyOnFailure,
+							ServiceAccountName: obj.NestedString("spec", "serviceAccountName"), // "" is left out
+							Containers: []k8s.Container{{
+								Name:    "backup",
+								Image:   image,
+								Command: []string{"/bin/sh", "/scripts/backup.sh"},
+								Env:     []k8s.EnvVar{{Name: "RETAIN", Value: strconv.FormatInt(retain, 10)}},
+								VolumeMounts: []k8s.VolumeMount{
+									{Name: "data", MountPath: "/data"},
+									{Name: "scripts", MountPath: "/scripts", ReadOnly: true},
+								},
+							}},
+							Volumes: []k8s.Volume{
+								{Name: "data", PersistentVolumeClaim: &k8s.PersistentVolumeClaimVolumeSource{ClaimName: target}},
+								{Name: "scripts", ConfigMap: &k8s.ConfigMapVolumeSource{Name: child}},
+							},
+						},
 					},
 				},
 			},
 		},
 	}
+	children := []map[string]any{cm.Child(), cj.Child()}
 
 	// Ready once both children are observed; report the CronJob's last run.
 	extra := map[string]any{"targetPhase": phase}
