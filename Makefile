@@ -9,7 +9,7 @@ SHELL := /usr/bin/env bash
 
 GO       ?= go
 BIN      := $(CURDIR)/bin
-GOMODS   := . guest-sdk modules hack/tools
+GOMODS   := . guest-sdk guest-sdk/k8s/apicheck modules hack/tools
 # go.work joins the modules for development; the Makefile builds each module
 # on its own go.mod, as its users do.
 export GOWORK := off
@@ -64,6 +64,8 @@ operator: ## Build the operator binary to bin/operator.
 test: controlplane modules modules-c operator ## Run all tests: unit, wasm guests, module cases, the C conformance guest, and envtest integration tests.
 	@echo "== guest-sdk (native, then vet for wasip1)"
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	@echo "== guest-sdk/k8s against k8s.io/api (a module of its own: the SDK has no dependency)"
+	cd guest-sdk/k8s/apicheck && $(GO) test ./...
 	@echo "== modules (native logic tests)"
 	cd modules && $(GO) test ./...
 	@echo "== module cases (operator test, offline, on the built .wasm, with the example CRDs' schemas)"
