@@ -470,7 +470,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 		return ctrl.Result{}, nil
 	case skipUnchanged:
 		r.opts.Metrics.Unchanged.WithLabelValues(r.name).Inc()
-		log.FromContext(ctx).V(1).Info("unchanged since the last successful call: guest not called")
+		log.FromContext(ctx).V(1).Info("unchanged since the guest's last answer (a success or a terminal error): guest not called")
 		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 	case skipStorm:
 		r.opts.Metrics.Damped.WithLabelValues(r.name).Inc()
