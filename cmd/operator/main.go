@@ -164,7 +164,7 @@ Flags:
 	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules across restarts (default: in memory)")
 	fs.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
-	fs.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (503 until the informer caches have synced); "0" disables them`)
+	fs.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (failing until the informer caches have synced and while a module waits for a CRD; /readyz/wasmreconcile says which); "0" disables them`)
 	fs.StringVar(&mo.PprofBindAddress, "pprof-bind-address", "", `address of net/http/pprof; "" (the default) disables it`)
 	fs.Int64Var(&mo.Informers.PageSize, "list-page-size", 500, "Limit of each LIST page of the informers")
 	fs.DurationVar(&mo.Informers.ListTimeout, "list-timeout", 60*time.Second, "timeout of each LIST page request")
