@@ -28,7 +28,9 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 // logger returns the logger the flags ask for, writing to w.
 func (l *logFlags) logger(w io.Writer) logr.Logger {
 	o := l.zap
-	o.DestWriter = w
+	// Locked: the writer is shared by every logger of the process, and
+	// only the first ctrl.SetLogger of a process takes effect.
+	o.DestWriter = zapcore.Lock(zapcore.AddSync(w))
 	log := zap.New(zap.UseFlagOptions(&o))
 	return log.WithSink(quietProbes{LogSink: log.GetSink()})
 }

@@ -304,7 +304,7 @@ func TestGuestLogLevels(t *testing.T) {
 	want := []string{
 		`guest "level"=1 "msg"="tck debug line"`,
 		`guest "level"=0 "msg"="tck info line"`,
-		`guest "level"=0 "msg"="tck warn line" "level"="warn"`,
+		`guest "level"=0 "msg"="tck warn line" "guestLevel"="warn"`,
 		`guest "msg"="tck error line" "error"=null`,
 	}
 	if len(lines) != len(want) {

@@ -101,7 +101,7 @@ func guestLog(ctx context.Context, mod api.Module, stack []uint64) {
 	case abi.LogLevelDebug:
 		log.V(1).Info(msg)
 	case abi.LogLevelWarn:
-		log.Info(msg, "level", "warn")
+		log.Info(msg, "guestLevel", "warn")
 	case abi.LogLevelError:
 		log.Error(nil, msg)
 	default:

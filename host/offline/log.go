@@ -15,7 +15,7 @@ import (
 //	PREFIXguest: LEVEL: message key=value …
 //
 // where LEVEL is debug (V(1) and above), info, warn (the engine logs a
-// guest's warnings as info lines with "level"="warn") or error. It is safe
+// guest's warnings as info lines with "guestLevel"="warn") or error. It is safe
 // for concurrent use.
 func NewLogger(w io.Writer, prefix string) logr.Logger {
 	return logr.New(&writerSink{out: &lockedWriter{w: w}, prefix: prefix})
@@ -52,7 +52,7 @@ func (s *writerSink) Info(level int, msg string, kv ...any) {
 	}
 	var rest []any
 	for i := 0; i+1 < len(kv); i += 2 {
-		if kv[i] == "level" {
+		if kv[i] == "guestLevel" {
 			lvl = fmt.Sprint(kv[i+1])
 			continue
 		}

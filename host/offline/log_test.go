@@ -15,7 +15,7 @@ func TestLoggerLines(t *testing.T) {
 	log := offline.NewLogger(&b, "case: ").WithName("guest")
 	log.V(1).Info("a debug line")
 	log.Info("an info line")
-	log.Info("a warning", "level", "warn")
+	log.Info("a warning", "guestLevel", "warn")
 	log.Error(nil, "an error line")
 	log.WithValues("ptr", 8).Error(errors.New("boom"), "failed", "len", 3)
 	want := "case: guest: debug: a debug line\n" +
