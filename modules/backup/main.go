@@ -32,20 +32,22 @@ import (
 
 var pvc = guest.GVK("", "v1", "PersistentVolumeClaim")
 
-func init() {
-	guest.Handle(guest.Manifest{
-		Name: "backup",
-		For:  guest.GVK("examples.wasmreconcile.io", "v1alpha1", "Backup"),
-		Owns: []guest.GroupVersionKind{
-			guest.GVK("batch", "v1", "CronJob"),
-			guest.GVK("", "v1", "ConfigMap"),
-		},
-		Reads: []guest.GroupVersionKind{pvc},
-		// A change to the claim named by spec.target reconciles the Backup.
-		Triggers: []guest.Trigger{{Kind: pvc, Field: "spec.target"}},
-		Limits:   &guest.ManifestLimits{Fuel: 50_000_000, TimeoutMillis: 2000, MemoryPages: 512},
-	}, Reconcile)
+// Manifest declares what the module reconciles, owns and reads, and the
+// trigger that calls it when the claim a Backup names changes.
+var Manifest = guest.Manifest{
+	Name: "backup",
+	For:  guest.GVK("examples.wasmreconcile.io", "v1alpha1", "Backup"),
+	Owns: []guest.GroupVersionKind{
+		guest.GVK("batch", "v1", "CronJob"),
+		guest.GVK("", "v1", "ConfigMap"),
+	},
+	Reads: []guest.GroupVersionKind{pvc},
+	// A change to the claim named by spec.target reconciles the Backup.
+	Triggers: []guest.Trigger{{Kind: pvc, Field: "spec.target"}},
+	Limits:   &guest.ManifestLimits{Fuel: 50_000_000, TimeoutMillis: 2000, MemoryPages: 512},
 }
+
+func init() { guest.Handle(Manifest, Reconcile) }
 
 const (
 	defaultSchedule = "0 3 * * *"
