@@ -96,3 +96,44 @@ func TestTerminalFailureGivesOneEvent(t *testing.T) {
 		t.Errorf("two failures recorded %d ReconcileFailed Events: %q", len(notes), notes)
 	}
 }
+
+// TestTerminalFailureAfterReadGivesOneEvent: a guest that reads through
+// cache_read is called again for the event of its own status write (what
+// it read may have changed), and a terminal failure then fails the same
+// way again. The repeat is not a new failure: it records no second
+// Warning. A new generation that fails is a new failure: one more.
+func TestTerminalFailureAfterReadGivesOneEvent(t *testing.T) {
+	rec := &countingRecorder{notes: map[string][]string{}}
+	h := run(t, "./internal/testguests/claim", runOptions{recorder: func(r recorder.EventRecorder) recorder.EventRecorder {
+		rec.EventRecorder = r
+		return rec
+	}})
+	failed := h.metrics.ReconcileTotal.WithLabelValues("claim", string(protocol.ReconcileFailed))
+	spec := func(msg string) map[string]any {
+		return map[string]any{
+			"read":     map[string]any{"apiVersion": "v1", "kind": "Secret", "namespace": h.ns, "name": "absent"},
+			"response": map[string]any{"status": map[string]any{"phase": "Failed"}, "error": map[string]any{"message": msg, "terminal": true}},
+		}
+	}
+	h.create(responderGVK, "bad", spec("bad spec, first"))
+	// The barrier: the status write's event was answered by a second call.
+	testenv.Eventually(t, time.Minute, "the failing call and the one for its status write", func() error {
+		if n := h.metric(failed); n < 2 {
+			return fmt.Errorf("%v failing calls", n)
+		}
+		return nil
+	})
+	if notes := rec.recorded(string(protocol.ReconcileFailed)); len(notes) != 1 {
+		t.Fatalf("one terminal failure, called twice, recorded %d ReconcileFailed Events: %q", len(notes), notes)
+	}
+	h.update(responderGVK, "bad", func(u *unstructured.Unstructured) { u.Object["spec"] = spec("bad spec, second") })
+	testenv.Eventually(t, time.Minute, "the second failure's Warning", func() error {
+		if notes := rec.recorded(string(protocol.ReconcileFailed)); len(notes) < 2 {
+			return fmt.Errorf("%d Warnings", len(notes))
+		}
+		return nil
+	})
+	if notes := rec.recorded(string(protocol.ReconcileFailed)); len(notes) != 2 || !strings.Contains(notes[1], "bad spec, second") {
+		t.Errorf("two failures recorded %q", notes)
+	}
+}

@@ -145,6 +145,7 @@ type Reconciler struct {
 	mu       sync.Mutex
 	attempts map[types.NamespacedName]int                // consecutive failed reconciles
 	failures map[types.NamespacedName][]abi.ChildFailure // children the last sync could not write
+	warned   map[types.NamespacedName]string             // the last terminal failure's Warning: generation, kind and note
 
 	suspect atomic.Bool   // the last finished call was preempted
 	penalty chan struct{} // capacity 1: serialises a suspect module's calls
@@ -196,6 +197,7 @@ func New(opts Options) (*Reconciler, error) {
 		stats:    opts.Stats,
 		attempts: map[types.NamespacedName]int{},
 		failures: map[types.NamespacedName][]abi.ChildFailure{},
+		warned:   map[types.NamespacedName]string{},
 		penalty:  make(chan struct{}, 1),
 	}
 	for _, g := range m.Owns {
@@ -501,7 +503,7 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	}
 	r.failed(o.key)
 	r.stats.setLastError(fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error()))
-	if o.obj != nil {
+	if o.obj != nil && r.newWarning(o) {
 		r.warn(o.obj, string(kind), protocol.Note(o.err))
 	}
 	switch kind {
@@ -559,4 +561,27 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.attempts, key)
+	delete(r.warned, key)
+}
+
+// newWarning reports whether failure o deserves a Warning Event: every
+// failure does, except a terminal one that repeats the last terminal
+// failure of the object (same generation, kind and message). A terminal
+// failure's status write, or any event that changes nothing the guest
+// reads, may call the guest again, which fails the same way; the object
+// already says so. A success in between, or a new generation, warns again.
+func (r *Reconciler) newWarning(o outcome) bool {
+	kind := protocol.KindOf(o.err)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !protocol.Terminal(o.err) || o.untold {
+		delete(r.warned, o.key)
+		return true
+	}
+	sig := fmt.Sprintf("%d|%s|%s", o.obj.GetGeneration(), kind, protocol.Note(o.err))
+	if r.warned[o.key] == sig {
+		return false
+	}
+	r.warned[o.key] = sig
+	return true
 }
