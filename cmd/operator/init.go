@@ -131,6 +131,12 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "\nnext:\n  cd %s\n", dir)
 	fmt.Fprintf(stdout, "  make test    # go test; build %s.wasm; operator test on testdata/cases\n", name)
 	if opts.CRD {
+		fmt.Fprintf(stdout, "  %s dev --module-dir . --crds crds    # a local cluster running the module; make build reloads it\n", opts.Operator)
+	} else {
+		fmt.Fprintf(stdout, "  %s dev --module-dir .    # a local cluster running the module; make build reloads it\n", opts.Operator)
+	}
+	fmt.Fprintf(stdout, "on a cluster:\n")
+	if opts.CRD {
 		fmt.Fprintf(stdout, "  kubectl apply -f crds/ -f rbac.yaml\n")
 	} else {
 		fmt.Fprintf(stdout, "  kubectl apply -f rbac.yaml\n")

@@ -45,6 +45,11 @@ type Dir struct {
 // remove stops the module of a path that is gone. Neither is called before
 // Start, and calls to apply never overlap.
 func WatchDir(dir string, apply func(ctx context.Context, path string) error, remove func(path string)) (*Dir, error) {
+	// Absolute, so that a module's path is the same string however dir was
+	// spelt ("." or "./run/") and whichever of Initial and an event named it.
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	info, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("module directory: %w; create it or fix --module-dir", err)
@@ -103,7 +108,10 @@ func (w *Dir) Start(ctx context.Context) error {
 			if !strings.HasSuffix(ev.Name, ".wasm") {
 				continue
 			}
-			path := ev.Name
+			path := filepath.Clean(ev.Name)
+			if !filepath.IsAbs(path) {
+				path = filepath.Join(w.dir, filepath.Base(path))
+			}
 			if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 				if _, err := os.Stat(path); os.IsNotExist(err) {
 					w.cancel(path)

@@ -119,3 +119,39 @@ func TestWatcherAppliesSettledWritesAndRemovals(t *testing.T) {
 		t.Errorf("untouched or removed files applied: %v", applied)
 	}
 }
+
+// TestWatcherNamesPathsAlike: a directory given as "." names a module's
+// file by the same path in Initial and in the events of its changes, so
+// that a reload is the same module, not a second one from "another" file.
+func TestWatcherNamesPathsAlike(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "m.wasm"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	applied := make(chan string, 10)
+	w, err := WatchDir(".", func(_ context.Context, path string) error { applied <- path; return nil }, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	initial := w.Initial()
+	if len(initial) != 1 {
+		t.Fatalf("Initial() = %v", initial)
+	}
+	w.SetSettle(10 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := os.WriteFile("m.wasm", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-applied:
+		if got != initial[0] {
+			t.Fatalf("a change applied %q; Initial named the file %q", got, initial[0])
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the change was never applied")
+	}
+}
