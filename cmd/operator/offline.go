@@ -282,12 +282,39 @@ func printJSON(w io.Writer, v any) {
 
 const testUsage = `Usage: operator test [flags] M.wasm CASES_DIR
 
-Runs a module's test cases offline and deterministically: each *.yaml file in
-CASES_DIR gives the input a guest observes and what its response must contain
-(see package host/modtest). Prints PASS or FAIL per case with the fuel used
+Runs a module's test cases offline and deterministically: each *.yaml,
+*.yml or *.json file in CASES_DIR gives the input a guest observes and what
+its response must contain. Prints PASS or FAIL per case with the fuel used
 and a diff, then "N passed, N failed"; with -v, also the guest's log lines
 of each case on stderr ("CASE: guest: LEVEL: message"). Exits 1 if any case
 fails, 2 on bad flags or unreadable files.
+
+A case file (every field optional but input.object; an unknown key is an
+error at its file:line:column):
+
+  name: a new Backup waits for its claim   # default: the file name
+  input:
+    object: {apiVersion: ..., kind: ..., metadata: {...}, spec: {...}}
+    children: [...]        # observed children, of the owned kinds
+    related: [...]         # objects that serve guest.Get and guest.List
+    finalizing: false      # as for an object being deleted
+    config: {...}          # the module's configuration
+    attempt: 0             # consecutive failures so far
+    now: "2026-01-01T00:00:00Z"   # default 2000-01-01T00:00:00Z
+    childFailures: [...]   # children the host could not write last time
+  expect:
+    status: {...}          # a subset of the response's status
+    children: [...]        # every desired child, each a subset, matched by
+                           # apiVersion, kind and name; [] requires none
+    keepChildren: true     # no children field: the children left alone
+    events: [{type: Normal, reason: Created, messageContains: "..."}]
+    requeueAfterSeconds: 30
+    finalized: true
+    error: {kind: ReconcileFailed, terminal: true, messageContains: "..."}
+    maxFuel: 5000000       # fail when the call uses more
+
+error.kind is an outcome kind of docs/abi.md ("Outcomes"); without
+expect.error, any error fails the case. docs/authoring.md has more.
 
 Schema checks: each case's desired children and status are checked against
 their schemas with the API server's own code, as server-side apply and the

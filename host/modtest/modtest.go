@@ -13,9 +13,11 @@
 //	  config: {...}
 //	  attempt: 0
 //	  now: "2026-01-01T00:00:00Z"           # defaults to offline.DefaultNow
+//	  childFailures: [...]                  # children the host could not write last time
 //	expect:
 //	  status: {...}                         # a subset of the response's status
 //	  children: [...]                       # the desired children, each a subset, matched by apiVersion, kind and name
+//	  keepChildren: true                    # no children field: the children are left alone
 //	  events: [{type: Normal, reason: Created, messageContains: "..."}]
 //	  requeueAfterSeconds: 30
 //	  finalized: true
