@@ -202,6 +202,17 @@ func TestDev(t *testing.T) {
 	}
 	t.Logf("the Widget's ConfigMap collected %s after the Widget's delete", time.Since(deleted).Round(time.Millisecond))
 
+	// operator dev serves new bytes on the interpreter first and compiles
+	// them in the background; a stop waits for the compile's current phase
+	// (seconds, a minute under -race on two loaded cores), which the
+	// manager's 30 s grace period may not cover. Stop once it is done.
+	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(logs.String(), "compiled version replaced the interpreted one"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the widget's compiled code never replaced the interpreted one\noperator log (end):\n%s", logs.tail(4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	// Ctrl-C: everything stops and is removed.
 	cancel()
 	stopping := time.Now()

@@ -182,6 +182,9 @@ func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l L
 	if err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // a stopping host does not validate what it will not run
+	}
 	e.mu.Lock()
 	valid := e.validated[digest]
 	e.mu.Unlock()
@@ -339,6 +342,9 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 
 	if metered == nil {
 		metered, err = e.instrument(ctx, m.digest, wasm, l)
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, nil, fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
 	}
 	if err != nil {
 		var (
