@@ -34,6 +34,7 @@ import (
 //     garbage collector, by their owner references: the module has no
 //     finalizer.
 func TestBackupTriggerAndCascade(t *testing.T) {
+	testenv.Shared(t).RequireControllerManager(t)
 	e := newEnv(t)
 	ctx := context.Background()
 	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./backup")}})
