@@ -38,11 +38,24 @@ type limitFlags struct {
 	guest    guestLimitFlags
 	ceilings ceilingFlags
 	reads    offlineReadNamespaces
+
+	opts *offline.Options // options' result: the CRDs are read and built once per command
 }
 
 // options returns the offline options: the scopes and schemas of the kinds
 // in --crds, and the built-in kinds' schemas.
 func (l *limitFlags) options() (offline.Options, error) {
+	if l.opts != nil {
+		return *l.opts, nil
+	}
+	o, err := l.buildOptions()
+	if err == nil {
+		l.opts = &o
+	}
+	return o, err
+}
+
+func (l *limitFlags) buildOptions() (offline.Options, error) {
 	if _, err := l.ceilings.ceilings(); err != nil {
 		return offline.Options{}, err
 	}
