@@ -107,15 +107,18 @@ type ReconcileModuleSpec struct {
 }
 
 // Source is where a module's bytes come from: exactly one of file,
-// configMap, secret and url.
+// configMap, secret, url and oci.
 //
-// +kubebuilder:validation:XValidation:rule="[has(self.file), has(self.configMap), has(self.secret), has(self.url)].filter(x, x).size() == 1",message="set exactly one of source.file, source.configMap, source.secret and source.url"
+// +kubebuilder:validation:XValidation:rule="[has(self.file), has(self.configMap), has(self.secret), has(self.url), has(self.oci)].filter(x, x).size() == 1",message="set exactly one of source.file, source.configMap, source.secret, source.url and source.oci"
+// +kubebuilder:validation:XValidation:rule="has(self.sha256) || has(self.oci)",message="set source.sha256 (the module's sha256); only an oci source, pinned by its manifest digest, may leave it out"
 type Source struct {
 	// SHA256 is the sha256 of the module's (uncompressed) bytes, hex,
 	// optionally prefixed "sha256:". Bytes that do not match are refused.
-	// +required
+	// Required for every source but oci, whose reference's digest pins the
+	// bytes already; when set there too, it is checked as well.
+	// +optional
 	// +kubebuilder:validation:Pattern=`^(sha256:)?[a-f0-9]{64}$`
-	SHA256 string `json:"sha256"`
+	SHA256 string `json:"sha256,omitempty"`
 
 	// File is an absolute path on a volume mounted into the operator.
 	// +optional
@@ -136,6 +139,41 @@ type Source struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^https?://.+`
 	URL string `json:"url,omitempty"`
+
+	// OCI is a module in an OCI registry, in the wasm artifact layout
+	// (`operator push` writes it; docs/sources.md).
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
+}
+
+// OCISource is a module in an OCI registry.
+type OCISource struct {
+	// Ref is oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST. The digest, of
+	// the image manifest, is required and is what is fetched and verified;
+	// a tag is for people to read and is never resolved. `operator push`
+	// and `operator pull` print the digest.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^oci://[^/@]+/[^@]+@sha256:[a-f0-9]{64}$`
+	Ref string `json:"ref"`
+
+	// PullSecret names a Secret of type kubernetes.io/dockerconfigjson (as
+	// `kubectl create secret docker-registry` writes it) holding the
+	// registry's credentials; it is read at each fetch. Its namespace must
+	// be one of the operator's --module-source-namespaces. Defaults to
+	// anonymous access.
+	// +optional
+	PullSecret *SecretRef `json:"pullSecret,omitempty"`
+}
+
+// SecretRef names a Secret.
+type SecretRef struct {
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
 }
 
 // KeyRef names a key of a ConfigMap or Secret.

@@ -53,10 +53,21 @@ import (
 type Options struct {
 	// Modules are paths of .wasm files to load; each module's manifest names
 	// it. A path may pin the file's bytes: "widget.wasm@sha256:<hex>"; bytes
-	// that do not match are refused. A module that fails to load is
-	// reported by LoadErrors and logged; the others still run. Defaults to
-	// none.
+	// that do not match are refused. An entry may also be an OCI reference,
+	// "oci://REGISTRY/REPOSITORY[:TAG]@sha256:<manifest digest>", fetched
+	// with ModuleRegistryConfig's credentials under the URL policy below
+	// (its hosts and addresses). A module that fails to load is reported by
+	// LoadErrors and logged; the others still run. Defaults to none.
 	Modules []string
+	// ModuleRegistryConfig is a Docker config file ({"auths": …}) with the
+	// credentials of the registries of oci:// Modules. Credential helpers
+	// it names are never run. Defaults to "": anonymous.
+	ModuleRegistryConfig string
+	// ModuleCacheDir is a directory where oci sources (Modules and
+	// ReconcileModules) keep the manifests and modules they fetched, by
+	// digest, checked again when read: a restart while the registry is
+	// down still loads them. Defaults to "": nothing is kept.
+	ModuleCacheDir string
 
 	// ModuleDir is a directory of .wasm files to load and watch: a file
 	// written or replaced there is hot-reloaded, a file removed stops its
@@ -73,7 +84,7 @@ type Options struct {
 	// MaxModuleBytes caps a module's size from any source, compressed and
 	// uncompressed. Defaults to 64 MiB.
 	MaxModuleBytes int64
-	// ModuleFetchTimeout bounds fetching a ReconcileModule's url source.
+	// ModuleFetchTimeout bounds fetching a module from a url or oci source.
 	// Defaults to 30 s.
 	ModuleFetchTimeout time.Duration
 	// ModuleStatusInterval is how often a ReconcileModule's status
@@ -289,7 +300,10 @@ type Host struct {
 	loadErrors  []error
 	log         logr.Logger
 	maxBytes    int64
-	account     string // Options.DefaultServiceAccount
+	account     string         // Options.DefaultServiceAccount
+	ociOptions  source.Options // of oci:// Modules
+	ociCreds    source.Credentials
+	ociTimeout  time.Duration
 
 	mu          sync.Mutex
 	fileModules map[string]string // path -> module name, for files applied
@@ -342,7 +356,13 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the host's client: %w", err)
 	}
-	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes, account: opts.DefaultServiceAccount}
+	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes, account: opts.DefaultServiceAccount,
+		ociTimeout: opts.ModuleFetchTimeout,
+		ociOptions: source.Options{MaxBytes: opts.MaxModuleBytes, BlobCache: opts.ModuleCacheDir,
+			URL: source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate}}}
+	if opts.ModuleRegistryConfig != "" {
+		h.ociCreds = source.DockerConfigFile(opts.ModuleRegistryConfig)
+	}
 	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease}); err != nil {
 		return nil, err
 	}
@@ -428,7 +448,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient,
 			DefaultServiceAccount: opts.DefaultServiceAccount, ServiceAccountNamespace: opts.ServiceAccountNamespace,
 			URLPolicy:        source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate},
-			SourceNamespaces: opts.ModuleSourceNamespaces,
+			SourceNamespaces: opts.ModuleSourceNamespaces, BlobCache: opts.ModuleCacheDir,
 		}); err != nil {
 			return fail(err)
 		}
@@ -451,21 +471,29 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 // applyFile loads or reloads the module in arg, a path optionally followed
 // by "@sha256:<hex>", and returns the module's name. The supervisor verifies
 // the pin, and refuses a second file of the same module name.
+//
+// An arg of "oci://…" is an OCI reference (Options.Modules) instead: its
+// manifest digest pins the bytes.
 func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	path, pin, _ := strings.Cut(arg, "@sha256:")
+	fetcher, owner, what := source.File(path, source.Options{MaxBytes: h.maxBytes}), "the file "+path, "module file "+path
+	if strings.HasPrefix(arg, source.OCIScheme) {
+		path, pin = arg, ""
+		fetcher, owner, what = source.OCI(arg, h.ociCreds, h.ociTimeout, h.ociOptions), "the reference "+arg, "module "+arg
+	}
 	h.mu.Lock()
 	name := h.fileModules[path] // "" for a new file: the manifest names it
 	h.mu.Unlock()
 	var clamped []string
 	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
-		Name: name, Source: source.File(path, source.Options{MaxBytes: h.maxBytes}), SHA256: pin, Owner: "the file " + path,
+		Name: name, Source: fetcher, SHA256: pin, Owner: owner,
 		ServiceAccount: h.account,
 		Check:          func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})
 	if err != nil {
 		var fetch *supervisor.FetchError
 		if errors.As(err, &fetch) {
-			return "", fmt.Errorf("module file %s: %w; check the path passed to --module or --module-dir", path, fetch.Err)
+			return "", fmt.Errorf("%s: %w; check the reference or path passed to --module or --module-dir", what, fetch.Err)
 		}
 		return "", err
 	}

@@ -100,7 +100,8 @@ type Options struct {
 	// MaxModuleBytes caps a module's size, compressed and uncompressed.
 	// Defaults to source.DefaultMaxBytes (64 MiB).
 	MaxModuleBytes int64
-	// FetchTimeout bounds fetching a module from a URL. Defaults to 30 s.
+	// FetchTimeout bounds fetching a module from a URL or a registry.
+	// Defaults to 30 s.
 	FetchTimeout time.Duration
 	// StatusInterval is how often a serving module's statistics are
 	// refreshed in its status. Defaults to 30 s.
@@ -118,6 +119,10 @@ type Options struct {
 	// name; "*" is any. Defaults to the namespace the operator runs in (its
 	// service account's, in-cluster), else "default".
 	SourceNamespaces []string
+	// BlobCache is a directory where oci sources keep the manifests and
+	// modules they fetched, by digest, so that a restart while the
+	// registry is down still loads them. Defaults to "": nothing is kept.
+	BlobCache string
 }
 
 func (o Options) withDefaults() Options {
@@ -496,7 +501,7 @@ func (c *Controller) serviceAccount(spec v1alpha1.ReconcileModuleSpec) (string, 
 
 // fetcher is the Fetcher of a source; the schema admits exactly one.
 func (c *Controller) fetcher(src v1alpha1.Source) (source.Fetcher, error) {
-	opts := source.Options{MaxBytes: c.opts.MaxModuleBytes, URL: c.opts.URLPolicy, Namespaces: c.opts.SourceNamespaces}
+	opts := source.Options{MaxBytes: c.opts.MaxModuleBytes, URL: c.opts.URLPolicy, Namespaces: c.opts.SourceNamespaces, BlobCache: c.opts.BlobCache}
 	switch {
 	case src.File != "":
 		return source.File(src.File, opts), nil
@@ -506,8 +511,14 @@ func (c *Controller) fetcher(src v1alpha1.Source) (source.Fetcher, error) {
 		return source.Secret(c.reader, src.Secret.Namespace, src.Secret.Name, src.Secret.Key, opts), nil
 	case src.URL != "":
 		return source.URL(c.opts.HTTPClient, src.URL, c.opts.FetchTimeout, opts), nil
+	case src.OCI != nil:
+		var creds source.Credentials
+		if ps := src.OCI.PullSecret; ps != nil {
+			creds = source.PullSecret(c.reader, ps.Namespace, ps.Name, opts)
+		}
+		return source.OCI(src.OCI.Ref, creds, c.opts.FetchTimeout, opts), nil
 	}
-	return nil, errors.New("no source set; set one of spec.source.file, configMap, secret and url")
+	return nil, errors.New("no source set; set one of spec.source.file, configMap, secret, url and oci")
 }
 
 // reportLimits puts the limits of the version now serving in status, and
