@@ -43,6 +43,10 @@ Usage:
       Write a new module: go.mod, handler, tests, a case, a CRD, a Makefile, RBAC.
   operator rbac [--service-account NAMESPACE/NAME] [--namespace NS] [--crds DIR] MODULE.wasm
       Print the least-privilege RBAC of a module's manifest as YAML.
+  operator push [--registry-config FILE] MODULE.wasm oci://REGISTRY/REPOSITORY:TAG
+      Push a module to an OCI registry (wasm artifact layout); print its pinned reference.
+  operator pull [--registry-config FILE] [-o FILE.wasm] oci://REGISTRY/REPOSITORY[:TAG][@DIGEST]
+      Fetch a module from an OCI registry; print its pinned reference.
   operator version
 
 Run "operator COMMAND --help" for the flags of a command.
@@ -77,6 +81,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runInit(args[1:], stdout, stderr)
 	case "rbac":
 		return runRBAC(args[1:], stdout, stderr)
+	case "push":
+		return runPush(args[1:], stdout, stderr)
+	case "pull":
+		return runPull(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -107,7 +115,8 @@ func runOperatorWith(args []string, stderr io.Writer, dev *devCommand) error {
 
 Runs reconcile modules against a cluster: one controller per module, each
 guest call under a fuel budget and a deadline. Modules come from:
-  --module FILE.wasm     files loaded at start;
+  --module FILE.wasm     files loaded at start, or oci:// references
+                         (REGISTRY/REPOSITORY@sha256:DIGEST);
   --module-dir DIR       a directory watched for changes: rebuild a module
                          there and it is hot-swapped, no restart;
   --reconcile-modules    ReconcileModule objects (config/crd), each pinned
@@ -135,7 +144,9 @@ Flags:
 		modules stringList
 		logs    logFlags
 	)
-	fs.Var(&modules, "module", "path of a .wasm reconcile module to run, optionally pinned: FILE.wasm@sha256:HEX (repeatable)")
+	fs.Var(&modules, "module", "a reconcile module to run (repeatable): a .wasm file, optionally pinned as FILE.wasm@sha256:HEX, or an OCI reference oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST (operator push prints it)")
+	fs.StringVar(&opts.ModuleRegistryConfig, "module-registry-config", "", `Docker config file ({"auths": ...}) with the credentials of the registries of oci:// --module references; credential helpers it names are never run (default: anonymous)`)
+	fs.StringVar(&opts.ModuleCacheDir, "module-cache-dir", "", "directory where oci:// modules (--module and ReconcileModules) are kept by digest once fetched, so that a restart while the registry is down still loads them (default: none, every load fetches)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
 	fs.BoolVar(&mo.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
@@ -148,7 +159,7 @@ Flags:
 	fs.IntVar(&opts.KeepVersions, "keep-versions", 3, "versions of each module kept compiled, so a rollback to one is instant")
 	fs.Int64Var(&opts.MaxModuleBytes, "max-module-bytes", 64<<20, "largest module, compressed or not, loaded from any source")
 	fs.DurationVar(&opts.ModuleDirSettle, "module-dir-settle", 100*time.Millisecond, "how long a file in --module-dir must see no write before it is loaded")
-	fs.DurationVar(&opts.ModuleFetchTimeout, "module-fetch-timeout", 30*time.Second, "timeout of fetching a ReconcileModule's url source")
+	fs.DurationVar(&opts.ModuleFetchTimeout, "module-fetch-timeout", 30*time.Second, "timeout of fetching a module from a url or oci source")
 	fs.DurationVar(&opts.ModuleStatusInterval, "module-status-interval", 30*time.Second, "how often a ReconcileModule's status statistics are refreshed")
 	fs.DurationVar(&opts.HealthInterval, "module-health-interval", 10*time.Second, "how often each module's caches are checked for the SyncFailed and CacheStale warnings")
 	fs.DurationVar(&opts.QuiescentAfter, "quiescent-after", time.Minute, "how long a converged module must write nothing to be reported quiescent (wasmreconcile_module_state)")

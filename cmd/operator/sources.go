@@ -18,8 +18,8 @@ type sourceFlags struct {
 }
 
 func (s *sourceFlags) register(fs *flag.FlagSet) {
-	fs.Var(&s.allowedHosts, "module-url-allowed-hosts", `hosts a ReconcileModule's url may fetch from, comma-separated (repeatable): names, "*.example.com" for any name under a domain, or IP addresses; any port (default: any host whose addresses are public)`)
-	fs.BoolVar(&s.allowPrivate, "module-url-allow-private", false, "let url sources reach loopback, private (RFC 1918, fc00::/7) and other non-public addresses; link-local (169.254.169.254, the cloud metadata service), multicast and unspecified addresses stay refused")
+	fs.Var(&s.allowedHosts, "module-url-allowed-hosts", `hosts a module's url or oci source (a ReconcileModule's, or --module oci://) may fetch from, comma-separated (repeatable): names, "*.example.com" for any name under a domain, or IP addresses; any port (default: any host whose addresses are public)`)
+	fs.BoolVar(&s.allowPrivate, "module-url-allow-private", false, "let url and oci sources reach loopback, private (RFC 1918, fc00::/7) and other non-public addresses; link-local (169.254.169.254, the cloud metadata service), multicast and unspecified addresses stay refused")
 	fs.Var(&s.namespaces, "module-source-namespaces", `namespaces whose ConfigMaps and Secrets a ReconcileModule's source may name, comma-separated (repeatable); "*" is any (default: the operator's own namespace)`)
 }
 
