@@ -135,7 +135,12 @@ fi
 mkdir -p "$BIN"
 for b in "$BIN.tmp"/*; do
   [[ -e "$b" ]] || continue
-  "$b" --version 2>&1 | head -1 >&2
+  # kubectl has no --version (it is `kubectl version --client`): a
+  # version line is for the log only and never fails the build.
+  case "$(basename "$b")" in
+    kubectl) { "$b" version --client 2>&1 || true; } | head -1 >&2 ;;
+    *) { "$b" --version 2>&1 || true; } | head -1 >&2 ;;
+  esac
   mv -f "$b" "$BIN/"
 done
 rmdir "$BIN.tmp"
