@@ -26,6 +26,10 @@ help: ## Show this help.
 controlplane: ## Build kube-apiserver, kube-controller-manager, kubectl and etcd into ~/.cache/wasmreconcile (once; minutes).
 	@hack/controlplane.sh >/dev/null
 
+.PHONY: registry
+registry: ## Build the CNCF distribution registry, for the OCI tests, into ~/.cache/wasmreconcile (once; a few minutes).
+	@hack/registry.sh >/dev/null
+
 .PHONY: modules
 modules: ## Build every module under modules/ to bin/modules/*.wasm.
 	@mkdir -p $(BIN)/modules/testguests
@@ -61,7 +65,7 @@ operator: ## Build the operator binary to bin/operator.
 	$(GO) build -o $(BIN)/operator ./cmd/operator
 
 .PHONY: test
-test: controlplane modules modules-c operator ## Run all tests: unit, wasm guests, module cases, the C conformance guest, and envtest integration tests.
+test: controlplane registry modules modules-c operator ## Run all tests: unit, wasm guests, module cases, the C conformance guest, envtest integration tests and a real OCI registry.
 	@echo "== guest-sdk (native, then vet for wasip1)"
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@echo "== guest-sdk/k8s against k8s.io/api (a module of its own: the SDK has no dependency)"
@@ -83,7 +87,7 @@ test: controlplane modules modules-c operator ## Run all tests: unit, wasm guest
 	@echo "-- modules/widget-c (the widget's logic in C, on the Go widget's cases)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/widget-c.wasm modules/widget/testdata/cases
 	@echo "== host (with a real kube-apiserver and etcd: one per test package)"
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
 # The per-package limit of go test: room to spare over the slowest package
 # (host/engine, 20 minutes under -race beside two busy loops on 2 cores).

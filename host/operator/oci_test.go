@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,15 +10,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 	"github.com/wasmreconcile/wasmreconcile/internal/testregistry"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestReconcileModuleFromOCI runs ReconcileModules whose source is a real
@@ -125,6 +129,18 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 	reg.Close()
 	since = time.Now()
 	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref, spec.Source.SHA256 = ref1.String(), "" })
-	moduleCondition(t, e.c, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionFalse, modulecontroller.ReasonLoaded)
+	// LoadFailed was False already: wait for the condition of this
+	// generation.
+	testenv.Eventually(t, 2*time.Minute, "LoadFailed=False of the spec naming v1 again", func() error {
+		rm := &v1alpha1.ReconcileModule{}
+		if err := e.c.Get(ctx, client.ObjectKey{Name: "widget"}, rm); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(rm.Status.Conditions, modulecontroller.ConditionLoadFailed)
+		if c == nil || c.ObservedGeneration != rm.Generation || c.Status != metav1.ConditionFalse {
+			return fmt.Errorf("generation %d, conditions %v, lastError %q", rm.Generation, rm.Status.Conditions, rm.Status.LastError)
+		}
+		return nil
+	})
 	waitVersion(t, e.c, e.ns, []string{"from-oci"}, "1", since)
 }
