@@ -64,6 +64,11 @@ modules-c: toolchain-c ## Build the C guests (modules/tck-c, modules/widget-c) t
 operator: ## Build the operator binary to bin/operator.
 	$(GO) build -o $(BIN)/operator ./cmd/operator
 
+.PHONY: image
+image: ## Build the operator image without Docker (go-containerregistry) into bin/image, an OCI layout; IMAGE=oci://REGISTRY/REPO:TAG pushes it instead.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $(BIN)/operator-static ./cmd/operator
+	$(GO) run ./hack/image --binary $(BIN)/operator-static $(if $(IMAGE),--push $(IMAGE),--layout $(BIN)/image)
+
 .PHONY: test
 test: controlplane registry modules modules-c operator ## Run all tests: unit, wasm guests, module cases, the C conformance guest, envtest integration tests and a real OCI registry.
 	@echo "== guest-sdk (native, then vet for wasip1)"

@@ -19,6 +19,9 @@ import (
 	"strings"
 	"time"
 
+	// Mozilla's CA roots, used only where the system has none: the
+	// operator image has no CA bundle (internal/image).
+	_ "golang.org/x/crypto/x509roots/fallback"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
