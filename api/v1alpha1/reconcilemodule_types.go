@@ -104,6 +104,66 @@ type ReconcileModuleSpec struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +listType=set
 	ReadNamespaces []string `json:"readNamespaces,omitempty"`
+
+	// Candidate is another version of the module to run in shadow: for
+	// every reconcile, the host also calls the candidate on the same
+	// request, compares its answer with the serving version's (status,
+	// children, Events, requeue, error) and never writes anything the
+	// candidate returns. status.rollout counts agreements, differences and
+	// candidate errors, with the first differences shown. The candidate
+	// must be the same module (name, kinds, triggers, finalizer); it runs
+	// under spec.limits. See docs/rollout.md.
+	// +optional
+	Candidate *Candidate `json:"candidate,omitempty"`
+}
+
+// Candidate is a version run in shadow beside the serving one.
+type Candidate struct {
+	// Source is where the candidate's bytes come from, pinned as
+	// spec.source is.
+	// +required
+	Source Source `json:"source"`
+
+	// Promote, when set, makes the candidate serve once it has agreed
+	// with the serving version on promote.afterAgreeing calls with no
+	// difference and no candidate error. Defaults to unset: promotion is
+	// manual (move the candidate's source to spec.source).
+	// +optional
+	Promote *Promote `json:"promote,omitempty"`
+
+	// AllowDifferences are response field paths whose differences are
+	// expected and not counted: status.observedAt,
+	// status.conditions[*].message, children[*].metadata.annotations,
+	// events. "*" matches one segment; a path covers its subtree.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=256
+	AllowDifferences []string `json:"allowDifferences,omitempty"`
+
+	// MaxConcurrentReconciles is how many candidate calls run at once, in
+	// workers of the candidate's own: the serving version never waits for
+	// them. Defaults to 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	MaxConcurrentReconciles int `json:"maxConcurrentReconciles,omitempty"`
+
+	// QueueSize is how many calls may wait for a candidate worker; calls
+	// beyond are not repeated on the candidate and are counted as skipped.
+	// Defaults to 100.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	QueueSize int `json:"queueSize,omitempty"`
+}
+
+// Promote is when a candidate is promoted automatically.
+type Promote struct {
+	// AfterAgreeing is how many agreeing calls, with no difference and no
+	// candidate error, promote the candidate.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	AfterAgreeing int64 `json:"afterAgreeing"`
 }
 
 // Source is where a module's bytes come from: exactly one of file,
@@ -301,6 +361,11 @@ type ReconcileModuleStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Rollout is the state of spec.candidate: its comparisons with the
+	// serving version, and its promotion.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
 }
 
 // EffectiveLimits are the per-call limits a module runs under.
@@ -320,6 +385,60 @@ type Stats struct {
 	Errors              int64   `json:"errors"`
 	MeanFuel            int64   `json:"meanFuel"`
 	MeanDurationSeconds float64 `json:"meanDurationSeconds"`
+}
+
+// RolloutStatus is the state of a module's candidate.
+type RolloutStatus struct {
+	// Candidate is the candidate running in shadow, or that failed to
+	// load.
+	// +optional
+	Candidate *CandidateStatus `json:"candidate,omitempty"`
+	// Promoted is set once the candidate of spec generation
+	// promoted.generation was promoted automatically: it serves in place of
+	// spec.source until the spec changes. Move the candidate's source to
+	// spec.source to keep it; remove spec.candidate to roll back to
+	// spec.source (instant: the previous version stays compiled).
+	// +optional
+	Promoted *Promotion `json:"promoted,omitempty"`
+}
+
+// CandidateStatus counts a candidate's comparisons with the serving
+// version since it started.
+type CandidateStatus struct {
+	// Digest is the candidate's sha256.
+	// +optional
+	Digest string `json:"digest,omitempty"`
+	// Agreements are calls it answered as the serving version did.
+	Agreements int64 `json:"agreements"`
+	// Differences are calls it answered otherwise.
+	Differences int64 `json:"differences"`
+	// CandidateErrors are calls where it failed (fuel, deadline, trap,
+	// invalid response) and the serving version did not.
+	CandidateErrors int64 `json:"candidateErrors"`
+	// Skipped are calls not repeated on it: its queue was full.
+	Skipped int64 `json:"skipped"`
+	// FirstDifferences are the first differing calls, each naming the
+	// object and the fields: "ns/name: status.replicas: 3 → 4".
+	// +optional
+	FirstDifferences []string `json:"firstDifferences,omitempty"`
+	// LastError is why the candidate does not run, when it failed to load.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+}
+
+// Promotion records an automatic promotion.
+type Promotion struct {
+	// Digest is the promoted candidate's.
+	Digest string `json:"digest"`
+	// PreviousDigest is the version it replaced, kept compiled for an
+	// instant rollback.
+	PreviousDigest string `json:"previousDigest"`
+	// Generation is the spec generation it was promoted in.
+	Generation int64 `json:"generation"`
+	// Agreements are the agreeing calls that promoted it.
+	Agreements int64 `json:"agreements"`
+	// At is when.
+	At metav1.Time `json:"at"`
 }
 
 // ReconcileModuleList is a list of ReconcileModules.

@@ -60,6 +60,9 @@ type Metrics struct {
 	// EventsDropped counts guest Events dropped over the Event budget, by
 	// the bucket that refused them (object, module).
 	EventsDropped *prometheus.CounterVec
+	// Shadow counts a candidate's comparisons with the serving version, by
+	// module and result: agree, differ, candidate_error, skipped.
+	Shadow *prometheus.CounterVec
 
 	modules *moduleCollector
 }
@@ -148,6 +151,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_events_dropped_total",
 			Help: "Guest Events dropped over the Event budget, by module and the token bucket that refused them: object (--event-object-qps, --event-object-burst) or module (--event-module-qps, --event-module-burst).",
 		}, []string{"module", "reason"}),
+		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_shadow_comparisons_total",
+			Help: "Calls of a ReconcileModule's candidate (spec.candidate) on the serving version's requests, by module and result: agree, differ, candidate_error (the candidate failed where the serving version did not), skipped (the candidate's queue was full).",
+		}, []string{"module", "result"}),
 		modules: newModuleCollector(),
 	}
 	var err error
@@ -166,6 +173,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.CompileSeconds = promreg.Register(reg, m.CompileSeconds, &err)
 	m.GuestLogDropped = promreg.Register(reg, m.GuestLogDropped, &err)
 	m.EventsDropped = promreg.Register(reg, m.EventsDropped, &err)
+	m.Shadow = promreg.Register(reg, m.Shadow, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	if err != nil {
 		return nil, err
@@ -177,7 +185,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.modules}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.modules}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and

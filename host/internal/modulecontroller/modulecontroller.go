@@ -273,7 +273,11 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err := c.writeStatus(ctx, obj, status); err != nil {
 			return ctrl.Result{}, err
 		}
-		loaded, reason, err := c.load(ctx, obj)
+		src, promoted := obj.Spec.Source, promotedIn(obj, &status)
+		if promoted {
+			src = obj.Spec.Candidate.Source // promoted in this generation (before a restart, or by the leader)
+		}
+		loaded, reason, err := c.loadFrom(ctx, obj, src)
 		if err != nil {
 			if reason != ReasonFetchFailed {
 				c.failedGen[obj.Name] = gen
@@ -292,6 +296,10 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		setCondition(&status, obj, ConditionLoadFailed, metav1.ConditionFalse, ReasonLoaded, "")
 		c.event(obj, corev1.EventTypeNormal, ReasonLoaded, "Load", "module %s serving (%s, compile %s)", loaded.Digest, loaded.Result, loaded.Compile.Round(time.Millisecond))
 		c.reportLimits(obj, &status, loaded.limits, loaded.clamped)
+		c.setCandidate(ctx, obj, &status, promoted)
+	}
+	if err := c.rollout(ctx, obj, &status); err != nil {
+		return ctrl.Result{}, err
 	}
 	setCondition(&status, obj, ConditionLoading, metav1.ConditionFalse, ReasonLoaded, "")
 	if obj.Spec.Paused {
@@ -409,8 +417,14 @@ type loadResult struct {
 // load builds the module's source and spec from obj and applies them. It
 // returns the condition reason of a failure.
 func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (loadResult, string, error) {
+	return c.loadFrom(ctx, obj, obj.Spec.Source)
+}
+
+// loadFrom is load with the bytes of src: spec.source, or the candidate's
+// source once it is promoted.
+func (c *Controller) loadFrom(ctx context.Context, obj *v1alpha1.ReconcileModule, src v1alpha1.Source) (loadResult, string, error) {
 	spec := obj.Spec
-	fetcher, err := c.fetcher(spec.Source)
+	fetcher, err := c.fetcher(src)
 	if err != nil {
 		return loadResult{}, ReasonFetchFailed, fmt.Errorf("module[%s]: %w", obj.Name, err)
 	}
@@ -431,7 +445,7 @@ func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (l
 	name := obj.Name
 	var served loadResult // what Check saw of the version about to serve
 	l, err := c.supervisor.Apply(ctx, supervisor.Spec{
-		Name: name, Source: fetcher, SHA256: spec.Source.SHA256, Owner: "the ReconcileModule " + name,
+		Name: name, Source: fetcher, SHA256: src.SHA256, Owner: "the ReconcileModule " + name,
 		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
 		Config:                  cfg,
 		Paused:                  spec.Paused,

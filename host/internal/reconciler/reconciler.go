@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -44,6 +45,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
@@ -150,6 +152,7 @@ type Reconciler struct {
 	suspect atomic.Bool   // the last finished call was preempted
 	penalty chan struct{} // capacity 1: serialises a suspect module's calls
 
+	shadow     atomic.Pointer[shadow.Shadow]                                           // a candidate called beside the serving version; nil for none
 	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
 	active     atomic.Int64                                                            // reconciles running now
 	lastChange atomic.Int64                                                            // unix nanoseconds of the last write
@@ -355,13 +358,16 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	reads := &countingReader{CacheReader: r.reads.For(key.Namespace)}
 	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
+		r.toShadow(key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
 		return o
 	}
 	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
 	if err != nil {
+		r.toShadow(key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
 		o.err = err
 		return o
 	}
+	r.toShadow(key, call, obj, request, answerOf(resp))
 	a, err := r.apply(ctx, call, obj, observed, resp, deleting, told)
 	o.wrote, o.untold = o.wrote || a.wrote, a.untold
 	switch {
@@ -397,6 +403,59 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		r.memos.set(key, m)
 	}
 	return o
+}
+
+// SetShadow makes s the candidate called beside the serving version on
+// every call from now on, or stops calling one (nil). It returns the
+// previous Shadow, which the caller closes. s must have been built with
+// Decoder's decoder, for a module of the same kinds.
+func (r *Reconciler) SetShadow(s *shadow.Shadow) *shadow.Shadow { return r.shadow.Swap(s) }
+
+// Shadow is the candidate called beside the serving version, or nil.
+func (r *Reconciler) Shadow() *shadow.Shadow { return r.shadow.Load() }
+
+// Decoder decodes a candidate's answers by the module's response rules,
+// the serving version's.
+func (r *Reconciler) Decoder() shadow.Decoder {
+	return func(call string, owner map[string]any, requestBytes int, output []byte) (shadow.Answer, error) {
+		resp, err := r.rules.Decode(call, owner, requestBytes, output)
+		if err != nil {
+			return shadow.Answer{}, err
+		}
+		return answerOf(resp), nil
+	}
+}
+
+// answerOf is a decoded response as a shadow.Answer: a deep copy, since
+// applying the serving response changes its children (labels, owner
+// references) while the candidate's comparison reads it.
+func answerOf(resp *protocol.Response) shadow.Answer {
+	children := make([]map[string]any, len(resp.Desired))
+	for i, d := range resp.Desired {
+		children[i] = d.DeepCopy().Object
+	}
+	r := resp.Response
+	if r.Status != nil {
+		r.Status = runtime.DeepCopyJSON(r.Status)
+	}
+	r.Events = append([]abi.Event(nil), r.Events...)
+	r.Children = nil // compared as the completed children
+	if r.Error != nil {
+		e := *r.Error
+		r.Error = &e
+	}
+	return shadow.Answer{Response: &r, Children: children, Kind: protocol.Success}
+}
+
+// toShadow repeats a call on the candidate, if there is one, without
+// waiting for it. A call the host's shutdown canceled is not repeated.
+func (r *Reconciler) toShadow(key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving shadow.Answer) {
+	s := r.shadow.Load()
+	if s == nil || serving.Kind == protocol.Canceled {
+		return
+	}
+	s.Submit(shadow.Job{Object: key.String(), Call: call, Owner: obj.DeepCopy().Object, Request: request,
+		Reads: r.reads.For(key.Namespace), Serving: serving})
 }
 
 // countingReader counts a call's cache reads. The guest reads on the

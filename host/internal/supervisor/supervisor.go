@@ -334,6 +334,9 @@ type running struct {
 	requeue  chan event.GenericEvent
 	versions []*cached // most recent first; versions[0] serves
 	loaded   Loaded
+	// candidate runs beside the serving version (SetCandidate); nil for
+	// none. A new controller (a restart) starts without one.
+	candidate *candidate
 
 	cancel  context.CancelFunc // stops the controller; nil while it does not run
 	stopped chan struct{}      // closed when the controller's goroutine returns
@@ -472,6 +475,9 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 				version, spec.Name = c.version, name
 			}
 		}
+		if c := r.candidate; version == nil && c != nil && c.key == key {
+			version, spec.Name = c.version, name // a promotion: the candidate's compiled code serves at once
+		}
 	}
 	s.mu.Unlock()
 
@@ -546,6 +552,12 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	}
 	r = s.modules[spec.Name]
 	r.loaded = loaded
+	if c := r.candidate; c != nil && c.version == version {
+		// The candidate was promoted: it serves now, and no longer shadows.
+		r.candidate = nil
+		r.rec.SetShadow(nil)
+		s.closeCandidate(r, c, false)
+	}
 	if interpreted {
 		s.remember(r, key+"#interpreter", version)
 		s.goroutines.Add(1)
@@ -610,6 +622,14 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			stopped := r.stopped
 			s.stopController(r)
 			r.slot.Close()
+			if c := r.candidate; c != nil {
+				// The new controller starts without a candidate (its rules
+				// may differ); the candidate's version goes unless it is
+				// the one about to serve.
+				r.candidate = nil
+				r.rec.SetShadow(nil)
+				s.closeCandidate(r, c, c.version != version)
+			}
 			// A finalizer the new version does not declare (for the same
 			// kind) is drained from the old kind's objects once the old
 			// controller has stopped; the old kinds are released then.
@@ -753,6 +773,7 @@ func (s *Supervisor) Remove(name string) bool {
 	stopped := r.stopped
 	s.stopController(r)
 	r.slot.Close()
+	s.dropCandidate(r)
 	for _, c := range r.versions {
 		s.retire(c.version)
 	}
@@ -820,6 +841,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		s.releaseIdentity(r)
 		s.stopController(r)
 		r.slot.Close()
+		s.dropCandidate(r)
 		for _, c := range r.versions {
 			versions = append(versions, c.version)
 		}

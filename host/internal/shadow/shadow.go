@@ -1,0 +1,221 @@
+// Package shadow runs a candidate version of a module beside the serving
+// one: for every call of the serving version, the candidate is called on
+// the same request bytes, in the background, and its answer is compared
+// with the serving one (Compare). Nothing the candidate returns is ever
+// applied: a Shadow has no client, only the candidate's code and the
+// comparison.
+//
+// A Shadow has its own workers and queue (Options.MaxConcurrent,
+// Options.QueueSize), so the serving path only pays for handing a job over:
+// when the queue is full the job is dropped and counted as skipped, never
+// waited for.
+package shadow
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+)
+
+// Options configure a Shadow. Zero fields take the stated defaults.
+type Options struct {
+	// MaxConcurrent is how many candidate calls run at once. Defaults to 1.
+	MaxConcurrent int
+	// QueueSize is how many comparisons may wait for a worker; more are
+	// dropped and counted as skipped. Defaults to 100.
+	QueueSize int
+	// AllowDifferences are field paths whose differences are expected (see
+	// Allowed). Defaults to none.
+	AllowDifferences []string
+	// KeepDifferences is how many differing calls are kept to show, the
+	// first ones. Defaults to 5.
+	KeepDifferences int
+	// Observe, when set, is called with each comparison's result: "agree",
+	// "differ", "candidate_error" or "skipped". Defaults to nil.
+	Observe func(result string)
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = 1
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 100
+	}
+	if o.KeepDifferences <= 0 {
+		o.KeepDifferences = 5
+	}
+	return o
+}
+
+// Job is one serving call to repeat on the candidate.
+type Job struct {
+	// Object names the reconciled object, "namespace/name", for the
+	// differences shown.
+	Object string
+	// Call names the call, for the candidate's errors.
+	Call string
+	// Owner is the reconciled object, to decode the candidate's response.
+	Owner map[string]any
+	// Request is the request bytes the serving version was called with.
+	Request []byte
+	// Reads serves the candidate's cache reads (the serving call's
+	// reader: the same rules and identity).
+	Reads engine.CacheReader
+	// Serving is the serving version's answer.
+	Serving Answer
+}
+
+// Decoder decodes a response for the module's rules: protocol.Rules.Decode
+// and the completed children.
+type Decoder func(call string, owner map[string]any, requestBytes int, output []byte) (Answer, error)
+
+// Stats are a Shadow's counts since it started.
+type Stats struct {
+	Agreements, Differences, CandidateErrors, Skipped int64
+	// FirstDifferences are the first differing or failing calls, each as
+	// "namespace/name: PATH: SERVING → CANDIDATE; …".
+	FirstDifferences []string
+	// CandidateFuel is the fuel of the candidate's last call.
+	CandidateFuel uint64
+}
+
+// Shadow runs one candidate. It is safe for concurrent use.
+type Shadow struct {
+	module *engine.Module
+	decode Decoder
+	opts   Options
+
+	jobs   chan Job
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	stats  Stats
+}
+
+// New starts a Shadow calling module, whose answers decode decodes. Close
+// it to stop its workers.
+func New(module *engine.Module, decode Decoder, opts Options) *Shadow {
+	opts = opts.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Shadow{module: module, decode: decode, opts: opts, jobs: make(chan Job, opts.QueueSize), ctx: ctx, cancel: cancel}
+	for i := 0; i < opts.MaxConcurrent; i++ {
+		s.wg.Add(1)
+		go s.work()
+	}
+	return s
+}
+
+// Module is the candidate.
+func (s *Shadow) Module() *engine.Module { return s.module }
+
+// Options are the options the Shadow runs with.
+func (s *Shadow) Options() Options { return s.opts }
+
+// Submit hands a job to the candidate without waiting: it returns false,
+// and counts the job as skipped, when the queue is full or the Shadow is
+// closed.
+func (s *Shadow) Submit(j Job) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		select {
+		case s.jobs <- j:
+			return true
+		default:
+		}
+	}
+	s.stats.Skipped++
+	s.observe("skipped")
+	return false
+}
+
+func (s *Shadow) observe(result string) {
+	if s.opts.Observe != nil {
+		s.opts.Observe(result)
+	}
+}
+
+// Stats returns the counts so far.
+func (s *Shadow) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.FirstDifferences = append([]string(nil), s.stats.FirstDifferences...)
+	return st
+}
+
+// Close stops the workers, abandoning the calls running (they are not
+// counted), and waits for them. It does not close the module.
+func (s *Shadow) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.jobs)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+}
+
+func (s *Shadow) work() {
+	defer s.wg.Done()
+	for j := range s.jobs {
+		if s.ctx.Err() != nil {
+			continue // closing: drain without calling
+		}
+		s.run(j)
+	}
+}
+
+func (s *Shadow) run(j Job) {
+	ctx := s.ctx
+	if j.Reads != nil {
+		ctx = engine.WithCacheReader(ctx, j.Reads)
+	}
+	call := j.Call + " (candidate)"
+	res, err := s.module.Reconcile(ctx, call, j.Request)
+	if s.ctx.Err() != nil {
+		return // abandoned by Close: no verdict
+	}
+	var cand Answer
+	if err == nil {
+		cand, err = s.decode(call, j.Owner, len(j.Request), res.Output)
+	}
+	if err != nil {
+		cand = Answer{Kind: protocol.KindOf(err), Err: err.Error()}
+	}
+	verdict, lines := Compare(j.Serving, cand, s.opts.AllowDifferences)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.CandidateFuel = res.Fuel
+	switch verdict {
+	case Agree:
+		s.stats.Agreements++
+	case Differ:
+		s.stats.Differences++
+	case CandidateError:
+		s.stats.CandidateErrors++
+	}
+	if verdict != Agree && len(s.stats.FirstDifferences) < s.opts.KeepDifferences {
+		shown := lines
+		if len(shown) > 3 {
+			shown = append(append([]string(nil), lines[:3]...), fmt.Sprintf("and %d more", len(lines)-3))
+		}
+		msg := j.Object + ": "
+		for i, l := range shown {
+			if i > 0 {
+				msg += "; "
+			}
+			msg += l
+		}
+		s.stats.FirstDifferences = append(s.stats.FirstDifferences, protocol.Truncate(msg, 1024))
+	}
+	s.observe(verdict.String())
+}

@@ -1,0 +1,232 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
+)
+
+// CandidateSpec is a candidate version of a module: called beside the
+// serving version on the same requests, compared with it, never applied
+// (package shadow).
+type CandidateSpec struct {
+	// Source fetches the candidate's bytes. Required.
+	Source source.Fetcher
+	// SHA256, when set, pins the bytes: hex, optionally prefixed "sha256:".
+	SHA256 string
+	// Shadow configures the candidate's workers, queue and allowed
+	// differences; its Observe is set by the supervisor (the
+	// wasmreconcile_shadow_comparisons_total metric).
+	Shadow shadow.Options
+}
+
+// CandidateStatus is a running candidate.
+type CandidateStatus struct {
+	// Digest is the candidate's "sha256:<hex>".
+	Digest string
+	// Since is when the candidate started to be compared.
+	Since time.Time
+	// Stats are its comparisons so far.
+	Stats shadow.Stats
+}
+
+// CandidateError reports a candidate that cannot run beside the serving
+// version: it could not be fetched or loaded, or it is not the same module
+// (name, kinds, triggers, finalizer). The serving version is untouched.
+type CandidateError struct {
+	Module, Source string
+	Err            error
+}
+
+func (e *CandidateError) Error() string {
+	return fmt.Sprintf("module[%s] candidate from %s: %v", e.Module, e.Source, e.Err)
+}
+
+func (e *CandidateError) Unwrap() error { return e.Err }
+
+// candidate is a module's running candidate. Its version is the shadow's
+// alone unless the module's versions also hold it (a promotion).
+type candidate struct {
+	key     string // digest + limits, as Apply keys versions
+	digest  string
+	version *versionslot.Version
+	shadow  *shadow.Shadow
+	opts    shadow.Options // as given, without Observe
+	since   time.Time
+}
+
+// SetCandidate runs spec's module beside module name's serving version, in
+// place of any candidate before, or stops the candidate (nil spec). The
+// candidate runs under the serving spec's limits (so that its answer is the
+// one it would give serving, and its compiled code serves at once if it is
+// promoted) in its own workers and queue. The same bytes and options keep
+// the running candidate and its counts. It returns the candidate's digest;
+// an error is a *CandidateError, and leaves no candidate running.
+func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *CandidateSpec) (string, error) {
+	s.mu.Lock()
+	r := s.modules[name]
+	if r == nil {
+		s.mu.Unlock()
+		return "", &CandidateError{Module: name, Source: sourceOf(spec), Err: errors.New("the module does not run; a candidate needs a serving version")}
+	}
+	if spec == nil {
+		s.dropCandidate(r)
+		s.mu.Unlock()
+		return "", nil
+	}
+	limits := mergeLimits(s.opts.Limits, r.spec.Limits)
+	s.mu.Unlock()
+
+	fail := func(err error) (string, error) {
+		s.mu.Lock()
+		if r := s.modules[name]; r != nil {
+			s.dropCandidate(r)
+		}
+		s.mu.Unlock()
+		return "", &CandidateError{Module: name, Source: spec.Source.String(), Err: err}
+	}
+	if err := shadow.Allowed(spec.Shadow.AllowDifferences); err != nil {
+		return fail(err)
+	}
+	wasm, err := spec.Source.Fetch(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	digest := Digest(wasm)
+	if spec.SHA256 != "" {
+		if want := "sha256:" + strings.TrimPrefix(strings.ToLower(spec.SHA256), "sha256:"); want != digest {
+			return fail(fmt.Errorf("the bytes' digest is %s, not the pinned %s; fix the candidate's sha256 or its source", digest, want))
+		}
+	}
+	key := fmt.Sprintf("%s/%+v", digest, limits)
+	opts := spec.Shadow
+	opts.Observe = nil
+
+	s.mu.Lock()
+	r = s.modules[name]
+	if r == nil {
+		s.mu.Unlock()
+		return fail(errors.New("the module stopped while its candidate loaded"))
+	}
+	if c := r.candidate; c != nil && c.key == key && reflect.DeepEqual(c.opts, opts) {
+		s.mu.Unlock()
+		return digest, nil
+	}
+	var version *versionslot.Version
+	for _, c := range r.versions {
+		if c.key == key {
+			version = c.version // compiled already (it served before): shared, not owned
+		}
+	}
+	if version == nil && r.candidate != nil && r.candidate.key == key {
+		version = r.candidate.version // the same bytes, other options
+	}
+	s.mu.Unlock()
+	owned := false
+	if version == nil {
+		m, err := s.opts.Engine.Load(ctx, name+" candidate", wasm, limits)
+		if err != nil {
+			return fail(err)
+		}
+		version, owned = versionslot.New(m), true
+	}
+	discard := func(err error) (string, error) {
+		if owned {
+			_ = version.Module.Close(ctx)
+		}
+		return fail(err)
+	}
+
+	s.mu.Lock()
+	r = s.modules[name]
+	var serving *versionslot.Version
+	if r != nil && !s.closed {
+		serving = r.slot.Current()
+	}
+	if serving == nil {
+		s.mu.Unlock()
+		return discard(errors.New("the module stopped while its candidate loaded"))
+	}
+	if err := sameKinds(serving.Module, version.Module); err != nil {
+		s.mu.Unlock()
+		return discard(fmt.Errorf("%w; a candidate must be the same module with the same kinds, triggers and finalizer (change those with a new spec.source instead)", err))
+	}
+	module := name
+	opts.Observe = func(result string) { s.opts.Metrics.Shadow.WithLabelValues(module, result).Inc() }
+	for _, res := range []string{"agree", "differ", "candidate_error", "skipped"} {
+		s.opts.Metrics.Shadow.WithLabelValues(module, res)
+	}
+	c := &candidate{key: key, digest: digest, version: version, opts: spec.Shadow, since: time.Now()}
+	c.opts.Observe = nil
+	c.shadow = shadow.New(version.Module, r.rec.Decoder(), opts)
+	prev := r.candidate
+	r.candidate = c
+	r.rec.SetShadow(c.shadow)
+	if prev != nil {
+		s.closeCandidate(r, prev, prev.version != version)
+	}
+	servingDigest := serving.Module.Digest()
+	s.mu.Unlock()
+	s.opts.Log.Info("candidate running beside the serving version", "module", name, "source", spec.Source.String(), "digest", digest,
+		"serving", servingDigest)
+	return digest, nil
+}
+
+// Candidate returns module name's running candidate.
+func (s *Supervisor) Candidate(name string) (CandidateStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.modules[name]
+	if r == nil || r.candidate == nil {
+		return CandidateStatus{}, false
+	}
+	return CandidateStatus{Digest: r.candidate.digest, Since: r.candidate.since, Stats: r.candidate.shadow.Stats()}, true
+}
+
+// dropCandidate stops r's candidate, if any. s.mu is held.
+func (s *Supervisor) dropCandidate(r *running) {
+	if r.candidate == nil {
+		return
+	}
+	c := r.candidate
+	r.candidate = nil
+	if r.rec != nil && r.rec.Shadow() == c.shadow {
+		r.rec.SetShadow(nil)
+	}
+	s.closeCandidate(r, c, true)
+}
+
+// closeCandidate stops c's workers and, when retire is set and r's
+// versions do not hold its version (a promotion made it serve), closes
+// the version once its calls finish, in the background. s.mu is held.
+func (s *Supervisor) closeCandidate(r *running, c *candidate, retire bool) {
+	if retire {
+		for _, kept := range r.versions {
+			if kept.version == c.version {
+				retire = false
+			}
+		}
+	}
+	s.goroutines.Add(1)
+	go func() {
+		defer s.goroutines.Done()
+		c.shadow.Close()
+		if retire {
+			_ = c.version.Retire(context.Background())
+		}
+	}()
+}
+
+func sourceOf(spec *CandidateSpec) string {
+	if spec == nil || spec.Source == nil {
+		return "(none)"
+	}
+	return spec.Source.String()
+}

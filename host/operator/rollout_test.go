@@ -1,0 +1,192 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// waitRollout waits until the ReconcileModule's status satisfies ok and
+// returns it.
+func waitRollout(t *testing.T, c client.Client, name, what string, ok func(*v1alpha1.ReconcileModule) error) *v1alpha1.ReconcileModule {
+	t.Helper()
+	rm := &v1alpha1.ReconcileModule{}
+	testenv.Eventually(t, 3*time.Minute, what, func() error {
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, rm); err != nil {
+			return err
+		}
+		return ok(rm)
+	})
+	return rm
+}
+
+func shadowCount(t *testing.T, reg prometheus.Gatherer, module, result string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "wasmreconcile_shadow_comparisons_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["module"] == module && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// resize changes a Widget's spec.size, retrying on conflicts, so that it
+// is reconciled (and the guest called) again.
+func resize(t *testing.T, c client.Client, ns, name string, size int64) {
+	t.Helper()
+	w := widget(ns, name, 0)
+	testenv.Update(t, c, w, func() { _ = unstructured.SetNestedField(w.Object, size, "spec", "size") })
+}
+
+// TestShadowRollout runs a ReconcileModule with a candidate against the
+// real API server. A candidate that answers otherwise (widget v2: another
+// Ready message) is held: it is called on every reconcile, its differences
+// are counted and shown naming the object and the field, nothing it
+// returns is written, and it is not promoted however many calls it sees.
+// A candidate that answers the same (widget v1 with another decoder, so
+// other bytes) is promoted after promote.afterAgreeing agreeing calls,
+// with an Event; removing spec.candidate rolls back to spec.source.
+func TestShadowRollout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond, Registerer: reg})
+	dir := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v1 := testwasm.BuildVersion(t, "./widget", "1")
+	same := testwasm.BuildLdflags(t, "./widget", "-X main.Version=1 -X main.Decode=eager")
+	v2 := testwasm.BuildVersion(t, "./widget", "2")
+	if supervisor.Digest(same) == supervisor.Digest(v1) {
+		t.Fatal("the agreeing candidate has the serving version's bytes; the test needs other bytes")
+	}
+	src := func(b []byte, file string) v1alpha1.Source {
+		return v1alpha1.Source{SHA256: supervisor.Digest(b), File: write(file, b)}
+	}
+	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{
+		Source:    src(v1, "v1.wasm"),
+		Candidate: &v1alpha1.Candidate{Source: src(v2, "v2.wasm"), Promote: &v1alpha1.Promote{AfterAgreeing: 1}},
+	}}
+	if err := e.c.Create(ctx, rm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.c.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ReconcileModule: %v", err)
+		}
+	})
+	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+
+	// A candidate that differs is held.
+	names := []string{"shadow-a", "shadow-b", "shadow-c"}
+	for _, n := range names {
+		if err := e.c.Create(ctx, widget(e.ns, n, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := waitRollout(t, e.c, "widget", "3 differences counted", func(rm *v1alpha1.ReconcileModule) error {
+		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Differences < int64(len(names)) {
+			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
+		}
+		return nil
+	})
+	cs := got.Status.Rollout.Candidate
+	if cs.Digest != supervisor.Digest(v2) || cs.Agreements != 0 || cs.CandidateErrors != 0 || got.Status.Rollout.Promoted != nil || got.Status.Digest != supervisor.Digest(v1) {
+		t.Fatalf("a differing candidate: digest %s, rollout %+v", got.Status.Digest, got.Status.Rollout)
+	}
+	if len(cs.FirstDifferences) == 0 || !strings.Contains(cs.FirstDifferences[0], e.ns+"/shadow-") ||
+		!strings.Contains(cs.FirstDifferences[0], "status.conditions[") || !strings.Contains(cs.FirstDifferences[0], "widget v1") ||
+		!strings.Contains(cs.FirstDifferences[0], "widget v2") {
+		t.Errorf("firstDifferences %q, want the object, the field and both answers", cs.FirstDifferences)
+	}
+	if n := shadowCount(t, reg, "widget", "differ"); n < float64(len(names)) {
+		t.Errorf("wasmreconcile_shadow_comparisons_total{result=differ} = %v, want at least %d", n, len(names))
+	}
+	for _, n := range names {
+		w := widget(e.ns, n, 0)
+		if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+			t.Fatal(err)
+		}
+		if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v1") {
+			t.Errorf("Widget %s: Ready message %q; the candidate's answer was written", n, msg)
+		}
+	}
+
+	// A candidate that agrees is promoted after 3 agreeing calls.
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Candidate = &v1alpha1.Candidate{Source: src(same, "same.wasm"), Promote: &v1alpha1.Promote{AfterAgreeing: 3}}
+	})
+	waitRollout(t, e.c, "widget", "the agreeing candidate running", func(rm *v1alpha1.ReconcileModule) error {
+		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Digest != supervisor.Digest(same) || rm.Status.ObservedGeneration != rm.Generation {
+			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
+		}
+		return nil
+	})
+	for i, n := range names {
+		resize(t, e.c, e.ns, n, int64(3+i))
+	}
+	got = waitRollout(t, e.c, "widget", "the candidate promoted", func(rm *v1alpha1.ReconcileModule) error {
+		if r := rm.Status.Rollout; r == nil || r.Promoted == nil {
+			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
+		}
+		return nil
+	})
+	p := got.Status.Rollout.Promoted
+	if p.Digest != supervisor.Digest(same) || p.PreviousDigest != supervisor.Digest(v1) || p.Agreements < 3 || p.Generation != got.Generation ||
+		got.Status.Digest != supervisor.Digest(same) {
+		t.Fatalf("promotion %+v, status.digest %s", p, got.Status.Digest)
+	}
+	if msg := waitModuleEvent(t, e.c, got.UID, modulecontroller.ReasonPromoted); !strings.Contains(msg, "remove spec.candidate to roll back") {
+		t.Errorf("Promoted Event %q", msg)
+	}
+	testenv.Eventually(t, time.Minute, "the promoted digest in wasmreconcile_module_info", func() error {
+		if d := moduleInfoDigests(t, reg, "widget"); len(d) != 1 || d[0] != supervisor.Digest(same) {
+			return fmt.Errorf("digests %v", d)
+		}
+		return nil
+	})
+
+	// Removing the candidate rolls back to spec.source.
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
+	waitRollout(t, e.c, "widget", "rolled back to spec.source", func(rm *v1alpha1.ReconcileModule) error {
+		if rm.Status.ObservedGeneration != rm.Generation || rm.Status.Digest != supervisor.Digest(v1) || rm.Status.Rollout != nil {
+			return fmt.Errorf("generation %d/%d, digest %s, rollout %+v", rm.Status.ObservedGeneration, rm.Generation, rm.Status.Digest, rm.Status.Rollout)
+		}
+		return nil
+	})
+}
