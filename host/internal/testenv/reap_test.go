@@ -38,9 +38,15 @@ func TestReapOrphans(t *testing.T) {
 	}
 	defer func() { _ = alive.Process.Kill(); _ = alive.Wait() }()
 	waitParent := time.Now().Add(10 * time.Second)
-	for ppid(orphan) != "1" {
+	// Wait for the orphan to have exec'd (until then its command line is
+	// the outer shell's, which reapOrphans rightly ignores: under load the
+	// outer shell can exit first) and for its parent to be init.
+	for ppid(orphan) != "1" || !hasArg(orphan, arg) {
 		if time.Now().After(waitParent) {
-			t.Skipf("the orphan's parent is %s, not init: this machine has a subreaper, and reapOrphans cannot tell orphans", ppid(orphan))
+			if hasArg(orphan, arg) {
+				t.Skipf("the orphan's parent is %s, not init: this machine has a subreaper, and reapOrphans cannot tell orphans", ppid(orphan))
+			}
+			t.Fatalf("the orphan (pid %d) did not exec its command within 10 s", orphan)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -58,6 +64,20 @@ func TestReapOrphans(t *testing.T) {
 	if ppid(alive.Process.Pid) == "" {
 		t.Error("a process whose parent lives was killed")
 	}
+}
+
+// hasArg reports whether pid's command line has arg as one argument.
+func hasArg(pid int, arg string) bool {
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	for _, a := range strings.Split(string(cmdline), "\x00") {
+		if a == arg {
+			return true
+		}
+	}
+	return false
 }
 
 // ppid returns pid's parent, or "" when pid does not run (zombies count as
