@@ -148,6 +148,14 @@ type Candidate struct {
 	// +kubebuilder:validation:Maximum=16
 	MaxConcurrentReconciles int `json:"maxConcurrentReconciles,omitempty"`
 
+	// Canary, when set, makes the candidate serve a share of the objects:
+	// their calls go to the candidate and its answers are applied (they
+	// are not compared); the other objects are served by spec.source and
+	// shadowed as without a canary. status.rollout.candidate counts the
+	// calls each version served.
+	// +optional
+	Canary *Canary `json:"canary,omitempty"`
+
 	// QueueSize is how many calls may wait for a candidate worker; calls
 	// beyond are not repeated on the candidate and are counted as skipped.
 	// Defaults to 100.
@@ -155,6 +163,23 @@ type Candidate struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	QueueSize int `json:"queueSize,omitempty"`
+}
+
+// Canary is the share of objects a candidate serves: exactly one of
+// percent and selector.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.percent) != has(self.selector)",message="set exactly one of canary.percent and canary.selector"
+type Canary struct {
+	// Percent of the objects, chosen by a stable hash of namespace/name:
+	// the same objects on every replica and after every restart; raising
+	// it only adds objects.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Percent *int32 `json:"percent,omitempty"`
+	// Selector chooses the objects by their labels.
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
 }
 
 // Promote is when a candidate is promoted automatically.
@@ -421,6 +446,17 @@ type CandidateStatus struct {
 	// object and the fields: "ns/name: status.replicas: 3 → 4".
 	// +optional
 	FirstDifferences []string `json:"firstDifferences,omitempty"`
+	// Canary describes the share the candidate serves ("25% of objects",
+	// "objects matching track=canary"); "" without a canary.
+	// +optional
+	Canary string `json:"canary,omitempty"`
+	// ServedByCandidate are the calls of the canary's objects, served by
+	// the candidate; ServedByServing the calls of the other objects,
+	// served by spec.source. Both are 0 without a canary.
+	// +optional
+	ServedByCandidate int64 `json:"servedByCandidate,omitempty"`
+	// +optional
+	ServedByServing int64 `json:"servedByServing,omitempty"`
 	// LastError is why the candidate does not run, when it failed to load.
 	// +optional
 	LastError string `json:"lastError,omitempty"`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -189,4 +190,112 @@ func TestShadowRollout(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCanaryRollout runs a candidate as a canary against the real API
+// server: with canary.percent, exactly the objects shadow.InShare picks are
+// served by the candidate (their status says widget v2) and the others by
+// spec.source, with the calls each served in status; with a selector,
+// only the labelled object is, and the percent's objects go back at once;
+// removing the candidate gives every object back to spec.source.
+func TestCanaryRollout(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond})
+	dir := t.TempDir()
+	write := func(name string, b []byte) v1alpha1.Source {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return v1alpha1.Source{SHA256: supervisor.Digest(b), File: p}
+	}
+	v1, v2 := write("v1.wasm", testwasm.BuildVersion(t, "./widget", "1")), write("v2.wasm", testwasm.BuildVersion(t, "./widget", "2"))
+
+	// Names until both shares have two objects.
+	var canary, stable []string
+	for i := 0; len(canary) < 2 || len(stable) < 2; i++ {
+		n := fmt.Sprintf("canary-%d", i)
+		if shadow.InShare(e.ns, n, 50) {
+			canary = append(canary, n)
+		} else {
+			stable = append(stable, n)
+		}
+	}
+	half := int32(50)
+	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{
+		Source:    v1,
+		Candidate: &v1alpha1.Candidate{Source: v2, Canary: &v1alpha1.Canary{Percent: &half}},
+	}}
+	if err := e.c.Create(ctx, rm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.c.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting ReconcileModule: %v", err)
+		}
+	})
+	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	for _, n := range append(append([]string(nil), canary...), stable...) {
+		if err := e.c.Create(ctx, widget(e.ns, n, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servedBy := func(what string, want map[string]string) {
+		t.Helper()
+		testenv.Eventually(t, 3*time.Minute, what, func() error {
+			for n, v := range want {
+				w := widget(e.ns, n, 0)
+				if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+					return err
+				}
+				if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v"+v) {
+					return fmt.Errorf("%s: %q, want widget v%s", n, msg, v)
+				}
+			}
+			return nil
+		})
+	}
+	want := map[string]string{}
+	for _, n := range canary {
+		want[n] = "2"
+	}
+	for _, n := range stable {
+		want[n] = "1"
+	}
+	servedBy("the 50% share served by the candidate, the rest by spec.source", want)
+	got := waitRollout(t, e.c, "widget", "the canary's calls counted", func(rm *v1alpha1.ReconcileModule) error {
+		c := rm.Status.Rollout
+		if c == nil || c.Candidate == nil || c.Candidate.ServedByCandidate < int64(len(canary)) || c.Candidate.ServedByServing < int64(len(stable)) {
+			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
+		}
+		return nil
+	})
+	if cs := got.Status.Rollout.Candidate; cs.Canary != "50% of objects" || cs.Digest != v2.SHA256 || got.Status.Digest != v1.SHA256 {
+		t.Errorf("status: digest %s, candidate %+v", got.Status.Digest, cs)
+	}
+
+	// A selector: only the labelled object; the percent's objects go back.
+	labelled := stable[0]
+	w := widget(e.ns, labelled, 0)
+	testenv.Update(t, e.c, w, func() { w.SetLabels(map[string]string{"track": "canary"}) })
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Candidate.Canary = &v1alpha1.Canary{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}}
+	})
+	for n := range want {
+		want[n] = "1"
+	}
+	want[labelled] = "2"
+	servedBy("only the labelled object served by the candidate", want)
+	waitRollout(t, e.c, "widget", "the selector in status", func(rm *v1alpha1.ReconcileModule) error {
+		if c := rm.Status.Rollout; c == nil || c.Candidate == nil || c.Candidate.Canary != "objects matching track=canary" {
+			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
+		}
+		return nil
+	})
+
+	// No candidate: every object back to spec.source.
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
+	want[labelled] = "1"
+	servedBy("every object served by spec.source", want)
 }

@@ -58,10 +58,21 @@ func (c *Controller) setCandidate(ctx context.Context, obj *v1alpha1.ReconcileMo
 		fail(fmt.Errorf("spec.candidate.source: %w", err))
 		return
 	}
-	digest, err := c.supervisor.SetCandidate(ctx, obj.Name, &supervisor.CandidateSpec{
-		Source: fetcher, SHA256: cand.Source.SHA256,
-		Shadow: shadow.Options{MaxConcurrent: cand.MaxConcurrentReconciles, QueueSize: cand.QueueSize, AllowDifferences: cand.AllowDifferences},
-	})
+	opts := shadow.Options{MaxConcurrent: cand.MaxConcurrentReconciles, QueueSize: cand.QueueSize, AllowDifferences: cand.AllowDifferences}
+	if cn := cand.Canary; cn != nil {
+		switch {
+		case cn.Selector != nil:
+			sel, err := metav1.LabelSelectorAsSelector(cn.Selector)
+			if err != nil {
+				fail(fmt.Errorf("spec.candidate.canary.selector: %w", err))
+				return
+			}
+			opts.Canary = &shadow.Canary{Selector: sel}
+		case cn.Percent != nil:
+			opts.Canary = &shadow.Canary{Percent: int(*cn.Percent)}
+		}
+	}
+	digest, err := c.supervisor.SetCandidate(ctx, obj.Name, &supervisor.CandidateSpec{Source: fetcher, SHA256: cand.Source.SHA256, Shadow: opts})
 	if err != nil {
 		fail(err)
 		return
@@ -69,7 +80,11 @@ func (c *Controller) setCandidate(ctx context.Context, obj *v1alpha1.ReconcileMo
 	prev := status.Rollout.Candidate
 	status.Rollout.Candidate = &v1alpha1.CandidateStatus{Digest: digest}
 	if prev == nil || prev.Digest != digest {
-		c.event(obj, corev1.EventTypeNormal, ReasonCandidateRunning, "Shadow", "candidate %s runs in shadow beside %s: called on every request, never written", digest, status.Digest)
+		if opts.Canary != nil {
+			c.event(obj, corev1.EventTypeNormal, ReasonCandidateRunning, "Canary", "candidate %s serves %s; %s serves the others, shadowed by the candidate", digest, opts.Canary, status.Digest)
+		} else {
+			c.event(obj, corev1.EventTypeNormal, ReasonCandidateRunning, "Shadow", "candidate %s runs in shadow beside %s: called on every request, never written", digest, status.Digest)
+		}
 	}
 }
 
@@ -103,7 +118,8 @@ func (c *Controller) rollout(ctx context.Context, obj *v1alpha1.ReconcileModule,
 	}
 	st := cs.Stats
 	status.Rollout.Candidate = &v1alpha1.CandidateStatus{Digest: cs.Digest, Agreements: st.Agreements, Differences: st.Differences,
-		CandidateErrors: st.CandidateErrors, Skipped: st.Skipped, FirstDifferences: st.FirstDifferences}
+		CandidateErrors: st.CandidateErrors, Skipped: st.Skipped, FirstDifferences: st.FirstDifferences,
+		Canary: cs.Canary, ServedByCandidate: st.ServedByCandidate, ServedByServing: st.ServedByServing}
 	p := cand.Promote
 	if p == nil || st.Agreements < p.AfterAgreeing || st.Differences > 0 || st.CandidateErrors > 0 || !c.leader() {
 		return nil

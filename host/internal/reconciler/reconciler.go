@@ -321,6 +321,16 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		return fail("listing children", err)
 	}
 	childFP := childrenFingerprint(observed)
+	// A canary object is served by the candidate (its answers are
+	// applied); the others by the serving version, shadowed.
+	sh := r.shadow.Load()
+	canary := false
+	if sh != nil && sh.Serves(obj) {
+		if m, release, ok := sh.Acquire(); ok {
+			defer release()
+			module, canary = m, true
+		}
+	}
 	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childFP, module.Digest())
 	if !r.opts.CallUnchanged && !deleting {
 		if m, ok := r.memos.get(key); ok {
@@ -355,19 +365,25 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		return o
 	}
 	o.called = true
+	if sh != nil && sh.Options().Canary != nil {
+		sh.Served(canary)
+	}
+	if canary {
+		sh = nil // served by the candidate: nothing to compare
+	}
 	reads := &countingReader{CacheReader: r.reads.For(key.Namespace)}
 	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
-		r.toShadow(key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
+		r.toShadow(sh, key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
 		return o
 	}
 	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
 	if err != nil {
-		r.toShadow(key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
+		r.toShadow(sh, key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
 		o.err = err
 		return o
 	}
-	r.toShadow(key, call, obj, request, answerOf(resp))
+	r.toShadow(sh, key, call, obj, request, answerOf(resp))
 	a, err := r.apply(ctx, call, obj, observed, resp, deleting, told)
 	o.wrote, o.untold = o.wrote || a.wrote, a.untold
 	switch {
@@ -449,8 +465,7 @@ func answerOf(resp *protocol.Response) shadow.Answer {
 
 // toShadow repeats a call on the candidate, if there is one, without
 // waiting for it. A call the host's shutdown canceled is not repeated.
-func (r *Reconciler) toShadow(key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving shadow.Answer) {
-	s := r.shadow.Load()
+func (r *Reconciler) toShadow(s *shadow.Shadow, key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving shadow.Answer) {
 	if s == nil || serving.Kind == protocol.Canceled {
 		return
 	}

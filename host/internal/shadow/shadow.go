@@ -14,7 +14,11 @@ package shadow
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"sync"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
@@ -36,6 +40,80 @@ type Options struct {
 	// Observe, when set, is called with each comparison's result: "agree",
 	// "differ", "candidate_error" or "skipped". Defaults to nil.
 	Observe func(result string)
+	// Canary, when set, is the share of objects the candidate serves
+	// (Serves): their calls go to the candidate, whose answers are applied,
+	// and are not compared. Defaults to nil: the candidate serves nothing.
+	Canary *Canary
+}
+
+// Canary is a share of objects: a stable Percent of them by their
+// namespace and name (InShare), or those a Selector matches. One of the
+// two is set.
+type Canary struct {
+	// Percent, 1 to 100, of objects by a stable hash of namespace/name: the
+	// same objects on every replica and after every restart, and raising
+	// it only adds objects.
+	Percent int
+	// Selector matches the objects by their labels.
+	Selector labels.Selector
+}
+
+// String describes the share: "25% of objects" or "objects matching
+// canary=true".
+func (c *Canary) String() string {
+	if c == nil {
+		return ""
+	}
+	if c.Selector != nil {
+		return "objects matching " + c.Selector.String()
+	}
+	return fmt.Sprintf("%d%% of objects", c.Percent)
+}
+
+// InShare reports whether the object namespace/name is in a stable percent
+// of objects: FNV-1a of "namespace/name" modulo 100 is below percent.
+func InShare(namespace, name string, percent int) bool {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(namespace + "/" + name))
+	return int(h.Sum32()%100) < percent
+}
+
+// Serves reports whether the candidate serves obj (Options.Canary).
+func (s *Shadow) Serves(obj *unstructured.Unstructured) bool {
+	c := s.opts.Canary
+	if c == nil {
+		return false
+	}
+	if c.Selector != nil {
+		return c.Selector.Matches(labels.Set(obj.GetLabels()))
+	}
+	return InShare(obj.GetNamespace(), obj.GetName(), c.Percent)
+}
+
+// Acquire returns the candidate to serve one canary call, and the func to
+// call when the call and its writes are done; false once the Shadow is
+// closed. Close waits for every acquired call to be released.
+func (s *Shadow) Acquire() (*engine.Module, func(), bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, nil, false
+	}
+	s.wg.Add(1)
+	var once sync.Once
+	return s.module, func() { once.Do(s.wg.Done) }, true
+}
+
+// Served counts a call of a canary object by the candidate, or of another
+// object by the serving version, while a canary is set.
+func (s *Shadow) Served(byCandidate bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if byCandidate {
+		s.stats.ServedByCandidate++
+	} else {
+		s.stats.ServedByServing++
+	}
 }
 
 func (o Options) withDefaults() Options {
@@ -81,6 +159,10 @@ type Stats struct {
 	FirstDifferences []string
 	// CandidateFuel is the fuel of the candidate's last call.
 	CandidateFuel uint64
+	// ServedByCandidate and ServedByServing count the calls of a canary:
+	// of its objects by the candidate, of the others by the serving
+	// version.
+	ServedByCandidate, ServedByServing int64
 }
 
 // Shadow runs one candidate. It is safe for concurrent use.
@@ -152,7 +234,8 @@ func (s *Shadow) Stats() Stats {
 }
 
 // Close stops the workers, abandoning the calls running (they are not
-// counted), and waits for them. It does not close the module.
+// counted), and waits for them and for the canary calls acquired. It does
+// not close the module.
 func (s *Shadow) Close() {
 	s.mu.Lock()
 	if !s.closed {

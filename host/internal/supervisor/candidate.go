@@ -35,6 +35,8 @@ type CandidateStatus struct {
 	Since time.Time
 	// Stats are its comparisons so far.
 	Stats shadow.Stats
+	// Canary describes the share of objects it serves; "" for none.
+	Canary string
 }
 
 // CandidateError reports a candidate that cannot run beside the serving
@@ -172,6 +174,9 @@ func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *Candid
 	if prev != nil {
 		s.closeCandidate(r, prev, prev.version != version)
 	}
+	if c.opts.Canary != nil || (prev != nil && prev.opts.Canary != nil) {
+		s.requeueAll(r) // the share's objects change hands now, not at their next event
+	}
 	servingDigest := serving.Module.Digest()
 	s.mu.Unlock()
 	s.opts.Log.Info("candidate running beside the serving version", "module", name, "source", spec.Source.String(), "digest", digest,
@@ -187,7 +192,7 @@ func (s *Supervisor) Candidate(name string) (CandidateStatus, bool) {
 	if r == nil || r.candidate == nil {
 		return CandidateStatus{}, false
 	}
-	return CandidateStatus{Digest: r.candidate.digest, Since: r.candidate.since, Stats: r.candidate.shadow.Stats()}, true
+	return CandidateStatus{Digest: r.candidate.digest, Since: r.candidate.since, Stats: r.candidate.shadow.Stats(), Canary: r.candidate.opts.Canary.String()}, true
 }
 
 // dropCandidate stops r's candidate, if any. s.mu is held.
@@ -201,6 +206,9 @@ func (s *Supervisor) dropCandidate(r *running) {
 		r.rec.SetShadow(nil)
 	}
 	s.closeCandidate(r, c, true)
+	if c.opts.Canary != nil && !s.closed {
+		s.requeueAll(r) // the canary's objects go back to the serving version now
+	}
 }
 
 // closeCandidate stops c's workers and, when retire is set and r's
