@@ -50,6 +50,10 @@ Usage:
       Push a module to an OCI registry (wasm artifact layout); print its pinned reference.
   operator pull [--registry-config FILE] [-o FILE.wasm] oci://REGISTRY/REPOSITORY[:TAG][@DIGEST]
       Fetch a module from an OCI registry; print its pinned reference.
+  operator record --endpoint URL --module NAME [--token-file FILE] [--out DIR]
+      Fetch a running operator's recorded calls of a module as operator test case files.
+  operator replay [flags] CASES_DIR --module NEW.wasm
+      Rerun recorded cases on another version and report which calls change, and how.
   operator version
 
 Run "operator COMMAND --help" for the flags of a command.
@@ -88,6 +92,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runPush(args[1:], stdout, stderr)
 	case "pull":
 		return runPull(args[1:], stdout, stderr)
+	case "record":
+		return runRecord(args[1:], stdout, stderr)
+	case "replay":
+		return runReplay(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version())
 		return nil
@@ -149,6 +157,12 @@ Flags:
 	)
 	fs.Var(&modules, "module", "a reconcile module to run (repeatable): a .wasm file, optionally pinned as FILE.wasm@sha256:HEX, or an OCI reference oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST (operator push prints it)")
 	fs.StringVar(&opts.ModuleRegistryConfig, "module-registry-config", "", `Docker config file ({"auths": ...}) with the credentials of the registries of oci:// --module references; credential helpers it names are never run (default: anonymous)`)
+	fs.BoolVar(&opts.FlightRecorder.Disabled, "no-flight-recorder", false, "keep no record of guest calls (by default the last failed calls of each module and a sample of its successful ones are kept in memory, served to authorized clients at "+operator.FlightRecorderPath+" on the metrics server for operator record)")
+	fs.IntVar(&opts.FlightRecorder.Failures, "flight-recorder-failures", 20, "failed calls kept per module by the flight recorder, the last ones")
+	fs.IntVar(&opts.FlightRecorder.Successes, "flight-recorder-successes", 20, "sampled successful calls kept per module by the flight recorder")
+	fs.IntVar(&opts.FlightRecorder.SampleEvery, "flight-recorder-sample-every", 100, "the flight recorder keeps one successful call in this many")
+	fs.IntVar(&opts.FlightRecorder.MaxBytes, "flight-recorder-max-bytes", 8<<20, "bytes of records kept per module by the flight recorder")
+	fs.BoolVar(&opts.FlightRecorder.KeepSecrets, "flight-recorder-keep-secrets", false, "keep Secrets' data in recorded inputs (by default every value is replaced by REDACTED)")
 	fs.StringVar(&opts.ModuleCacheDir, "module-cache-dir", "", "directory where oci:// modules (--module and ReconcileModules) are kept by digest once fetched, so that a restart while the registry is down still loads them (default: none, every load fetches)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")

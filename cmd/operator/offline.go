@@ -401,7 +401,9 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		if verbose {
 			opts.Log = offline.NewLogger(stderr, c.Name+": ")
 		}
-		o := offline.Run(ctx, m, c.Input, opts)
+		caseOpts := opts
+		caseOpts.Fresh = c.Expect.Fuel > 0 // exact fuel holds on a fresh instance
+		o := offline.Run(ctx, m, c.Input, caseOpts)
 		noteUnknownScopes(stderr, o)
 		noteUnchecked(stderr, o, unchecked)
 		r := modtest.Result{Case: c, Outcome: o, Diff: c.Check(o)}

@@ -423,7 +423,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 	// Instantiate once: this runs _initialize and reads the manifest, and
 	// leaves a warm instance in the pool.
 	// Reading the manifest is part of loading: it runs on the InitFuel budget.
-	res, err := m.call(ctx, "load", l.InitFuel, l.InitTimeout, func(ctx context.Context, inst *instance) ([]byte, error) {
+	res, err := m.call(ctx, "load", l.InitFuel, l.InitTimeout, false, func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.manifest.Call(ctx)
 		if err != nil {
 			return nil, err

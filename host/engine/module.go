@@ -94,11 +94,26 @@ const (
 // undefined after a trap or a stop; the pool replaces it on demand. The
 // Result carries the fuel and time used even when the call failed.
 func (m *Module) Reconcile(ctx context.Context, call string, request []byte) (Result, error) {
+	return m.reconcile(ctx, call, request, false)
+}
+
+// ReconcileFresh is Reconcile on a new instance, discarded after the call,
+// whatever Limits.FreshInstancePerCall says: the call starts from the
+// module's initial state, as every offline run does, so the same bytes and
+// request give the same answer and the same fuel. A reused instance carries
+// its guest's heap from earlier calls, which moves the fuel of a Go guest
+// by a few percent from call to call. The flight recorder uses it to
+// record what a replay will reproduce.
+func (m *Module) ReconcileFresh(ctx context.Context, call string, request []byte) (Result, error) {
+	return m.reconcile(ctx, call, request, true)
+}
+
+func (m *Module) reconcile(ctx context.Context, call string, request []byte, fresh bool) (Result, error) {
 	if len(request) > m.limits.MaxRequestBytes {
 		return Result{}, &ABIError{Module: m.name, Call: call, Reason: fmt.Sprintf(
 			"request of %d bytes exceeds limits.maxRequestBytes of %d; raise the limit or shrink the object", len(request), m.limits.MaxRequestBytes)}
 	}
-	return m.call(ctx, call, m.limits.Fuel, m.limits.Timeout, func(ctx context.Context, inst *instance) ([]byte, error) {
+	return m.call(ctx, call, m.limits.Fuel, m.limits.Timeout, fresh, func(ctx context.Context, inst *instance) ([]byte, error) {
 		res, err := inst.alloc.Call(ctx, uint64(len(request)))
 		if err != nil {
 			return nil, err
@@ -152,8 +167,8 @@ func (m *Module) Close(ctx context.Context) error {
 
 // call runs fn on a pooled instance under the fuel budget and the module's
 // timeout, and turns wazero's errors into typed ones.
-func (m *Module) call(ctx context.Context, call string, budget uint64, timeout time.Duration, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
-	inst, err := m.pool.get(ctx)
+func (m *Module) call(ctx context.Context, call string, budget uint64, timeout time.Duration, fresh bool, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
+	inst, err := m.pool.get(ctx, fresh)
 	if err != nil {
 		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
@@ -169,7 +184,7 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start), LogDropped: st.droppedLines}
 	inst.clock.exit(res.Fuel)
 	st.reportDropped(ctx, m.name, call)
-	healthy := err == nil && !m.limits.FreshInstancePerCall
+	healthy := err == nil && !m.limits.FreshInstancePerCall && !fresh
 	if healthy {
 		inst.calls++
 		switch {
@@ -430,13 +445,15 @@ func (p *pool) reap(now time.Time) int {
 	return n
 }
 
-func (p *pool) get(ctx context.Context) (*instance, error) {
+// get returns an idle instance, or a new one when none is idle or fresh
+// is set, waiting while max instances are busy.
+func (p *pool) get(ctx context.Context, fresh bool) (*instance, error) {
 	for {
 		p.mu.Lock()
 		if p.busy < p.max {
 			p.busy++
 			var inst *instance
-			if n := len(p.idle); n > 0 {
+			if n := len(p.idle); n > 0 && !fresh {
 				inst = p.idle[n-1]
 				p.idle[n-1] = nil
 				p.idle = p.idle[:n-1]

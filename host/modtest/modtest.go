@@ -23,6 +23,8 @@
 //	  finalized: true
 //	  error: {kind: ReconcileFailed, terminal: true, messageContains: "..."}
 //	  maxFuel: 5000000
+//	  fuel: 1234567                         # exactly this fuel, on a fresh instance (recorded cases)
+//	recorded: {...}                         # what production returned (operator record); operator replay compares against it
 //
 // Without expect.error a case fails on any error. Unknown fields are errors,
 // so a typo cannot silently weaken a case; they, repeated fields and values
@@ -54,8 +56,43 @@ type Case struct {
 	Name   string        `json:"name,omitempty"`
 	Input  offline.Input `json:"input"`
 	Expect Expect        `json:"expect"`
+	// Recorded, in a case `operator record` wrote, is what production
+	// returned; `operator replay` compares another version's answer with
+	// it. Expect holds the checks.
+	Recorded *Recorded `json:"recorded,omitempty"`
 	// File is the file the case was read from.
 	File string `json:"-"`
+}
+
+// Recorded is one call as the flight recorder kept it.
+type Recorded struct {
+	// Module and Digest are the version that was called.
+	Module string `json:"module"`
+	Digest string `json:"digest"`
+	// Object is the reconciled object, "namespace/name".
+	Object string `json:"object"`
+	// At is when the call was made (RFC 3339).
+	At string `json:"at"`
+	// Kind is how the call ended: Success, ReconcileFailed, FuelExhausted,
+	// InvalidResponse, ...
+	Kind string `json:"kind"`
+	// Error is the failure's message; "" on success.
+	Error string `json:"error,omitempty"`
+	// Response is the guest's answer, when it answered.
+	Response map[string]any `json:"response,omitempty"`
+	// Fuel is the fuel the call used in production, on a pooled instance.
+	Fuel uint64 `json:"fuel"`
+	// ReplayFuel is the fuel the same input uses on a fresh instance, as
+	// the case runs offline (expect.fuel).
+	ReplayFuel uint64 `json:"replayFuel"`
+	// DurationSeconds is the call's time in production.
+	DurationSeconds float64 `json:"durationSeconds"`
+	// Redacted is true when Secrets' data in the input were replaced by
+	// REDACTED (the default).
+	Redacted bool `json:"redacted,omitempty"`
+	// ReplayDiffers lists how the fresh-instance run answered otherwise
+	// than production did; empty when they agree.
+	ReplayDiffers []string `json:"replayDiffers,omitempty"`
 }
 
 // Expect is what a case requires of the response.
@@ -72,6 +109,10 @@ type Expect struct {
 	Finalized           *bool         `json:"finalized,omitempty"`
 	Error               *ErrorExpect  `json:"error,omitempty"`
 	MaxFuel             uint64        `json:"maxFuel,omitempty"`
+	// Fuel, when set, is the exact fuel the call must use; the case then
+	// runs on a fresh instance (offline.Options.Fresh), where fuel is
+	// deterministic.
+	Fuel uint64 `json:"fuel,omitempty"`
 }
 
 // EventExpect matches one Event of the response.
@@ -153,6 +194,9 @@ func (c Case) Check(o offline.Outcome) []string {
 
 	if c.Expect.MaxFuel > 0 && o.Fuel > c.Expect.MaxFuel {
 		add("fuel: used %d, more than maxFuel %d", o.Fuel, c.Expect.MaxFuel)
+	}
+	if c.Expect.Fuel > 0 && o.Fuel != c.Expect.Fuel {
+		add("fuel: used %d, want exactly %d", o.Fuel, c.Expect.Fuel)
 	}
 	kind, msg, terminal := "", "", false
 	if o.Err != nil {

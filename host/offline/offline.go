@@ -59,6 +59,13 @@ type Options struct {
 	// check. Give it as Scopes too (protocol.Chain(protocol.Builtin,
 	// Schemas)) for the scopes of the CRDs' kinds.
 	Schemas *schemacheck.Checker
+	// Fresh runs the call on a new instance of the module, discarded after
+	// it (engine.Module.ReconcileFresh): the answer and the fuel depend on
+	// the module and the input only, not on the calls run before on the
+	// same module. Recorded production calls are replayed this way.
+	// Defaults to false: a pooled instance, whose guest heap carries over
+	// from earlier calls (a Go guest's fuel varies by a few percent).
+	Fresh bool
 }
 
 // Outcome is the result of one run.
@@ -77,6 +84,9 @@ type Outcome struct {
 	// or a *protocol.GuestError when the guest reported an error (Response
 	// is then set: its status is still applied in a cluster).
 	Err error
+	// Output is the guest's answer as it returned it; nil when the call
+	// failed.
+	Output []byte
 	// Unchecked are the kinds of the desired children and status that
 	// Options.Schemas has no schema for, and did not check: kinds of CRDs
 	// not given.
@@ -108,8 +118,12 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	if opts.Log.GetSink() != nil {
 		ctx = logr.NewContext(ctx, opts.Log)
 	}
-	res, err := m.Reconcile(ctx, call, req)
-	out := Outcome{Fuel: res.Fuel, Duration: res.Duration, Err: err}
+	reconcile := m.Reconcile
+	if opts.Fresh {
+		reconcile = m.ReconcileFresh
+	}
+	res, err := reconcile(ctx, call, req)
+	out := Outcome{Fuel: res.Fuel, Duration: res.Duration, Err: err, Output: res.Output}
 	if err != nil {
 		return out
 	}

@@ -34,12 +34,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
@@ -63,6 +65,11 @@ type Options struct {
 	// credentials of the registries of oci:// Modules. Credential helpers
 	// it names are never run. Defaults to "": anonymous.
 	ModuleRegistryConfig string
+	// FlightRecorder configures the flight recorder: every module's last
+	// failed calls and a sample of its successful ones, kept in memory for
+	// offline replay (docs/rollout.md). Defaults to on, with the defaults
+	// of FlightRecorderOptions.
+	FlightRecorder FlightRecorderOptions
 	// ModuleCacheDir is a directory where oci sources (Modules and
 	// ReconcileModules) keep the manifests and modules they fetched, by
 	// digest, checked again when read: a restart while the registry is
@@ -304,6 +311,7 @@ type Host struct {
 	ociOptions  source.Options // of oci:// Modules
 	ociCreds    source.Credentials
 	ociTimeout  time.Duration
+	recorder    *flightrecorder.Recorder // nil when disabled
 
 	mu          sync.Mutex
 	fileModules map[string]string // path -> module name, for files applied
@@ -375,7 +383,12 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if opts.Informers != nil {
 		lastEvent = opts.Informers.LastEvent
 	}
+	if fr := opts.FlightRecorder; !fr.Disabled {
+		h.recorder = flightrecorder.New(flightrecorder.Options{Failures: fr.Failures, Successes: fr.Successes,
+			SampleEvery: fr.SampleEvery, MaxBytes: fr.MaxBytes, KeepSecrets: fr.KeepSecrets})
+	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
+		FlightRecorder: h.recorder,
 		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
 		Storm: reconciler.StormOptions(opts.Storm), CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
@@ -572,13 +585,54 @@ func (h *Host) Ready() error {
 // yourself only when the manager never started. Closing twice is harmless.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() {
-		errs := []error{h.supervisor.Close(ctx), h.engine.Close(ctx)}
+		errs := []error{h.supervisor.Close(ctx)}
+		if h.recorder != nil {
+			h.recorder.Close() // before the engine: its replays run on the modules
+		}
+		errs = append(errs, h.engine.Close(ctx))
 		if h.interpreter != nil {
 			errs = append(errs, h.interpreter.Close(ctx))
 		}
 		h.closeErr = errors.Join(errs...)
 	})
 	return h.closeErr
+}
+
+// FlightRecorderOptions configure the flight recorder. Zero fields take
+// the stated defaults.
+type FlightRecorderOptions struct {
+	// Disabled records nothing. Defaults to false.
+	Disabled bool
+	// Failures is how many failed calls are kept per module. Defaults to
+	// 20.
+	Failures int
+	// Successes is how many sampled successful calls are kept per module.
+	// Defaults to 20.
+	Successes int
+	// SampleEvery keeps one successful call in SampleEvery. Defaults to
+	// 100.
+	SampleEvery int
+	// MaxBytes bounds the records of one module. Defaults to 8 MiB.
+	MaxBytes int
+	// KeepSecrets keeps Secrets' data in recorded inputs. Defaults to
+	// false: they are redacted.
+	KeepSecrets bool
+}
+
+// FlightRecorderPath is where New's manager serves the flight recorder's
+// records, on the metrics server, to authenticated and authorized clients
+// only (`operator record`; docs/rollout.md).
+const FlightRecorderPath = flightrecorder.Path
+
+// FlightRecorder returns the host's flight recorder's HTTP handler (GET
+// FlightRecorderPath?module=NAME), unauthenticated: New serves it behind
+// the API server's authentication and authorization; a program of its own
+// must do the same. Nil when the recorder is disabled.
+func (h *Host) FlightRecorder() http.Handler {
+	if h.recorder == nil {
+		return nil
+	}
+	return h.recorder.Handler()
 }
 
 // ManagerOptions are the binary's manager settings: see New.
@@ -686,6 +740,15 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	if mo.GracefulShutdownTimeout > 0 {
 		graceful = &mo.GracefulShutdownTimeout
 	}
+	// The flight recorder's records hold the objects guests saw: they are
+	// served only to a client the API server authenticates (a bearer
+	// token, TokenReview) and authorizes for GET on the non-resource URL
+	// (SubjectAccessReview), as controller-runtime's metrics filter does.
+	// The metrics themselves stay as they are.
+	records, err := authenticated(cfg)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		GracefulShutdownTimeout: graceful,
 		Scheme:                  scheme,
@@ -698,7 +761,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 		// Release the Lease on a clean shutdown, so the next leader takes
 		// over at once instead of after LeaseDuration.
 		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsBindAddress},
+		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsBindAddress, ExtraHandlers: map[string]http.Handler{flightrecorder.Path: records}},
 		HealthProbeBindAddress:        mo.HealthProbeBindAddress,
 		PprofBindAddress:              mo.PprofBindAddress,
 		Cache:                         cacheOptions,
@@ -715,6 +778,9 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	h, err := Setup(mgr, opts)
 	if err != nil {
 		return nil, err
+	}
+	if fr := h.FlightRecorder(); fr != nil {
+		records.set(fr)
 	}
 	return &Operator{Host: h, mgr: mgr}, nil
 }
@@ -751,3 +817,54 @@ func (o *Operator) Start(ctx context.Context) error {
 	err := o.mgr.Start(ctx)
 	return errors.Join(err, o.Host.Close(context.Background()))
 }
+
+// recordsHandler serves the flight recorder once the host exists, behind
+// the API server's authentication and authorization; 404 until then, or
+// when the recorder is disabled.
+type recordsHandler struct {
+	mu    sync.Mutex
+	inner http.Handler
+}
+
+func (r *recordsHandler) set(h http.Handler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inner = h
+}
+
+func (r *recordsHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	inner := r.inner
+	r.mu.Unlock()
+	if inner == nil {
+		http.Error(w, "the flight recorder is disabled (--flight-recorder=false)", http.StatusNotFound)
+		return
+	}
+	inner.ServeHTTP(w, req)
+}
+
+// authenticated returns the flight recorder's handler wrapped in
+// controller-runtime's authentication and authorization filter.
+func authenticated(cfg *rest.Config) (*guardedRecords, error) {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("flight recorder endpoint: %w", err)
+	}
+	filter, err := filters.WithAuthenticationAndAuthorization(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("flight recorder endpoint: %w", err)
+	}
+	inner := &recordsHandler{}
+	guarded, err := filter(ctrl.Log.WithName("flightrecorder"), inner)
+	if err != nil {
+		return nil, fmt.Errorf("flight recorder endpoint: %w", err)
+	}
+	return &guardedRecords{Handler: guarded, inner: inner}, nil
+}
+
+type guardedRecords struct {
+	http.Handler
+	inner *recordsHandler
+}
+
+func (g *guardedRecords) set(h http.Handler) { g.inner.set(h) }

@@ -19,6 +19,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
@@ -87,6 +90,10 @@ type Options struct {
 	// the module's identity; see cacheread.Options.Authorize. Defaults to
 	// nil: the operator's identity, which reads every kind it watches.
 	Authorize func(ctx context.Context, verb string, gvk schema.GroupVersionKind, namespace string) error
+	// FlightRecorder, when set, keeps the module's failed calls and a
+	// sample of its successful ones, for offline replay (package
+	// flightrecorder). Defaults to nil: nothing is recorded.
+	FlightRecorder *flightrecorder.Recorder
 	// Metrics receive the reconcile metrics. Required.
 	Metrics *metrics.Metrics
 	// Stats accumulate the module's statistics. Defaults to a new Stats;
@@ -351,7 +358,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		children[i] = c.Object
 	}
 	told := r.failuresOf(key)
-	request, err := protocol.EncodeRequest(abi.Request{
+	input := abi.Request{
 		Object:        obj.Object,
 		Children:      children,
 		Finalizing:    deleting,
@@ -359,7 +366,8 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		Attempt:       r.attempt(key),
 		Now:           protocol.FormatNow(r.opts.Now()),
 		ChildFailures: told,
-	})
+	}
+	request, err := protocol.EncodeRequest(input)
 	if err != nil {
 		o.err = &engine.ABIError{Module: r.name, Call: call, Reason: "encoding the request: " + err.Error()}
 		return o
@@ -371,19 +379,26 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if canary {
 		sh = nil // served by the candidate: nothing to compare
 	}
-	reads := &countingReader{CacheReader: r.reads.For(key.Namespace)}
+	reads := &countingReader{CacheReader: r.reads.For(key.Namespace), keep: r.opts.FlightRecorder != nil}
 	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
-		r.toShadow(sh, key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
+		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
+		r.record(module, key, input, reads, o.res, o.err)
 		return o
 	}
 	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
 	if err != nil {
-		r.toShadow(sh, key, call, obj, request, shadow.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
+		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
+		r.record(module, key, input, reads, o.res, err)
 		o.err = err
 		return o
 	}
 	r.toShadow(sh, key, call, obj, request, answerOf(resp))
+	var guestErr error
+	if resp.Error != nil {
+		guestErr = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
+	}
+	r.record(module, key, input, reads, o.res, guestErr)
 	a, err := r.apply(ctx, call, obj, observed, resp, deleting, told)
 	o.wrote, o.untold = o.wrote || a.wrote, a.untold
 	switch {
@@ -433,19 +448,19 @@ func (r *Reconciler) Shadow() *shadow.Shadow { return r.shadow.Load() }
 // Decoder decodes a candidate's answers by the module's response rules,
 // the serving version's.
 func (r *Reconciler) Decoder() shadow.Decoder {
-	return func(call string, owner map[string]any, requestBytes int, output []byte) (shadow.Answer, error) {
+	return func(call string, owner map[string]any, requestBytes int, output []byte) (compare.Answer, error) {
 		resp, err := r.rules.Decode(call, owner, requestBytes, output)
 		if err != nil {
-			return shadow.Answer{}, err
+			return compare.Answer{}, err
 		}
 		return answerOf(resp), nil
 	}
 }
 
-// answerOf is a decoded response as a shadow.Answer: a deep copy, since
+// answerOf is a decoded response as a compare.Answer: a deep copy, since
 // applying the serving response changes its children (labels, owner
 // references) while the candidate's comparison reads it.
-func answerOf(resp *protocol.Response) shadow.Answer {
+func answerOf(resp *protocol.Response) compare.Answer {
 	children := make([]map[string]any, len(resp.Desired))
 	for i, d := range resp.Desired {
 		children[i] = d.DeepCopy().Object
@@ -460,12 +475,12 @@ func answerOf(resp *protocol.Response) shadow.Answer {
 		e := *r.Error
 		r.Error = &e
 	}
-	return shadow.Answer{Response: &r, Children: children, Kind: protocol.Success}
+	return compare.Answer{Response: &r, Children: children, Kind: protocol.Success}
 }
 
 // toShadow repeats a call on the candidate, if there is one, without
 // waiting for it. A call the host's shutdown canceled is not repeated.
-func (r *Reconciler) toShadow(s *shadow.Shadow, key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving shadow.Answer) {
+func (r *Reconciler) toShadow(s *shadow.Shadow, key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving compare.Answer) {
 	if s == nil || serving.Kind == protocol.Canceled {
 		return
 	}
@@ -473,16 +488,64 @@ func (r *Reconciler) toShadow(s *shadow.Shadow, key types.NamespacedName, call s
 		Reads: r.reads.For(key.Namespace), Serving: serving})
 }
 
-// countingReader counts a call's cache reads. The guest reads on the
-// calling goroutine, so no lock is needed.
+// countingReader counts a call's cache reads and, with keep, keeps what
+// they returned (for the flight recorder). The guest reads on the calling
+// goroutine, so no lock is needed.
 type countingReader struct {
 	engine.CacheReader
-	n int
+	n       int
+	keep    bool
+	results [][]byte
 }
 
 func (c *countingReader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
 	c.n++
-	return c.CacheReader.Read(ctx, request)
+	st, b := c.CacheReader.Read(ctx, request)
+	if c.keep && st == abi.CacheOK {
+		c.results = append(c.results, b)
+	}
+	return st, b
+}
+
+// objects are the objects the reads returned: each result is one object
+// or a list of them.
+func (c *countingReader) objects() []map[string]any {
+	var out []map[string]any
+	for _, b := range c.results {
+		var one map[string]any
+		if json.Unmarshal(b, &one) == nil {
+			out = append(out, one)
+			continue
+		}
+		var list []map[string]any
+		if json.Unmarshal(b, &list) == nil {
+			out = append(out, list...)
+		}
+	}
+	return out
+}
+
+// record hands a call to the flight recorder, when there is one and it
+// wants the call (every failure, a sample of successes). The input's maps
+// are copied: the recorder replays it later, off this goroutine.
+func (r *Reconciler) record(module *engine.Module, key types.NamespacedName, in abi.Request, reads *countingReader, res engine.Result, err error) {
+	fr := r.opts.FlightRecorder
+	if fr == nil || protocol.KindOf(err) == protocol.Canceled || !fr.Wants(r.name, err != nil) {
+		return
+	}
+	in.Object = runtime.DeepCopyJSON(in.Object)
+	children := make([]map[string]any, len(in.Children))
+	for i, c := range in.Children {
+		children[i] = runtime.DeepCopyJSON(c)
+	}
+	in.Children = children
+	if in.Config != nil {
+		in.Config = runtime.DeepCopyJSON(in.Config)
+	}
+	in.ChildFailures = append([]abi.ChildFailure(nil), in.ChildFailures...)
+	fr.Offer(flightrecorder.Call{Module: module, Object: key.String(), Input: in, Reads: reads.objects(),
+		Output: append([]byte(nil), res.Output...), Err: err, Fuel: res.Fuel, Duration: res.Duration,
+		ReadNamespaces: r.opts.ReadNamespaces, Scopes: r.opts.Scopes})
 }
 
 // call calls the guest. While the module is suspect (its last finished call

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
@@ -32,7 +33,7 @@ type Options struct {
 	// dropped and counted as skipped. Defaults to 100.
 	QueueSize int
 	// AllowDifferences are field paths whose differences are expected (see
-	// Allowed). Defaults to none.
+	// compare.Allowed). Defaults to none.
 	AllowDifferences []string
 	// KeepDifferences is how many differing calls are kept to show, the
 	// first ones. Defaults to 5.
@@ -144,12 +145,12 @@ type Job struct {
 	// reader: the same rules and identity).
 	Reads engine.CacheReader
 	// Serving is the serving version's answer.
-	Serving Answer
+	Serving compare.Answer
 }
 
 // Decoder decodes a response for the module's rules: protocol.Rules.Decode
 // and the completed children.
-type Decoder func(call string, owner map[string]any, requestBytes int, output []byte) (Answer, error)
+type Decoder func(call string, owner map[string]any, requestBytes int, output []byte) (compare.Answer, error)
 
 // Stats are a Shadow's counts since it started.
 type Stats struct {
@@ -267,26 +268,26 @@ func (s *Shadow) run(j Job) {
 	if s.ctx.Err() != nil {
 		return // abandoned by Close: no verdict
 	}
-	var cand Answer
+	var cand compare.Answer
 	if err == nil {
 		cand, err = s.decode(call, j.Owner, len(j.Request), res.Output)
 	}
 	if err != nil {
-		cand = Answer{Kind: protocol.KindOf(err), Err: err.Error()}
+		cand = compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()}
 	}
-	verdict, lines := Compare(j.Serving, cand, s.opts.AllowDifferences)
+	verdict, lines := compare.Compare(j.Serving, cand, s.opts.AllowDifferences)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.CandidateFuel = res.Fuel
 	switch verdict {
-	case Agree:
+	case compare.Agree:
 		s.stats.Agreements++
-	case Differ:
+	case compare.Differ:
 		s.stats.Differences++
-	case CandidateError:
+	case compare.CandidateError:
 		s.stats.CandidateErrors++
 	}
-	if verdict != Agree && len(s.stats.FirstDifferences) < s.opts.KeepDifferences {
+	if verdict != compare.Agree && len(s.stats.FirstDifferences) < s.opts.KeepDifferences {
 		shown := lines
 		if len(shown) > 3 {
 			shown = append(append([]string(nil), lines[:3]...), fmt.Sprintf("and %d more", len(lines)-3))

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
@@ -94,7 +95,7 @@ func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *Candid
 		s.mu.Unlock()
 		return "", &CandidateError{Module: name, Source: spec.Source.String(), Err: err}
 	}
-	if err := shadow.Allowed(spec.Shadow.AllowDifferences); err != nil {
+	if err := compare.Allowed(spec.Shadow.AllowDifferences); err != nil {
 		return fail(err)
 	}
 	wasm, err := spec.Source.Fetch(ctx)

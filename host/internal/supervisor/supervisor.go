@@ -48,6 +48,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
@@ -138,6 +139,10 @@ type Options struct {
 	// Log receives the supervisor's log lines. Defaults to
 	// ctrl.Log.WithName("supervisor").
 	Log logr.Logger
+	// FlightRecorder, when set, keeps every module's failed calls and a
+	// sample of its successful ones (package flightrecorder). Defaults to
+	// nil: nothing is recorded.
+	FlightRecorder *flightrecorder.Recorder
 }
 
 func (o Options) withDefaults() Options {
@@ -597,7 +602,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, CallUnchanged: s.opts.CallUnchanged, ResponseLimits: s.opts.ResponseLimits,
-			Events: s.opts.Events, ReadNamespaces: spec.ReadNamespaces,
+			Events: s.opts.Events, ReadNamespaces: spec.ReadNamespaces, FlightRecorder: s.opts.FlightRecorder,
 		}
 		if spec.ServiceAccount != "" {
 			if err := s.impersonate(&ropts, next, spec, version.Module.Manifest().For); err != nil {

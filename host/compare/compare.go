@@ -1,4 +1,10 @@
-package shadow
+// Package compare compares two answers of a module to the same request,
+// semantically: the status, the children (matched by kind, namespace and
+// name), the Events (as a multiset), the requeue, the error and
+// finalized, or the kinds of two failures. A ReconcileModule's candidate
+// in shadow is judged by it (docs/rollout.md), and `operator replay`
+// reports with it how another version answers recorded calls.
+package compare
 
 import (
 	"encoding/json"
@@ -385,4 +391,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// AnswerOf is an answer as a guest returned it (output, the response
+// JSON) or as it failed (kind and message): the guest's response
+// (its children as it listed them) for Success and ReconcileFailed, the
+// failure's kind otherwise.
+func AnswerOf(kind protocol.Kind, msg string, output []byte) Answer {
+	if (kind == protocol.Success || kind == protocol.ReconcileFailed) && len(output) > 0 {
+		var a abi.Response
+		if err := json.Unmarshal(output, &a); err == nil {
+			return Answer{Response: &a, Children: a.Children, Kind: protocol.Success}
+		}
+	}
+	return Answer{Kind: kind, Err: msg}
 }

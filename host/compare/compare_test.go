@@ -1,4 +1,4 @@
-package shadow
+package compare
 
 import (
 	"strings"

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasmreconcile/wasmreconcile/host/compare"
+	"github.com/wasmreconcile/wasmreconcile/host/modtest"
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+)
+
+const recordUsage = `Usage: operator record --endpoint URL --module NAME [--token-file FILE] [--out DIR]
+
+Fetches a running operator's flight recorder for one module (its last failed
+calls and a sample of its successful ones) and writes each call as an
+operator test case file: the input the guest saw (the objects it read
+through cache_read included, Secrets' data REDACTED unless the operator runs
+with --flight-recorder-keep-secrets), an expect block that is what
+production returned (with the exact fuel the input uses on a fresh
+instance), and a recorded block for operator replay.
+
+The recorder is served on the operator's metrics server at ` + operator.FlightRecorderPath + `
+to clients the API server authenticates and authorizes for GET on that
+non-resource URL; reach it with kubectl port-forward:
+
+  kubectl -n wasmreconcile-system port-forward deploy/wasmreconcile-operator 8080 &
+  operator record --endpoint http://127.0.0.1:8080 --module widget \
+      --token-file <(kubectl create token recorder -n wasmreconcile-system)
+
+Then: operator test widget.wasm recorded/widget, or operator replay.
+
+Flags:
+`
+
+func runRecord(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("record", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, recordUsage); fs.PrintDefaults() }
+	endpoint := fs.String("endpoint", "", "base URL of the operator's metrics server, such as http://127.0.0.1:8080 (required)")
+	module := fs.String("module", "", "the module whose calls to fetch (required)")
+	token := fs.String("token", "", "bearer token (default: $WASMRECONCILE_TOKEN, else --token-file, else the kubeconfig's token)")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token")
+	out := fs.String("out", "", "directory to write the case files to (default: recorded/MODULE)")
+	failuresOnly := fs.Bool("failures-only", false, "write only the failed calls")
+	timeout := fs.Duration("timeout", 30*time.Second, "timeout of the request")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *endpoint == "" || *module == "" {
+		return errors.New("operator record: --endpoint and --module are required; see operator record --help")
+	}
+	tok, err := bearerToken(*token, *tokenFile)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(strings.TrimSuffix(*endpoint, "/") + operator.FlightRecorderPath)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("operator record: --endpoint %q is not an http(s) URL", *endpoint)
+	}
+	u.RawQuery = url.Values{"module": {*module}}.Encode()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("operator record: %w; check --endpoint (kubectl port-forward to the operator's metrics port)", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return errors.New("operator record: the operator refused the token (HTTP 401); give a valid one with --token-file (kubectl create token ACCOUNT)")
+	case http.StatusForbidden:
+		return fmt.Errorf("operator record: the token's identity may not read the flight recorder (HTTP 403); grant it get on the non-resource URL %s (a ClusterRole with nonResourceURLs)", operator.FlightRecorderPath)
+	case http.StatusNotFound:
+		return fmt.Errorf("operator record: %s", strings.TrimSpace(string(body)))
+	default:
+		return fmt.Errorf("operator record: HTTP %d from %s", resp.StatusCode, u.Redacted())
+	}
+	var got struct {
+		Cases []modtest.Case `json:"cases"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		return fmt.Errorf("operator record: the answer is not the flight recorder's JSON: %w", err)
+	}
+	dir := *out
+	if dir == "" {
+		dir = filepath.Join("recorded", *module)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	written := 0
+	for i, c := range got.Cases {
+		if *failuresOnly && c.Recorded != nil && c.Recorded.Kind == string(protocol.Success) {
+			continue
+		}
+		b, err := yaml.Marshal(c)
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("%03d-%s.yaml", i+1, fileSafe(c.Recorded))
+		if err := writeFileAtomic(filepath.Join(dir, name), b); err != nil {
+			return err
+		}
+		written++
+	}
+	fmt.Fprintf(stdout, "wrote %d case files of module %s to %s\n", written, *module, dir)
+	return nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+func fileSafe(r *modtest.Recorded) string {
+	if r == nil {
+		return "call"
+	}
+	return unsafeChars.ReplaceAllString(strings.ToLower(r.Kind+"-"+r.Object), "-")
+}
+
+// bearerToken is the token of the flags, $WASMRECONCILE_TOKEN, or the
+// kubeconfig's; "" when there is none.
+func bearerToken(token, file string) (string, error) {
+	switch {
+	case token != "":
+		return token, nil
+	case os.Getenv("WASMRECONCILE_TOKEN") != "":
+		return os.Getenv("WASMRECONCILE_TOKEN"), nil
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if cfg, err := ctrl.GetConfig(); err == nil {
+		if cfg.BearerToken != "" {
+			return cfg.BearerToken, nil
+		}
+		if cfg.BearerTokenFile != "" {
+			b, err := os.ReadFile(cfg.BearerTokenFile)
+			if err == nil {
+				return strings.TrimSpace(string(b)), nil
+			}
+		}
+	}
+	return "", nil
+}
+
+const replayUsage = `Usage: operator replay [flags] CASES_DIR --module NEW.wasm
+
+Reruns recorded cases (operator record) on another version of the module,
+each on a fresh instance, and reports for every call whether the new version
+answers as production did, and if not how (the same comparison as a
+ReconcileModule's candidate in shadow: status, children, Events, requeue,
+error), with the fuel before and after. Cases without a recorded block are
+skipped. Exits 0, or 1 with --fail-on-change when a call changes.
+
+Flags:
+`
+
+func runReplay(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, replayUsage); fs.PrintDefaults() }
+	var lf limitFlags
+	lf.register(fs)
+	module := fs.String("module", "", "the version to replay the calls on (required)")
+	failOnChange := fs.Bool("fail-on-change", false, "exit 1 when a call's answer changes")
+	var allow stringList
+	fs.Var(&allow, "allow-difference", "a response field path whose differences are expected, as in spec.candidate.allowDifferences (repeatable)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if len(pos) != 1 || *module == "" {
+		return errors.New("operator replay: want CASES_DIR and --module NEW.wasm; see operator replay --help")
+	}
+	if err := compare.Allowed(allow); err != nil {
+		return fmt.Errorf("--allow-difference: %w", err)
+	}
+	cases, err := modtest.LoadDir(pos[0])
+	if err != nil {
+		return err
+	}
+	opts, err := lf.options()
+	if err != nil {
+		return err
+	}
+	opts.Fresh = true
+	ctx := context.Background()
+	m, done, err := lf.load(ctx, *module)
+	if err != nil {
+		return err
+	}
+	defer done()
+	same, changed, skipped := 0, 0, 0
+	for _, c := range cases {
+		r := c.Recorded
+		if r == nil {
+			skipped++
+			continue
+		}
+		o := offline.Run(ctx, m, c.Input, opts)
+		before := recordedAnswer(r)
+		after := outcomeAnswer(o)
+		verdict, lines := compare.Compare(before, after, allow)
+		fuel := fmt.Sprintf("fuel %d → %d", r.ReplayFuel, o.Fuel)
+		if verdict == compare.Agree {
+			same++
+			fmt.Fprintf(stdout, "SAME     %s  (%s)\n", c.Name, fuel)
+			continue
+		}
+		changed++
+		fmt.Fprintf(stdout, "CHANGED  %s  (%s)\n", c.Name, fuel)
+		for _, l := range lines {
+			fmt.Fprintf(stdout, "    %s\n", l)
+		}
+	}
+	fmt.Fprintf(stdout, "%d recorded calls replayed on %s: %d same, %d changed", same+changed, m.Digest(), same, changed)
+	if skipped > 0 {
+		fmt.Fprintf(stdout, " (%d cases without a recorded block skipped)", skipped)
+	}
+	fmt.Fprintln(stdout)
+	if changed > 0 && *failOnChange {
+		return exitError{1}
+	}
+	return nil
+}
+
+// recordedAnswer is what production answered, from a case's recorded block.
+func recordedAnswer(r *modtest.Recorded) compare.Answer {
+	var out []byte
+	if r.Response != nil {
+		out, _ = json.Marshal(r.Response)
+	}
+	return answerOf(protocol.Kind(r.Kind), r.Error, out)
+}
+
+// outcomeAnswer is an offline run's answer.
+func outcomeAnswer(o offline.Outcome) compare.Answer {
+	kind := o.Kind()
+	if kind == protocol.ReconcileFailed || kind == protocol.Success {
+		return answerOf(kind, "", o.Output)
+	}
+	msg := ""
+	if o.Err != nil {
+		msg = o.Err.Error()
+	}
+	return compare.Answer{Kind: kind, Err: msg}
+}
+
+func answerOf(kind protocol.Kind, msg string, output []byte) compare.Answer {
+	return compare.AnswerOf(kind, msg, output)
+}

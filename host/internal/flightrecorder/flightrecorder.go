@@ -1,0 +1,432 @@
+// Package flightrecorder keeps, per module, the last failed guest calls and
+// a sample of successful ones, in memory and bounded in bytes, each with
+// what is needed to replay it offline exactly: the request the guest saw,
+// the objects it read through cache_read, what it answered (or how it
+// failed), its fuel and time. A kept call is run once more, off the
+// serving path, on a fresh instance of the same version with the same
+// input (package offline): that is what `operator test` will reproduce,
+// and its fuel is what the case pins. Secrets' data are redacted first,
+// by default.
+//
+// Handler serves the records as JSON; `operator record` turns them into
+// `operator test` case files.
+package flightrecorder
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+)
+
+// Options bound what is kept. Zero fields take the stated defaults.
+type Options struct {
+	// Failures is how many failed calls are kept per module, the last
+	// ones. Defaults to 20.
+	Failures int
+	// Successes is how many successful calls are kept per module, the last
+	// sampled ones. Defaults to 20.
+	Successes int
+	// SampleEvery keeps one successful call in SampleEvery (the first one
+	// always). Defaults to 100.
+	SampleEvery int
+	// MaxBytes bounds the records kept per module (their inputs and
+	// answers); the oldest successes, then the oldest failures, go first.
+	// Defaults to 8 MiB.
+	MaxBytes int
+	// KeepSecrets keeps Secrets' data and stringData in recorded inputs.
+	// Defaults to false: each value is replaced by REDACTED (base64 for
+	// data), so that the records, readable through Handler, hold no
+	// credential.
+	KeepSecrets bool
+	// QueueSize bounds the calls waiting for their replay run; more are
+	// dropped. Defaults to 64.
+	QueueSize int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Failures <= 0 {
+		o.Failures = 20
+	}
+	if o.Successes <= 0 {
+		o.Successes = 20
+	}
+	if o.SampleEvery <= 0 {
+		o.SampleEvery = 100
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 8 << 20
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 64
+	}
+	return o
+}
+
+// Call is one guest call handed to the recorder.
+type Call struct {
+	Module *engine.Module
+	// Object is "namespace/name" (or "name").
+	Object string
+	// Input is the request the guest saw.
+	Input abi.Request
+	// Reads are the objects cache_read returned to the guest.
+	Reads []map[string]any
+	// Output is the guest's answer; nil when the call failed before one.
+	Output []byte
+	// Err is how the call failed (the guest's own error included); nil on
+	// success.
+	Err error
+	// Fuel and Duration are the call's.
+	Fuel     uint64
+	Duration time.Duration
+	// ReadNamespaces and Scopes are the reads' rules, for the replay run.
+	ReadNamespaces []string
+	Scopes         protocol.Scopes
+}
+
+// Record is one kept call.
+type Record struct {
+	Module   string          `json:"module"`
+	Digest   string          `json:"digest"`
+	Object   string          `json:"object"`
+	At       time.Time       `json:"at"`
+	Input    abi.Request     `json:"input"`
+	Kind     protocol.Kind   `json:"kind"`
+	Error    string          `json:"error,omitempty"`
+	Response json.RawMessage `json:"response,omitempty"`
+	Fuel     uint64          `json:"fuel"`
+	Duration float64         `json:"durationSeconds"`
+	// Replay is the same input run offline on a fresh instance.
+	ReplayKind  protocol.Kind `json:"replayKind"`
+	ReplayError string        `json:"replayError,omitempty"`
+	ReplayFuel  uint64        `json:"replayFuel"`
+	// ReplayResponse is the replay's answer when it differs from Response.
+	ReplayResponse json.RawMessage `json:"replayResponse,omitempty"`
+	Redacted       bool            `json:"redacted,omitempty"`
+
+	size int
+}
+
+// Recorder keeps records. It is safe for concurrent use.
+type Recorder struct {
+	opts  Options
+	queue chan Call
+
+	mu      sync.Mutex
+	modules map[string]*store
+	closed  bool
+	wg      sync.WaitGroup
+	cancel  context.CancelFunc
+	ctx     context.Context
+}
+
+type store struct {
+	failures, successes []Record
+	seen                int // successes offered, for sampling
+	bytes               int
+}
+
+// New starts a Recorder; Close stops it.
+func New(opts Options) *Recorder {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Recorder{opts: opts.withDefaults(), modules: map[string]*store{}, ctx: ctx, cancel: cancel}
+	r.queue = make(chan Call, r.opts.QueueSize)
+	r.wg.Add(1)
+	go r.work()
+	return r
+}
+
+// Wants reports whether a call of module that ended as failed would be
+// kept: every failure, and one success in Options.SampleEvery. The
+// reconciler asks before it copies a call's input.
+func (r *Recorder) Wants(module string, failed bool) bool {
+	if r == nil {
+		return false
+	}
+	if failed {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.storeOf(module)
+	s.seen++
+	return (s.seen-1)%r.opts.SampleEvery == 0
+}
+
+// Offer hands a call to the recorder without waiting; it is dropped when
+// the replay queue is full.
+func (r *Recorder) Offer(c Call) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	select {
+	case r.queue <- c:
+	default:
+	}
+}
+
+// Close stops the replay worker; calls queued are dropped.
+func (r *Recorder) Close() {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.queue)
+	}
+	r.mu.Unlock()
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *Recorder) storeOf(module string) *store {
+	s := r.modules[module]
+	if s == nil {
+		s = &store{}
+		r.modules[module] = s
+	}
+	return s
+}
+
+func (r *Recorder) work() {
+	defer r.wg.Done()
+	for c := range r.queue {
+		if r.ctx.Err() != nil {
+			continue
+		}
+		rec := r.replay(c)
+		r.keep(rec)
+	}
+}
+
+// replay builds c's record: the input redacted, then run on a fresh
+// instance with the reads served from what the guest read.
+func (r *Recorder) replay(c Call) Record {
+	in := c.Input
+	redacted := false
+	if !r.opts.KeepSecrets {
+		in, redacted = Redact(in)
+	}
+	in.Related = append(append([]map[string]any(nil), in.Related...), redactAll(c.Reads, !r.opts.KeepSecrets)...)
+	in.Related = dedupe(in, in.Related)
+	rec := Record{Module: c.Module.Name(), Digest: c.Module.Digest(), Object: c.Object, At: time.Now().UTC(), Input: in,
+		Kind: protocol.KindOf(c.Err), Fuel: c.Fuel, Duration: c.Duration.Seconds(), Redacted: redacted}
+	if c.Err != nil {
+		rec.Error = c.Err.Error()
+	}
+	if c.Output != nil && json.Valid(c.Output) {
+		rec.Response = append(json.RawMessage(nil), c.Output...)
+	}
+	if rec.Kind.Preempted() {
+		// A call stopped for its fuel or its deadline is not run again: it
+		// would take as much again off the serving path. Out of fuel, a
+		// replay uses the whole budget, as production did.
+		rec.ReplayKind = rec.Kind
+		if rec.Kind == protocol.FuelExhausted {
+			rec.ReplayFuel = rec.Fuel
+		}
+		b, _ := json.Marshal(rec)
+		rec.size = len(b)
+		return rec
+	}
+	o := offline.Run(r.ctx, c.Module, in, offline.Options{Fresh: true, Scopes: c.Scopes, ReadNamespaces: c.ReadNamespaces})
+	rec.ReplayKind, rec.ReplayFuel = o.Kind(), o.Fuel
+	if o.Err != nil {
+		rec.ReplayError = o.Err.Error()
+	}
+	if o.Output != nil && json.Valid(o.Output) && string(o.Output) != string(rec.Response) {
+		rec.ReplayResponse = append(json.RawMessage(nil), o.Output...)
+	}
+	b, _ := json.Marshal(rec)
+	rec.size = len(b)
+	return rec
+}
+
+func (r *Recorder) keep(rec Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.storeOf(rec.Module)
+	if rec.Kind == protocol.Success {
+		s.successes = append(s.successes, rec)
+		if len(s.successes) > r.opts.Successes {
+			s.bytes -= s.successes[0].size
+			s.successes = s.successes[1:]
+		}
+	} else {
+		s.failures = append(s.failures, rec)
+		if len(s.failures) > r.opts.Failures {
+			s.bytes -= s.failures[0].size
+			s.failures = s.failures[1:]
+		}
+	}
+	s.bytes += rec.size
+	for s.bytes > r.opts.MaxBytes && len(s.successes)+len(s.failures) > 0 {
+		if len(s.successes) > 0 {
+			s.bytes -= s.successes[0].size
+			s.successes = s.successes[1:]
+		} else {
+			s.bytes -= s.failures[0].size
+			s.failures = s.failures[1:]
+		}
+	}
+}
+
+// Records returns module's records, failures first, oldest first.
+func (r *Recorder) Records(module string) []Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.modules[module]
+	if s == nil {
+		return nil
+	}
+	return append(append([]Record(nil), s.failures...), s.successes...)
+}
+
+// Modules lists the modules with records.
+func (r *Recorder) Modules() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for m, s := range r.modules {
+		if len(s.failures)+len(s.successes) > 0 {
+			out = append(out, m)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Path is where the operator serves the records, on its metrics server.
+const Path = "/debug/flightrecorder"
+
+// Handler serves GET Path?module=NAME as {"module": NAME, "cases": [...]}
+// (modtest.Case, as Record.Case makes them),
+// and without module the list of modules with records. Put it behind
+// authentication: the records hold the objects the guests saw.
+func (r *Recorder) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodGet {
+			http.Error(w, "only GET", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		module := req.URL.Query().Get("module")
+		if module == "" {
+			_ = enc.Encode(map[string]any{"modules": r.Modules()})
+			return
+		}
+		recs := r.Records(module)
+		if recs == nil {
+			w.WriteHeader(http.StatusNotFound)
+			_ = enc.Encode(map[string]any{"error": fmt.Sprintf("no records of module %q; GET %s lists the modules with records", module, Path)})
+			return
+		}
+		_ = enc.Encode(map[string]any{"module": module, "cases": r.Cases(module)})
+	})
+}
+
+// Redacted is what a Secret's value becomes.
+const Redacted = "REDACTED"
+
+// Redact returns in with the data and stringData of every Secret in it
+// (the object, children, related objects) replaced by REDACTED, and
+// whether anything was replaced. in's maps are not modified.
+func Redact(in abi.Request) (abi.Request, bool) {
+	redacted := false
+	one := func(o map[string]any) map[string]any {
+		out, changed := redactObject(o)
+		redacted = redacted || changed
+		return out
+	}
+	in.Object = one(in.Object)
+	children := make([]map[string]any, len(in.Children))
+	for i, c := range in.Children {
+		children[i] = one(c)
+	}
+	if in.Children != nil {
+		in.Children = children
+	}
+	related := make([]map[string]any, len(in.Related))
+	for i, c := range in.Related {
+		related[i] = one(c)
+	}
+	if in.Related != nil {
+		in.Related = related
+	}
+	return in, redacted
+}
+
+func redactAll(objs []map[string]any, redact bool) []map[string]any {
+	if !redact {
+		return objs
+	}
+	out := make([]map[string]any, len(objs))
+	for i, o := range objs {
+		out[i], _ = redactObject(o)
+	}
+	return out
+}
+
+// redactedBase64 is base64("REDACTED"): a Secret's data stays valid.
+const redactedBase64 = "UkVEQUNURUQ="
+
+func redactObject(o map[string]any) (map[string]any, bool) {
+	if o == nil || o["kind"] != "Secret" || o["apiVersion"] != "v1" {
+		return o, false
+	}
+	out := make(map[string]any, len(o))
+	for k, v := range o {
+		out[k] = v
+	}
+	changed := false
+	for field, value := range map[string]string{"data": redactedBase64, "stringData": Redacted} {
+		m, ok := o[field].(map[string]any)
+		if !ok {
+			continue
+		}
+		red := make(map[string]any, len(m))
+		for k := range m {
+			red[k] = value
+			changed = true
+		}
+		out[field] = red
+	}
+	return out, changed
+}
+
+// dedupe drops from related the objects that are the request's object or
+// one of its children, and repeats.
+func dedupe(in abi.Request, related []map[string]any) []map[string]any {
+	seen := map[string]bool{key(in.Object): true}
+	for _, c := range in.Children {
+		seen[key(c)] = true
+	}
+	var out []map[string]any
+	for _, o := range related {
+		k := key(o)
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, o)
+	}
+	return out
+}
+
+func key(o map[string]any) string {
+	meta, _ := o["metadata"].(map[string]any)
+	return fmt.Sprintf("%v|%v|%v|%v", o["apiVersion"], o["kind"], meta["namespace"], meta["name"])
+}
