@@ -325,6 +325,10 @@ error at its file:line:column):
     finalized: true
     error: {kind: ReconcileFailed, terminal: true, messageContains: "..."}
     maxFuel: 5000000       # fail when the call uses more
+    fuel: 400890           # exactly this fuel; the case then runs on a
+                           # fresh instance, where fuel is deterministic
+  recorded: {...}          # what production returned (operator record);
+                           # not checked here: operator replay reads it
 
 error.kind is an outcome kind of docs/abi.md ("Outcomes"); without
 expect.error, any error fails the case. docs/authoring.md has more.
