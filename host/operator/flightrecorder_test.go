@@ -81,7 +81,9 @@ func TestFlightRecorder(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: e.ns, Name: "recorder"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
+	})
 
 	get := func(tok string) (int, []byte) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module=widget", nil)

@@ -389,7 +389,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		FlightRecorder: h.recorder,
-		Manager: mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
+		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
 		Storm: reconciler.StormOptions(opts.Storm), CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
