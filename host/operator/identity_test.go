@@ -329,6 +329,7 @@ func TestDeployedRBAC(t *testing.T) {
 		{op, "list", "examples.wasmreconcile.io", "widgets", "", "", true},
 		{op, "watch", "", "services", "", "", true},
 		{op, "create", "authorization.k8s.io", "subjectaccessreviews", "", "", true},
+		{op, "create", "authentication.k8s.io", "tokenreviews", "", "", true}, // the flight recorder's readers
 		{op, "create", "events.k8s.io", "events", "team-a", "", true},
 		{op, "patch", "wasmreconcile.io", "reconcilemodules/status", "", "", true},
 		{op, "get", "", "secrets", "wasmreconcile-system", "", true},

@@ -182,7 +182,12 @@ func TestShadowRollout(t *testing.T) {
 		return nil
 	})
 
-	// Removing the candidate rolls back to spec.source.
+	// The promotion served the candidate's compiled code: a cached load.
+	if n := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 1 {
+		t.Errorf("promotion: %v cached loads, want the candidate's compiled code reused", n)
+	}
+
+	// Removing the candidate rolls back to spec.source, still compiled.
 	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
 	waitRollout(t, e.c, "widget", "rolled back to spec.source", func(rm *v1alpha1.ReconcileModule) error {
 		if rm.Status.ObservedGeneration != rm.Generation || rm.Status.Digest != supervisor.Digest(v1) || rm.Status.Rollout != nil {
@@ -190,6 +195,9 @@ func TestShadowRollout(t *testing.T) {
 		}
 		return nil
 	})
+	if n := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 2 {
+		t.Errorf("rollback: %v cached loads in all, want the previous version swapped back in without a compile", n)
+	}
 }
 
 // TestCanaryRollout runs a candidate as a canary against the real API
