@@ -167,8 +167,18 @@ func (m *Module) Close(ctx context.Context) error {
 
 // call runs fn on a pooled instance under the fuel budget and the module's
 // timeout, and turns wazero's errors into typed ones.
+//
+// With fresh, the call runs on a new instance outside the pool: it takes
+// none of the pool's Limits.MaxInstances slots (so it never makes a
+// serving call wait) and is closed after the call.
 func (m *Module) call(ctx context.Context, call string, budget uint64, timeout time.Duration, fresh bool, fn func(context.Context, *instance) ([]byte, error)) (Result, error) {
-	inst, err := m.pool.get(ctx, fresh)
+	var inst *instance
+	var err error
+	if fresh {
+		inst, err = m.pool.fresh(ctx)
+	} else {
+		inst, err = m.pool.get(ctx)
+	}
 	if err != nil {
 		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
@@ -195,7 +205,11 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 		}
 		healthy = res.Recycled == ""
 	}
-	m.pool.put(inst, healthy)
+	if fresh {
+		inst.close(context.Background())
+	} else {
+		m.pool.put(inst, healthy)
+	}
 	if err != nil {
 		res.Output = nil
 		return res, m.classify(ctx, call, inst, res.Duration, err)
@@ -445,15 +459,13 @@ func (p *pool) reap(now time.Time) int {
 	return n
 }
 
-// get returns an idle instance, or a new one when none is idle or fresh
-// is set, waiting while max instances are busy.
-func (p *pool) get(ctx context.Context, fresh bool) (*instance, error) {
+func (p *pool) get(ctx context.Context) (*instance, error) {
 	for {
 		p.mu.Lock()
 		if p.busy < p.max {
 			p.busy++
 			var inst *instance
-			if n := len(p.idle); n > 0 && !fresh {
+			if n := len(p.idle); n > 0 {
 				inst = p.idle[n-1]
 				p.idle[n-1] = nil
 				p.idle = p.idle[:n-1]

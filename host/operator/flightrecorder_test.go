@@ -41,9 +41,24 @@ func TestFlightRecorder(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	wasm := testwasm.BuildFile(t, "./widget")
+	misbehave := testwasm.BuildFile(t, "./internal/testguests/misbehave")
 	mo := e.operatorOptions()
 	mo.MetricsBindAddress = freeAddr(t)
-	start(t, e.cfg, mo, operator.Options{Modules: []string{wasm}})
+	// Every success is kept, so that the reading Gadget's call after its
+	// ConfigMap reached the cache is (the first may come before).
+	start(t, e.cfg, mo, operator.Options{Modules: []string{wasm, misbehave}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1}})
+
+	// A guest that reads: its recorded case must carry what it read.
+	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "cfg", Labels: map[string]string{"app": "x"}},
+		Data: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	reader := gadget(e.ns, "reader", "read")
+	_ = unstructured.SetNestedField(reader.Object, "cfg", "spec", "configMap")
+	_ = unstructured.SetNestedField(reader.Object, "app=x", "spec", "selector")
+	if err := e.c.Create(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
 
 	bad := widget(e.ns, "too-big", 1)
 	_ = unstructured.SetNestedField(bad.Object, int64(1_000_000), "spec", "size")
@@ -85,8 +100,8 @@ func TestFlightRecorder(t *testing.T) {
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
 	})
 
-	get := func(tok string) (int, []byte) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module=widget", nil)
+	getModule := func(tok, module string) (int, []byte) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module="+module, nil)
 		if tok != "" {
 			req.Header.Set("Authorization", "Bearer "+tok)
 		}
@@ -98,6 +113,7 @@ func TestFlightRecorder(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, b
 	}
+	get := func(tok string) (int, []byte) { return getModule(tok, "widget") }
 	var got struct {
 		Cases []modtest.Case `json:"cases"`
 	}
@@ -126,8 +142,48 @@ func TestFlightRecorder(t *testing.T) {
 	}
 
 	// Written as case files, they pass offline with the recorded fuel.
+	replays(t, wasm, got.Cases)
+
+	// The reading guest's case holds the ConfigMap it read, and replays.
+	var read struct {
+		Cases []modtest.Case `json:"cases"`
+	}
+	var c modtest.Case
+	touch := 0
+	testenv.Eventually(t, 3*time.Minute, "the reading Gadget recorded with the ConfigMap it read", func() error {
+		code, body := getModule(allowed, "misbehave")
+		if code == http.StatusOK {
+			if err := json.Unmarshal(body, &read); err != nil {
+				return err
+			}
+			for _, rc := range read.Cases {
+				if rc.Expect.Status["found"] == true {
+					c = rc
+					return nil
+				}
+			}
+		}
+		// Not yet seen by the guest: another event calls it again (a guest
+		// that reads is called on every event).
+		touch++
+		g := gadget(e.ns, "reader", "")
+		testenv.Update(t, e.c, g, func() { g.SetAnnotations(map[string]string{"touch": fmt.Sprint(touch)}) })
+		return fmt.Errorf("HTTP %d, %d cases, none with the ConfigMap found", code, len(read.Cases))
+	})
+	if len(c.Input.Related) != 1 || c.Input.Related[0]["kind"] != "ConfigMap" || c.Expect.Status["listed"] != float64(1) {
+		t.Fatalf("the reading call's case: related %v, expected status %v", c.Input.Related, c.Expect.Status)
+	}
+	replays(t, misbehave, []modtest.Case{c})
+}
+
+// replays writes cases as files, loads them back as operator test does,
+// and checks that each passes offline on the module in wasm (exact fuel
+// included).
+func replays(t *testing.T, wasm string, got []modtest.Case) {
+	t.Helper()
+	ctx := context.Background()
 	dir := t.TempDir()
-	for i, c := range got.Cases {
+	for i, c := range got {
 		r := c.Recorded
 		if r.Fuel == 0 || r.ReplayFuel == 0 || len(r.ReplayDiffers) > 0 || c.Expect.Fuel != r.ReplayFuel || r.Digest == "" {
 			t.Errorf("case %s: recorded %+v, expect.fuel %d", c.Name, r, c.Expect.Fuel)

@@ -198,6 +198,24 @@ func TestShadowRollout(t *testing.T) {
 	if n := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 2 {
 		t.Errorf("rollback: %v cached loads in all, want the previous version swapped back in without a compile", n)
 	}
+
+	// A candidate that is another module is refused; the serving version
+	// is untouched.
+	other := testwasm.Build(t, "./internal/testguests/misbehave")
+	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Candidate = &v1alpha1.Candidate{Source: src(other, "other.wasm")}
+	})
+	got = waitRollout(t, e.c, "widget", "another module refused as a candidate", func(rm *v1alpha1.ReconcileModule) error {
+		if r := rm.Status.Rollout; rm.Status.ObservedGeneration != rm.Generation || r == nil || r.Candidate == nil || r.Candidate.LastError == "" {
+			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
+		}
+		return nil
+	})
+	if msg := got.Status.Rollout.Candidate.LastError; !strings.Contains(msg, "module name changed") || !strings.Contains(msg, "same module") ||
+		got.Status.Digest != supervisor.Digest(v1) {
+		t.Errorf("candidate of another module: lastError %q, serving %s", msg, got.Status.Digest)
+	}
+	waitModuleEvent(t, e.c, got.UID, modulecontroller.ReasonCandidateFailed)
 }
 
 // TestCanaryRollout runs a candidate as a canary against the real API

@@ -46,7 +46,7 @@ func (rec Record) Case(n int) modtest.Case {
 		}
 	}
 	c.Expect = expectOf(rec.Kind, resp)
-	if len(r.ReplayDiffers) == 0 && rec.ReplayFuel > 0 && !rec.Kind.Preempted() {
+	if len(r.ReplayDiffers) == 0 && rec.ReplayFuel > 0 && !rec.Kind.Preempted() && rec.Kind != protocol.MemoryLimit {
 		c.Expect.Fuel = rec.ReplayFuel
 	}
 	return c

@@ -229,10 +229,11 @@ func (r *Recorder) replay(c Call) Record {
 	if c.Output != nil && json.Valid(c.Output) {
 		rec.Response = append(json.RawMessage(nil), c.Output...)
 	}
-	if rec.Kind.Preempted() {
-		// A call stopped for its fuel or its deadline is not run again: it
-		// would take as much again off the serving path. Out of fuel, a
-		// replay uses the whole budget, as production did.
+	if rec.Kind.Preempted() || rec.Kind == protocol.MemoryLimit {
+		// A call stopped for its fuel, its deadline or its memory is not
+		// run again: it would take as much CPU or memory again beside the
+		// serving path. Out of fuel, a replay uses the whole budget, as
+		// production did.
 		rec.ReplayKind = rec.Kind
 		if rec.Kind == protocol.FuelExhausted {
 			rec.ReplayFuel = rec.Fuel
