@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // valid is a case file every variant below breaks in one place.
@@ -48,11 +51,11 @@ func TestCaseFileErrorsHavePositions(t *testing.T) {
 		want           string // after "FILE:"
 	}{
 		{"top level", "expect:\n", "expct:\n",
-			`10:1: unknown field "expct" (known fields: name, input, expect)`},
+			`10:1: unknown field "expct" (known fields: name, input, expect, recorded)`},
 		{"input", "  attempt: 0", "  atempt: 0",
 			`9:3: unknown field "atempt" in input (known fields: object, children, related, finalizing, config, attempt, now, childFailures)`},
 		{"expect", "  status:\n", "  stauts:\n",
-			`11:3: unknown field "stauts" in expect (known fields: status, children, keepChildren, events, requeueAfterSeconds, finalized, error, maxFuel)`},
+			`11:3: unknown field "stauts" in expect (known fields: status, children, keepChildren, events, requeueAfterSeconds, finalized, error, maxFuel, fuel)`},
 		{"expect.error", "    messageContains: outside", "    messageContain: outside",
 			`17:5: unknown field "messageContain" in expect.error (known fields: kind, terminal, messageContains)`},
 		{"repeated", "  maxFuel: 5000000\n", "  maxFuel: 5000000\n  maxFuel: 6000000\n",
@@ -90,5 +93,16 @@ func TestCaseFileErrorsHavePositions(t *testing.T) {
 	path := write("case.json", `{"input": {"object": {"kind": "Widget"}}, "expect": {"error": {"kind": "ReconcileFailed", "terminl": true}}}`)
 	if _, err := LoadFile(path); err == nil || !strings.HasPrefix(err.Error(), path+`:1:91: unknown field "terminl" in expect.error`) {
 		t.Errorf("JSON case: %v", err)
+	}
+}
+
+func TestExactFuel(t *testing.T) {
+	c := Case{Expect: Expect{Fuel: 400890, KeepChildren: true}}
+	if diff := c.Check(offline.Outcome{Fuel: 400890, Response: &protocol.Response{}}); len(diff) != 0 {
+		t.Errorf("the exact fuel: %q", diff)
+	}
+	diff := c.Check(offline.Outcome{Fuel: 400891, Response: &protocol.Response{}})
+	if len(diff) != 1 || diff[0] != "fuel: used 400891, want exactly 400890" {
+		t.Errorf("one unit more: %q", diff)
 	}
 }
