@@ -585,11 +585,12 @@ func (h *Host) Ready() error {
 // yourself only when the manager never started. Closing twice is harmless.
 func (h *Host) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() {
-		errs := []error{h.supervisor.Close(ctx)}
 		if h.recorder != nil {
-			h.recorder.Close() // before the engine: its replays run on the modules
+			// First: its queued replays hold versions open, which the
+			// supervisor's Close waits for.
+			h.recorder.Close()
 		}
-		errs = append(errs, h.engine.Close(ctx))
+		errs := []error{h.supervisor.Close(ctx), h.engine.Close(ctx)}
 		if h.interpreter != nil {
 			errs = append(errs, h.interpreter.Close(ctx))
 		}

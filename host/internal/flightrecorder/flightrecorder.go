@@ -91,6 +91,15 @@ type Call struct {
 	// ReadNamespaces and Scopes are the reads' rules, for the replay run.
 	ReadNamespaces []string
 	Scopes         protocol.Scopes
+	// Release, when set, is called once the recorder is done with Module
+	// (replayed, or dropped): the caller holds Module open until then.
+	Release func()
+}
+
+func (c Call) release() {
+	if c.Release != nil {
+		c.Release()
+	}
 }
 
 // Record is one kept call.
@@ -162,8 +171,8 @@ func (r *Recorder) Wants(module string, failed bool) bool {
 	return (s.seen-1)%r.opts.SampleEvery == 0
 }
 
-// Offer hands a call to the recorder without waiting; it is dropped when
-// the replay queue is full.
+// Offer hands a call to the recorder without waiting; it is dropped (and
+// released) when the replay queue is full or the recorder is closed.
 func (r *Recorder) Offer(c Call) {
 	if r == nil {
 		return
@@ -171,15 +180,17 @@ func (r *Recorder) Offer(c Call) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
+		c.release()
 		return
 	}
 	select {
 	case r.queue <- c:
 	default:
+		c.release()
 	}
 }
 
-// Close stops the replay worker; calls queued are dropped.
+// Close stops the replay worker; calls queued are dropped and released.
 func (r *Recorder) Close() {
 	r.mu.Lock()
 	if !r.closed {
@@ -204,9 +215,11 @@ func (r *Recorder) work() {
 	defer r.wg.Done()
 	for c := range r.queue {
 		if r.ctx.Err() != nil {
+			c.release()
 			continue
 		}
 		rec := r.replay(c)
+		c.release()
 		r.keep(rec)
 	}
 }

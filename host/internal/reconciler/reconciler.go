@@ -284,14 +284,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	ctx = log.IntoContext(ctx, logger)
 	logger.V(1).Info("START reconcile")
 	start := time.Now()
-	o := r.run(ctx, req.NamespacedName, v.Module)
+	o := r.run(ctx, req.NamespacedName, v.Module, v.Hold)
 	res, err := r.settle(ctx, o)
 	logger.V(1).Info("FINISH reconcile", "duration", time.Since(start).String(), "result", r.kindOf(o), "fuel", o.res.Fuel)
 	return res, err
 }
 
 // run is the data path: object → request → call → response → apply.
-func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *engine.Module) outcome {
+//
+// hold keeps module open beyond the call, for the flight recorder's replay
+// (versionslot.Version.Hold).
+func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *engine.Module, hold func() (func(), bool)) outcome {
 	o := outcome{key: key}
 	call := "reconcile " + key.String()
 	if key.Namespace == "" {
@@ -335,7 +338,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if sh != nil && sh.Serves(obj) {
 		if m, release, ok := sh.Acquire(); ok {
 			defer release()
-			module, canary = m, true
+			module, canary, hold = m, true, func() (func(), bool) { _, rel, ok := sh.Acquire(); return rel, ok }
 		}
 	}
 	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childFP, module.Digest())
@@ -383,13 +386,13 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
 		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
-		r.record(module, key, input, reads, o.res, o.err)
+		r.record(module, hold, key, input, reads, o.res, o.err)
 		return o
 	}
 	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
 	if err != nil {
 		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
-		r.record(module, key, input, reads, o.res, err)
+		r.record(module, hold, key, input, reads, o.res, err)
 		o.err = err
 		return o
 	}
@@ -398,7 +401,7 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if resp.Error != nil {
 		guestErr = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
 	}
-	r.record(module, key, input, reads, o.res, guestErr)
+	r.record(module, hold, key, input, reads, o.res, guestErr)
 	a, err := r.apply(ctx, call, obj, observed, resp, deleting, told)
 	o.wrote, o.untold = o.wrote || a.wrote, a.untold
 	switch {
@@ -528,10 +531,14 @@ func (c *countingReader) objects() []map[string]any {
 // record hands a call to the flight recorder, when there is one and it
 // wants the call (every failure, a sample of successes). The input's maps
 // are copied: the recorder replays it later, off this goroutine.
-func (r *Reconciler) record(module *engine.Module, key types.NamespacedName, in abi.Request, reads *countingReader, res engine.Result, err error) {
+func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), key types.NamespacedName, in abi.Request, reads *countingReader, res engine.Result, err error) {
 	fr := r.opts.FlightRecorder
 	if fr == nil || protocol.KindOf(err) == protocol.Canceled || !fr.Wants(r.name, err != nil) {
 		return
+	}
+	release, ok := hold() // the replay runs on module after this call: keep it open
+	if !ok {
+		return // the version is retiring
 	}
 	in.Object = runtime.DeepCopyJSON(in.Object)
 	children := make([]map[string]any, len(in.Children))
@@ -545,7 +552,7 @@ func (r *Reconciler) record(module *engine.Module, key types.NamespacedName, in 
 	in.ChildFailures = append([]abi.ChildFailure(nil), in.ChildFailures...)
 	fr.Offer(flightrecorder.Call{Module: module, Object: key.String(), Input: in, Reads: reads.objects(),
 		Output: append([]byte(nil), res.Output...), Err: err, Fuel: res.Fuel, Duration: res.Duration,
-		ReadNamespaces: r.opts.ReadNamespaces, Scopes: r.opts.Scopes})
+		ReadNamespaces: r.opts.ReadNamespaces, Scopes: r.opts.Scopes, Release: release})
 }
 
 // call calls the guest. While the module is suspect (its last finished call

@@ -51,6 +51,21 @@ func (v *Version) Release() {
 	}
 }
 
+// Hold keeps v from closing, as a call Acquired on it does, until the
+// returned func is called (once; more calls do nothing). It reports false
+// once v is retiring. Work that outlives the call it comes from (a flight
+// recorder's replay) holds the version it runs on.
+func (v *Version) Hold() (release func(), ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.retiring {
+		return nil, false
+	}
+	v.calls++
+	var once sync.Once
+	return func() { once.Do(v.Release) }, true
+}
+
 // Retiring reports whether Retire was called.
 func (v *Version) Retiring() bool {
 	v.mu.Lock()
