@@ -162,6 +162,7 @@ Flags:
 	fs.IntVar(&opts.FlightRecorder.Successes, "flight-recorder-successes", 20, "sampled successful calls kept per module by the flight recorder")
 	fs.IntVar(&opts.FlightRecorder.SampleEvery, "flight-recorder-sample-every", 100, "the flight recorder keeps one successful call in this many")
 	fs.IntVar(&opts.FlightRecorder.MaxBytes, "flight-recorder-max-bytes", 8<<20, "bytes of records kept per module by the flight recorder")
+	fs.IntVar(&opts.FlightRecorder.QueueSize, "flight-recorder-queue", 64, "kept calls waiting for the flight recorder's replay on a fresh instance (one worker, off the serving path); more are dropped")
 	fs.BoolVar(&opts.FlightRecorder.KeepSecrets, "flight-recorder-keep-secrets", false, "keep Secrets' data in recorded inputs (by default every value is replaced by REDACTED)")
 	fs.StringVar(&opts.ModuleCacheDir, "module-cache-dir", "", "directory where oci:// modules (--module and ReconcileModules) are kept by digest once fetched, so that a restart while the registry is down still loads them (default: none, every load fetches)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")

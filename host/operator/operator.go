@@ -385,7 +385,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	if fr := opts.FlightRecorder; !fr.Disabled {
 		h.recorder = flightrecorder.New(flightrecorder.Options{Failures: fr.Failures, Successes: fr.Successes,
-			SampleEvery: fr.SampleEvery, MaxBytes: fr.MaxBytes, KeepSecrets: fr.KeepSecrets})
+			SampleEvery: fr.SampleEvery, MaxBytes: fr.MaxBytes, KeepSecrets: fr.KeepSecrets, QueueSize: fr.QueueSize})
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		FlightRecorder: h.recorder,
@@ -618,6 +618,9 @@ type FlightRecorderOptions struct {
 	// KeepSecrets keeps Secrets' data in recorded inputs. Defaults to
 	// false: they are redacted.
 	KeepSecrets bool
+	// QueueSize bounds the kept calls waiting for their replay run (one
+	// worker); more are dropped. Defaults to 64.
+	QueueSize int
 }
 
 // FlightRecorderPath is where New's manager serves the flight recorder's
