@@ -266,22 +266,18 @@ func recordedAnswer(r *modtest.Recorded) compare.Answer {
 	if r.Response != nil {
 		out, _ = json.Marshal(r.Response)
 	}
-	return answerOf(protocol.Kind(r.Kind), r.Error, out)
+	return compare.AnswerOf(protocol.Kind(r.Kind), r.Error, out)
 }
 
 // outcomeAnswer is an offline run's answer.
 func outcomeAnswer(o offline.Outcome) compare.Answer {
 	kind := o.Kind()
 	if kind == protocol.ReconcileFailed || kind == protocol.Success {
-		return answerOf(kind, "", o.Output)
+		return compare.AnswerOf(kind, "", o.Output)
 	}
 	msg := ""
 	if o.Err != nil {
 		msg = o.Err.Error()
 	}
 	return compare.Answer{Kind: kind, Err: msg}
-}
-
-func answerOf(kind protocol.Kind, msg string, output []byte) compare.Answer {
-	return compare.AnswerOf(kind, msg, output)
 }
