@@ -33,6 +33,11 @@ type Clamp struct {
 	Requested, Ceiling uint64
 	// Flag is the operator flag that sets the ceiling.
 	Flag string
+	// Allowance is true when the manifest asked for more than the caller
+	// allows (its own value, or the default): a manifest may ask for less,
+	// never more. Ceiling is then what the caller allows, and Flag where
+	// it is set.
+	Allowance bool
 }
 
 // String says what was clamped, e.g. "fuel 9000000000 clamped to the
@@ -50,6 +55,9 @@ func (c Clamp) String() string {
 		req, ceil = pagesString(c.Requested), pagesString(c.Ceiling)
 	default:
 		req, ceil = fmt.Sprint(c.Requested), fmt.Sprint(c.Ceiling)
+	}
+	if c.Allowance {
+		return fmt.Sprintf("the manifest's %s %s lowered to the %s the operator allows (%s): a manifest may ask for less, never more", c.Limit, req, ceil, c.Flag)
 	}
 	return fmt.Sprintf("%s%s %s clamped to the ceiling %s (%s)", from, c.Limit, req, ceil, c.Flag)
 }
@@ -152,10 +160,3 @@ func (c Limits) lowerDefaults(l Limits) Limits {
 	return l
 }
 
-// clampLimits is Engine.Load's use of the ceilings once the manifest's
-// limits are merged into the caller's (already clamped) ones: it clamps
-// what the manifest asked for, then lowers defaults over a ceiling.
-func (e *Engine) clampLimits(merged Limits) (Limits, []Clamp) {
-	merged, clamps := e.ceilings.clamp(merged, true)
-	return e.ceilings.lowerDefaults(merged), clamps
-}

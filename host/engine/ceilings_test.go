@@ -133,20 +133,22 @@ func grownPages(t *testing.T, m *Module) uint32 {
 	return binary.LittleEndian.Uint32(res.Output)
 }
 
-// TestCeilingManifestOverCeiling: the manifest asks for fuel 9e9, 120 s and
-// 32768 pages; each is clamped to the ceiling, said so, and enforced: the
-// memory cap of the runtime, the fuel budget and the deadline of a call.
-func TestCeilingManifestOverCeiling(t *testing.T) {
+// TestCeilingManifestAsksForMore: the manifest asks for fuel 9e9, 120 s and
+// 32768 pages, more than the operator allows when the caller sets nothing
+// (the defaults, lowered by the ceilings): each is lowered to that, said
+// so, and enforced: the memory cap of the runtime and the fuel budget of a
+// call.
+func TestCeilingManifestAsksForMore(t *testing.T) {
 	c := Limits{Fuel: 2_000_000, Timeout: 30 * time.Second, MemoryLimitPages: 64}
 	m := loadCeiling(t, ceilingEngine(t, c), Limits{})
 	l := m.Limits()
-	if l.Fuel != c.Fuel || l.Timeout != c.Timeout || l.MemoryLimitPages != c.MemoryLimitPages {
-		t.Errorf("limits %+v, want the ceilings %+v", l, c)
+	if l.Fuel != c.Fuel || l.Timeout != DefaultTimeout || l.MemoryLimitPages != c.MemoryLimitPages {
+		t.Errorf("limits %+v, want the ceilings' fuel and memory (under the defaults) and the default timeout", l)
 	}
 	want := []string{
-		"the manifest's fuel 9000000000 clamped to the ceiling 2000000 (--max-fuel)",
-		"the manifest's timeout 2m0s clamped to the ceiling 30s (--max-timeout)",
-		"the manifest's memory 32768 pages (2Gi) clamped to the ceiling 64 pages (4Mi) (--max-memory)",
+		"the manifest's fuel 9000000000 lowered to the 2000000 the operator allows (spec.limits.fuel, --fuel): a manifest may ask for less, never more",
+		"the manifest's timeout 2m0s lowered to the 5s the operator allows (spec.limits.timeout, --timeout): a manifest may ask for less, never more",
+		"the manifest's memory 32768 pages (2Gi) lowered to the 64 pages (4Mi) the operator allows (spec.limits.memoryPages, --memory-limit-pages): a manifest may ask for less, never more",
 	}
 	if got := m.Clamped(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Clamped() = %q, want %q", got, want)
@@ -163,18 +165,21 @@ func TestCeilingManifestOverCeiling(t *testing.T) {
 
 // TestCeilingCallerOverCeiling: the caller's limits (operator flags, a
 // ReconcileModule's spec.limits) over the ceilings are clamped too, before
-// the module is first instantiated; the manifest fills nothing the caller
-// set.
+// the module is first instantiated; then the manifest may lower them
+// (fuel: 9e9 is under the clamped 2^50) but not raise them (timeout and
+// memory).
 func TestCeilingCallerOverCeiling(t *testing.T) {
 	c := Limits{Fuel: 1 << 50, Timeout: 200 * time.Millisecond, MemoryLimitPages: 32}
 	m := loadCeiling(t, ceilingEngine(t, c), Limits{Fuel: 1 << 60, Timeout: time.Hour, MemoryLimitPages: 65536})
-	if l := m.Limits(); l.Fuel != 1<<50 || l.Timeout != 200*time.Millisecond || l.MemoryLimitPages != 32 {
-		t.Errorf("limits %+v, want the ceilings", l)
+	if l := m.Limits(); l.Fuel != 9_000_000_000 || l.Timeout != 200*time.Millisecond || l.MemoryLimitPages != 32 {
+		t.Errorf("limits %+v, want the manifest's fuel and the ceilings' timeout and memory", l)
 	}
 	want := []string{
 		"fuel 1152921504606846976 clamped to the ceiling 1125899906842624 (--max-fuel)",
 		"timeout 1h0m0s clamped to the ceiling 200ms (--max-timeout)",
 		"memory 65536 pages (4Gi) clamped to the ceiling 32 pages (2Mi) (--max-memory)",
+		"the manifest's timeout 2m0s lowered to the 200ms the operator allows (spec.limits.timeout, --timeout): a manifest may ask for less, never more",
+		"the manifest's memory 32768 pages (2Gi) lowered to the 32 pages (2Mi) the operator allows (spec.limits.memoryPages, --memory-limit-pages): a manifest may ask for less, never more",
 	}
 	if got := m.Clamped(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Clamped() = %q, want %q", got, want)
@@ -195,28 +200,29 @@ func TestCeilingCallerOverCeiling(t *testing.T) {
 	}
 }
 
-// TestCeilingWithinCeilings: limits under the ceilings, from the caller and
-// from the manifest, are kept and nothing is reported.
+// TestCeilingWithinCeilings: a manifest that asks for less than the caller
+// allows, itself under the ceilings, gets what it asks and nothing is
+// reported.
 func TestCeilingWithinCeilings(t *testing.T) {
 	e := ceilingEngine(t, Limits{Fuel: DefaultMaxFuel * 2, Timeout: 5 * time.Minute, MemoryLimitPages: 65536})
-	m := loadCeiling(t, e, Limits{Fuel: 3_000_000, MemoryLimitPages: 16})
-	if l := m.Limits(); l.Fuel != 3_000_000 || l.Timeout != 2*time.Minute || l.MemoryLimitPages != 16 {
-		t.Errorf("limits %+v, want the caller's fuel and memory and the manifest's timeout", l)
+	m := loadCeiling(t, e, Limits{Fuel: DefaultMaxFuel * 2, Timeout: 5 * time.Minute, MemoryLimitPages: 65536})
+	if l := m.Limits(); l.Fuel != 9_000_000_000 || l.Timeout != 2*time.Minute || l.MemoryLimitPages != 32768 {
+		t.Errorf("limits %+v, want the manifest's", l)
 	}
 	if got := m.Clamped(); got != nil {
 		t.Errorf("Clamped() = %q, want none", got)
 	}
 }
 
-// TestCeilingDefaultCeilings: an engine with no Ceilings holds every module
-// to the documented defaults, and a ceiling below a default lowers it
+// TestCeilingDefaultCeilings: an engine with no Ceilings allows a manifest
+// no more than the defaults, and a ceiling below a default lowers it
 // without a report.
 func TestCeilingDefaultCeilings(t *testing.T) {
 	m := loadCeiling(t, ceilingEngine(t, Limits{}), Limits{})
-	if l := m.Limits(); l.Fuel != DefaultMaxFuel || l.Timeout != DefaultMaxTimeout || l.MemoryLimitPages != DefaultMaxMemoryPages {
-		t.Errorf("limits %+v, want the default ceilings", l)
+	if l := m.Limits(); l.Fuel != DefaultFuel || l.Timeout != DefaultTimeout || l.MemoryLimitPages != DefaultMemoryLimitPages {
+		t.Errorf("limits %+v, want the defaults", l)
 	}
-	if got := m.Clamped(); len(got) != 3 || !strings.Contains(got[0], "5000000000") || !strings.Contains(got[2], "16384 pages (1Gi)") {
+	if got := m.Clamped(); len(got) != 3 || !strings.Contains(got[0], "9000000000 lowered to the 500000000") || !strings.Contains(got[2], "lowered to the 2048 pages (128Mi)") {
 		t.Errorf("Clamped() = %q", got)
 	}
 

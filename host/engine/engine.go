@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -57,6 +58,20 @@ type Options struct {
 	// not block. The operator counts these in
 	// wasmreconcile_instances_recycled_total{reason="idle"}.
 	IdleReleased func(module string)
+
+	// Compile bounds compiling modules: the shapes refused before
+	// compiling, and the process compiles run in (see CompileOptions).
+	// With a Worker and no CompilationCacheDir, the engine keeps its
+	// compiled code in a directory of its own under os.TempDir, removed by
+	// Close. Defaults to the zero CompileOptions: shapes over the default
+	// complexities are refused, and compiles run in this process.
+	Compile CompileOptions
+
+	// MemoryBudget, when set, bounds the memory of the engine's instances
+	// and compile workers, with every other engine that shares it (see
+	// MemoryBudget). The memory ceiling (Ceilings.MemoryLimitPages) is
+	// lowered to the budget. Defaults to nil: no budget.
+	MemoryBudget *MemoryBudget
 }
 
 // Engine instruments, compiles and loads guest modules. It is safe for
@@ -67,11 +82,16 @@ type Engine struct {
 	interpreter  bool
 	ceilings     Limits // Options.Ceilings, defaults filled
 	idleReleased func(module string)
+	compile      CompileOptions // Options.Compile, defaults filled
+	budget       *MemoryBudget
+	workers      chan struct{} // a token per compile worker running (CompileWorker.MaxConcurrent)
+	tempCacheDir string        // the cache directory the engine made itself, removed by Close
 
-	mu        sync.Mutex
-	validated map[string]bool       // digests of input bytes wazero validated
-	caches    map[string]*codeCache // by codeKey, while a module uses them
-	closed    bool
+	mu             sync.Mutex
+	validated      map[string]bool       // digests of input bytes wazero validated
+	workerCompiled map[string]bool       // digests of instrumented bytes a worker compiled into the cache
+	caches         map[string]*codeCache // by codeKey, while a module uses them
+	closed         bool
 }
 
 // codeCache is the compilation cache of the modules loaded from one input
@@ -94,15 +114,50 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if opts.CompilationCacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(opts.CompilationCacheDir) // creates and checks the directory
+	compile, err := opts.Compile.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if opts.Interpreter {
+		compile.Worker = nil // the interpreter's compile is linear in the bytes
+	}
+	if b := opts.MemoryBudget; b != nil {
+		if pages := uint32(min(b.Limit()/pageBytes, maxMemoryPages)); pages < ceilings.MemoryLimitPages {
+			ceilings.MemoryLimitPages = pages // no instance larger than the whole budget
+		}
+		if w := compile.Worker; w != nil && w.MaxMemory > b.Limit() {
+			return nil, fmt.Errorf("engine: the compile worker's memory limit %s is over the guest memory budget %s: no compile could ever start; lower --compile-max-memory or raise --memory-budget",
+				quantity(w.MaxMemory), quantity(b.Limit()))
+		}
+	}
+	e := &Engine{cacheDir: opts.CompilationCacheDir, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings,
+		idleReleased: opts.IdleReleased, compile: compile, budget: opts.MemoryBudget,
+		validated: map[string]bool{}, workerCompiled: map[string]bool{}, caches: map[string]*codeCache{}}
+	if compile.Worker != nil {
+		e.workers = make(chan struct{}, compile.Worker.MaxConcurrent)
+		if e.cacheDir == "" {
+			// A worker hands its code over through a compilation cache.
+			if e.cacheDir, err = os.MkdirTemp("", "wasmreconcile-compiled-"); err != nil {
+				return nil, fmt.Errorf("engine: a directory for the compile workers' code: %w; set a compilation cache directory (--compilation-cache-dir)", err)
+			}
+			e.tempCacheDir = e.cacheDir
+		}
+	}
+	if e.cacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(e.cacheDir) // creates and checks the directory
 		if err != nil {
-			return nil, fmt.Errorf("engine: compilation cache %q: %w; fix the directory or leave it unset", opts.CompilationCacheDir, err)
+			e.removeTempCache()
+			return nil, fmt.Errorf("engine: compilation cache %q: %w; fix the directory or leave it unset", e.cacheDir, err)
 		}
 		_ = c.Close(context.Background())
 	}
-	return &Engine{cacheDir: opts.CompilationCacheDir, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings,
-		idleReleased: opts.IdleReleased, validated: map[string]bool{}, caches: map[string]*codeCache{}}, nil
+	return e, nil
+}
+
+func (e *Engine) removeTempCache() {
+	if e.tempCacheDir != "" {
+		_ = os.RemoveAll(e.tempCacheDir)
+	}
 }
 
 // codeKey names the instrumented bytes of the input with this digest under
@@ -178,7 +233,8 @@ func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l L
 	// validates the input itself, so that the rewrite, which decodes only
 	// what it must change, can never turn an invalid module into a valid
 	// one.
-	out, err := instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true}.Instrument(wasm)
+	out, err := instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true,
+		MaxFunctionComplexity: e.compile.MaxFunctionComplexity, MaxModuleComplexity: e.compile.MaxModuleComplexity}.Instrument(wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +298,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, c := range caches {
 		errs = append(errs, c.cache.Close(ctx))
 	}
+	e.removeTempCache()
 	return errors.Join(errs...)
 }
 
@@ -261,14 +318,14 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	if err != nil {
 		return nil, err
 	}
-	// The manifest's default limits fill what the caller left unset.
-	merged, err := mergeManifestLimits(limits, m.manifest.Limits)
+	// The manifest may lower what the caller allows, never raise it.
+	merged, more, err := e.mergeManifestLimits(limits, m.manifest.Limits)
 	if err != nil {
 		_ = m.Close(ctx)
 		return nil, &InvalidModuleError{Module: m.name, Reason: "manifest: " + err.Error()}
 	}
-	merged, more := e.clampLimits(merged)
 	clamped = append(clamped, more...)
+	merged = e.ceilings.lowerDefaults(merged)
 	m.clamped = clamped
 	if merged == limits {
 		return m, nil
@@ -296,27 +353,55 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 	return second, nil
 }
 
-// mergeManifestLimits fills the zero fields of l from the manifest's limits.
-func mergeManifestLimits(l Limits, ml *abi.ManifestLimits) (Limits, error) {
+// mergeManifestLimits applies the manifest's limits to l, the caller's
+// limits held to the ceilings: a manifest may ask for less fuel, time or
+// memory than the caller allows, never more. What the caller allows is its
+// own value, or, where it set none, the default (lowered by the ceilings).
+// A manifest's value over it is lowered to it, and reported as a Clamp.
+func (e *Engine) mergeManifestLimits(l Limits, ml *abi.ManifestLimits) (Limits, []Clamp, error) {
 	if ml == nil {
-		return l, nil
+		return l, nil, nil
 	}
 	if ml.TimeoutMillis < 0 {
-		return l, fmt.Errorf("limits.timeoutMillis %d must not be negative", ml.TimeoutMillis)
+		return l, nil, fmt.Errorf("limits.timeoutMillis %d must not be negative", ml.TimeoutMillis)
 	}
 	if ml.MemoryPages > 65536 {
-		return l, fmt.Errorf("limits.memoryPages %d exceeds the wasm32 maximum of 65536", ml.MemoryPages)
+		return l, nil, fmt.Errorf("limits.memoryPages %d exceeds the wasm32 maximum of 65536", ml.MemoryPages)
 	}
-	if l.Fuel == 0 {
+	allowed := e.ceilings.lowerDefaults(l)
+	if allowed.Fuel == 0 {
+		allowed.Fuel = DefaultFuel
+	}
+	if allowed.Timeout == 0 {
+		allowed.Timeout = DefaultTimeout
+	}
+	if allowed.MemoryLimitPages == 0 {
+		allowed.MemoryLimitPages = DefaultMemoryLimitPages
+	}
+	var clamps []Clamp
+	if ml.Fuel != 0 {
 		l.Fuel = ml.Fuel
+		if ml.Fuel > allowed.Fuel {
+			l.Fuel = allowed.Fuel
+			clamps = append(clamps, Clamp{Limit: "fuel", Manifest: true, Allowance: true, Requested: ml.Fuel, Ceiling: allowed.Fuel, Flag: "spec.limits.fuel, --fuel"})
+		}
 	}
-	if l.Timeout == 0 {
-		l.Timeout = time.Duration(ml.TimeoutMillis) * time.Millisecond
+	if ml.TimeoutMillis != 0 {
+		want := time.Duration(ml.TimeoutMillis) * time.Millisecond
+		l.Timeout = want
+		if want > allowed.Timeout {
+			l.Timeout = allowed.Timeout
+			clamps = append(clamps, Clamp{Limit: "timeout", Manifest: true, Allowance: true, Requested: uint64(want), Ceiling: uint64(allowed.Timeout), Flag: "spec.limits.timeout, --timeout"})
+		}
 	}
-	if l.MemoryLimitPages == 0 {
+	if ml.MemoryPages != 0 {
 		l.MemoryLimitPages = ml.MemoryPages
+		if ml.MemoryPages > allowed.MemoryLimitPages {
+			l.MemoryLimitPages = allowed.MemoryLimitPages
+			clamps = append(clamps, Clamp{Limit: "memory", Manifest: true, Allowance: true, Requested: uint64(ml.MemoryPages), Ceiling: uint64(allowed.MemoryLimitPages), Flag: "spec.limits.memoryPages, --memory-limit-pages"})
+		}
 	}
-	return l, nil
+	return l, clamps, nil
 }
 
 // load builds a Module from wasm, instrumented under limits unless metered,
@@ -351,8 +436,16 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 			unsupported *instrument.UnsupportedError
 			imp         *instrument.ImportError
 			limit       *instrument.LimitError
+			complexity  *instrument.ComplexityError
 		)
 		switch {
+		case errors.As(err, &complexity):
+			flag := "--max-function-complexity"
+			if complexity.Function < 0 {
+				flag = "--max-module-complexity"
+			}
+			return nil, nil, &InvalidModuleError{Module: source, Reason: "refused before compiling: " + complexity.Error(),
+				Hint: "compiling such code takes an optimizing compiler seconds to minutes and gigabytes (docs/metering.md, \"Compile bombs\"); split the function, or raise " + flag}
 		case errors.As(err, &imp):
 			return nil, nil, invalid(imp.Error(), nil)
 		case errors.As(err, &limit):
@@ -367,13 +460,27 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("module[%s]: %w", source, err)
 	}
-	// No WithCloseOnContextDone: the fuel meter stops calls at their deadline.
-	cfg := wazero.NewRuntimeConfig()
-	if e.interpreter {
-		cfg = wazero.NewRuntimeConfigInterpreter()
+	if e.compile.Worker != nil {
+		// The worker compiles into the cache; the compile below reads it.
+		if err := e.compileInWorker(ctx, metered); err != nil {
+			release(ctx)
+			var limitErr *CompileLimitError
+			var failed *workerFailedError
+			switch {
+			case ctx.Err() != nil:
+				return nil, nil, fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
+			case errors.As(err, &limitErr):
+				return nil, nil, &InvalidModuleError{Module: source, Reason: "compile stopped", Err: limitErr,
+					Hint: "its code is too costly to compile (docs/metering.md, \"Compile bombs\"); simplify the module, or raise the limit"}
+			case errors.As(err, &failed):
+				return nil, nil, fmt.Errorf("module[%s]: %w; check the compile worker (--compile-in-process runs compiles in the operator instead)", source, err)
+			}
+			return nil, nil, invalid("not a valid WebAssembly module", err)
+		}
 	}
-	cfg = cfg.
-		WithCoreFeatures(coreFeatures).
+	// No WithCloseOnContextDone: the fuel meter stops calls at their
+	// deadline. compilerConfig is the compile worker's too.
+	cfg := compilerConfig(e.interpreter).
 		WithCompilationCache(cache).
 		WithMemoryLimitPages(l.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
@@ -418,7 +525,8 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return nil, nil, invalid(err.Error(), nil)
 	}
 	m.runtime, m.compiled, m.release = rt, compiled, release
-	m.pool = newPool(l.MaxInstances, m.newInstance)
+	m.budget = e.budget
+	m.pool = newPool(l.MaxInstances, m.newInstance, e.budget)
 
 	// Instantiate once: this runs _initialize and reads the manifest, and
 	// leaves a warm instance in the pool.

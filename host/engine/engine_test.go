@@ -318,7 +318,8 @@ func TestGuestLogLevels(t *testing.T) {
 }
 
 // TestManifestLimits: the webapp module declares fuel 50M, 2 s and 512 pages.
-// They fill what the caller leaves unset, and never override what it sets.
+// A manifest may ask for less than the caller allows (its own limits, or
+// the defaults), never more: what it asks over that is lowered, and said.
 func TestManifestLimits(t *testing.T) {
 	wasm := testwasm.Build(t, "./webapp")
 	ctx := context.Background()
@@ -335,8 +336,11 @@ func TestManifestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m2.Close(ctx)
-	if l := m2.Limits(); l.Fuel != 7_000_000 || l.MemoryLimitPages != 1024 || l.Timeout != 2*time.Second {
-		t.Errorf("caller's limits must win, manifest fills the rest: %+v", l)
+	if l := m2.Limits(); l.Fuel != 7_000_000 || l.MemoryLimitPages != 512 || l.Timeout != 2*time.Second {
+		t.Errorf("want the caller's fuel (the manifest asks for more) and the manifest's memory and timeout (it asks for less): %+v", l)
+	}
+	if got := m2.Clamped(); len(got) != 1 || !strings.Contains(got[0], "the manifest's fuel 50000000 lowered to the 7000000 the operator allows") {
+		t.Errorf("Clamped() = %q, want the manifest's fuel lowered", got)
 	}
 	// The module still reconciles after the runtime was rebuilt for 512 pages.
 	req, _ := json.Marshal(abi.Request{Object: map[string]any{"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",

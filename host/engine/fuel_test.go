@@ -70,8 +70,9 @@ func mustFuelSequence(t *testing.T, opts engine.Options) []uint64 {
 
 // TestMain doubles as the child process of TestFuelIsDeterministic: with
 // WASMRECONCILE_FUEL_CHILD set to a wasm path it prints that module's fuel
-// sequence and exits.
+// sequence and exits; and as the compile worker of engine.SelfCompileWorker.
 func TestMain(m *testing.M) {
+	engine.MaybeRunCompileWorker() // the compile worker of the tests that isolate compiles
 	if path := os.Getenv("WASMRECONCILE_FUEL_CHILD"); path != "" {
 		wasm, err := os.ReadFile(path)
 		if err == nil {

@@ -206,7 +206,7 @@ func BenchmarkReinstantiate(b *testing.B) {
 	var inst, first, warm time.Duration
 	for range b.N {
 		start := time.Now()
-		in, err := m.newInstance(ctx)
+		in, err := m.newInstance(ctx, "bench", time.Minute)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -119,7 +119,7 @@ func warmInstances(tb testing.TB, m *Module, k int, req []byte) {
 	for m.PoolStats().Live < k {
 		var held []*instance
 		for m.PoolStats().Idle > 0 {
-			inst, err := m.pool.get(ctx)
+			inst, err := m.pool.get(ctx, "warm", time.Minute)
 			if err != nil {
 				tb.Fatal(err)
 			}

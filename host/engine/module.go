@@ -33,6 +33,7 @@ type Module struct {
 	compiled  wazero.CompiledModule
 	release   func(context.Context) // gives back the compilation cache (Engine.cacheFor)
 	pool      *pool
+	budget    *MemoryBudget // Options.MemoryBudget; nil for none
 
 	closeOnce sync.Once
 	closeErr  error
@@ -66,6 +67,9 @@ type Result struct {
 	// LogDropped is the number of guest log lines dropped because the call
 	// went over Limits.MaxLogLines or MaxLogBytes.
 	LogDropped int
+	// MemoryWait is how long the call waited for its instance's memory
+	// within the engine's MemoryBudget (zero when it did not wait).
+	MemoryWait time.Duration
 	// Recycled is why the instance that served the call was closed after
 	// it although the call succeeded: RecycledCalls or RecycledMemory
 	// (Limits.RecycleAfterCalls, RecycleMemoryPages); "" when it was kept.
@@ -175,13 +179,15 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	var inst *instance
 	var err error
 	if fresh {
-		inst, err = m.pool.fresh(ctx)
+		inst, err = m.pool.fresh(ctx, call, timeout)
 	} else {
-		inst, err = m.pool.get(ctx)
+		inst, err = m.pool.get(ctx, call, timeout)
 	}
 	if err != nil {
 		return Result{}, m.classify(ctx, call, nil, 0, err)
 	}
+	waited := inst.memWait
+	inst.memWait = 0 // reported once, by the call that made the instance
 	start := time.Now()
 	fuel := &meter.Meter{Budget: budget, Slice: m.fuelSlice, Deadline: start.Add(timeout)}
 	st := m.newCallState()
@@ -191,7 +197,7 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	inst.clock.enter(callCtx)
 	out, err := fn(callCtx, inst)
 	inst.mem.Exit()
-	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start), LogDropped: st.droppedLines}
+	res := Result{Output: out, Fuel: fuel.UsedGlobal(inst.fuel), Duration: time.Since(start), LogDropped: st.droppedLines, MemoryWait: waited}
 	inst.clock.exit(res.Fuel)
 	st.reportDropped(ctx, m.name, call)
 	healthy := err == nil && !m.limits.FreshInstancePerCall && !fresh
@@ -228,8 +234,9 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 		exhausted *meter.ExhaustedError
 		stopped   *meter.StoppedError
 	)
+	var budgetErr *MemoryBudgetError
 	if errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &trap) ||
-		errors.As(err, &fuelErr) || errors.As(err, &memErr) || errors.As(err, &stackErr) {
+		errors.As(err, &fuelErr) || errors.As(err, &memErr) || errors.As(err, &stackErr) || errors.As(err, &budgetErr) {
 		return err // already classified, e.g. by newInstance
 	}
 	var depth *meter.DepthError
@@ -309,11 +316,45 @@ type instance struct {
 	alloc, manifest, reconcile api.Function
 	stderr                     *tailBuffer
 	clock                      *fuelClock
-	calls                      int       // calls served
-	idleSince                  time.Time // when it was last put back idle
+	calls                      int           // calls served
+	idleSince                  time.Time     // when it was last put back idle
+	res                        *reservation  // its memory cap, held from the MemoryBudget; nil for none
+	memWait                    time.Duration // how long making it waited for res, until a call reports it
 }
 
-func (m *Module) newInstance(ctx context.Context) (*instance, error) {
+// newInstance makes an instance for a call or a load. With a MemoryBudget
+// it first reserves the instance's memory cap, waiting at most wait.
+func (m *Module) newInstance(ctx context.Context, call string, wait time.Duration) (*instance, error) {
+	var res *reservation
+	var waited time.Duration
+	if m.budget != nil {
+		need := int64(m.limits.MemoryLimitPages) * pageBytes
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		var err error
+		res, waited, err = m.budget.acquire(wctx, need, m.name)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, &CanceledError{Module: m.name, Call: call}
+			}
+			e := &MemoryBudgetError{Module: m.name, Call: call, Need: need, Limit: m.budget.Limit(), Waited: waited}
+			var b *budgetExceededError
+			if errors.As(err, &b) {
+				e.Reserved, e.Never = b.reserved, b.never
+			}
+			return nil, e
+		}
+	}
+	inst, err := m.instantiate(ctx)
+	if err != nil {
+		res.Release()
+		return nil, err
+	}
+	inst.res, inst.memWait = res, waited
+	return inst, nil
+}
+
+func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	stderr := &tailBuffer{max: 8192}
 	clock := &fuelClock{}
 	cfg := wazero.NewModuleConfig().
@@ -379,6 +420,7 @@ func (i *instance) close(ctx context.Context) {
 	if i.mod != nil {
 		_ = i.mod.Close(ctx)
 	}
+	i.res.Release()
 }
 
 // pool bounds the instances of a module. Healthy instances are reused;
@@ -403,11 +445,52 @@ type pool struct {
 	reaped      func(n int) // told how many idle instances the timer closed
 	live        atomic.Int64
 	freed       chan struct{} // a slot may be free; capacity 1
-	fresh       func(context.Context) (*instance, error)
+	// fresh makes an instance for call, waiting at most wait for its
+	// memory (newInstance).
+	fresh func(ctx context.Context, call string, wait time.Duration) (*instance, error)
+	// budget, when set, may close the pool's idle instances to make room
+	// for others (oldestIdle, evictOldest).
+	budget *MemoryBudget
 }
 
-func newPool(max int, fresh func(context.Context) (*instance, error)) *pool {
-	return &pool{max: max, freed: make(chan struct{}, 1), fresh: fresh}
+func newPool(max int, fresh func(context.Context, string, time.Duration) (*instance, error), budget *MemoryBudget) *pool {
+	p := &pool{max: max, freed: make(chan struct{}, 1), fresh: fresh, budget: budget}
+	if budget != nil {
+		budget.addPool(p)
+	}
+	return p
+}
+
+// oldestIdle is when the longest idle instance was last put back.
+func (p *pool) oldestIdle() (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) == 0 {
+		return time.Time{}, false
+	}
+	return p.idle[0].idleSince, true
+}
+
+// evictOldest closes the longest idle instance, for the budget, and
+// returns the bytes its reservation held (0 when there was none).
+func (p *pool) evictOldest() int64 {
+	p.mu.Lock()
+	if len(p.idle) == 0 {
+		p.mu.Unlock()
+		return 0
+	}
+	inst := p.idle[0]
+	rest := copy(p.idle, p.idle[1:])
+	p.idle[rest] = nil
+	p.idle = p.idle[:rest]
+	p.mu.Unlock()
+	var n int64
+	if inst.res != nil {
+		n = inst.res.n
+	}
+	inst.close(context.Background())
+	p.live.Add(-1)
+	return n
 }
 
 // startReaping closes, from now on, every instance idle for timeout (none
@@ -459,7 +542,7 @@ func (p *pool) reap(now time.Time) int {
 	return n
 }
 
-func (p *pool) get(ctx context.Context) (*instance, error) {
+func (p *pool) get(ctx context.Context, call string, wait time.Duration) (*instance, error) {
 	for {
 		p.mu.Lock()
 		if p.busy < p.max {
@@ -478,7 +561,7 @@ func (p *pool) get(ctx context.Context) (*instance, error) {
 			if inst != nil {
 				return inst, nil
 			}
-			inst, err := p.fresh(ctx)
+			inst, err := p.fresh(ctx, call, wait)
 			if err != nil {
 				p.release()
 				return nil, err
@@ -515,6 +598,9 @@ func (p *pool) put(inst *instance, healthy bool) {
 // close closes the idle instances, and makes put close the busy ones when
 // their calls end.
 func (p *pool) close(ctx context.Context) {
+	if p.budget != nil {
+		p.budget.removePool(p)
+	}
 	p.mu.Lock()
 	p.closed = true
 	idle := p.idle

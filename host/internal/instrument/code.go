@@ -69,6 +69,7 @@ func (m *module) rewriteCode(p []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%d function bodies for %d declared functions", n, len(m.funcTypes))
 	}
 	out := appendU32(make([]byte, 0, len(p)+len(p)/8), n)
+	var total uint64 // the functions' complexities (Options.MaxModuleComplexity)
 	for i := uint32(0); i < n; i++ {
 		size, err := r.u32("function body size")
 		if err != nil {
@@ -78,9 +79,16 @@ func (m *module) rewriteCode(p []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		nb, err := m.rewriteBody(body, m.typeParams[m.funcTypes[i]])
+		nb, shape, err := m.rewriteBody(body, m.typeParams[m.funcTypes[i]])
 		if err != nil {
 			return nil, fmt.Errorf("function %d (index %d): %w", i, m.numFuncImports+i, err)
+		}
+		cost := (shape.locals + 1) * (shape.blocks + 1) // both are bounded by the body's size: no overflow
+		if m.maxFuncCost > 0 && cost > m.maxFuncCost {
+			return nil, &ComplexityError{Function: int64(m.numFuncImports + i), Locals: shape.locals, Blocks: shape.blocks, Complexity: cost, Max: m.maxFuncCost}
+		}
+		if total += cost; m.maxModuleCost > 0 && total > m.maxModuleCost {
+			return nil, &ComplexityError{Function: -1, Complexity: total, Max: m.maxModuleCost}
 		}
 		out = appendU32(out, uint32(len(nb)))
 		out = append(out, nb...)
@@ -116,8 +124,16 @@ const (
 	editDepthOut          // after a call: depth--
 )
 
+// shape is what a function body's compile cost grows with
+// (Options.MaxFunctionComplexity).
+type shape struct {
+	locals uint64 // parameters and declared locals
+	blocks uint64 // blocks, loops and ifs
+}
+
 // rewriteBody inserts fuel charges into one function body and remaps the
-// function indices it uses. nparams is the function's parameter count.
+// function indices it uses, and returns its shape. nparams is the
+// function's parameter count.
 //
 // The body is cut into regions at charge points: the function entry, every
 // loop header (right after `loop`), and every point a forward branch can
@@ -131,26 +147,27 @@ const (
 // engine keeps in a register; it is loaded from the fuel global at entry and
 // after every call, and stored back before every call, return, tail call and
 // branch out of the function. Pass 1 finds the edits, pass 2 applies them.
-func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
+func (m *module) rewriteBody(body []byte, nparams uint32) (_ []byte, sh shape, _ error) {
 	r := newReader(body)
 	groups, err := r.u32("local declaration count")
 	if err != nil {
-		return nil, err
+		return nil, sh, err
 	}
 	nlocals := uint64(nparams)
 	for i := uint32(0); i < groups; i++ {
 		c, err := r.u32("local count")
 		if err != nil {
-			return nil, err
+			return nil, sh, err
 		}
 		nlocals += uint64(c)
 		if _, err := r.byte("local type"); err != nil {
-			return nil, err
+			return nil, sh, err
 		}
 	}
 	if nlocals >= 50_000 {
-		return nil, fmt.Errorf("%d locals: too many to add the fuel local", nlocals)
+		return nil, sh, fmt.Errorf("%d locals: too many to add the fuel local", nlocals)
 	}
+	sh.locals = nlocals
 	fuelLocal := uint32(nlocals)
 	lengthLocal := fuelLocal + 1 // i32s, added only when the body has bulk instructions
 	resultLocal := fuelLocal + 2
@@ -164,12 +181,12 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 	exits := func(label uint32) bool { return int(label) == len(stack)-1 }
 	for len(stack) > 0 {
 		if r.done() {
-			return nil, fmt.Errorf("function body has no final end")
+			return nil, sh, fmt.Errorf("function body has no final end")
 		}
 		start := r.pos()
 		op, err := r.byte("opcode")
 		if err != nil {
-			return nil, err
+			return nil, sh, err
 		}
 		if op != opBlock && op != opLoop && op != opElse && op != opEnd {
 			edits[region].cost++ // structural markers compile to no code and are free
@@ -178,11 +195,11 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 			edits[region].cost += TailCallExtraCost // a frame replaced costs more than a branch
 		}
 		if err := skipInstruction(r, op); err != nil {
-			return nil, err
+			return nil, sh, err
 		}
 		imm := body[start+1 : r.pos()]
 		if err := m.checkIndices(op, imm); err != nil {
-			return nil, err
+			return nil, sh, err
 		}
 		if shift, mul, free, grow, ok := bulkCharge(op, imm); ok {
 			if grow {
@@ -197,7 +214,7 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		case opLocalGet, opLocalSet, opLocalTee:
 			idx, _ := newReader(imm).u32("local index")
 			if idx >= fuelLocal {
-				return nil, fmt.Errorf("unknown local %d (the function has %d)", idx, fuelLocal)
+				return nil, sh, fmt.Errorf("unknown local %d (the function has %d)", idx, fuelLocal)
 			}
 		case opCall, opCallIndirect:
 			edits = append(edits, edit{at: start, kind: editFlush})
@@ -233,8 +250,10 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 				}
 			}
 		case opBlock, opIf:
+			sh.blocks++
 			stack = append(stack, op)
 		case opLoop:
+			sh.blocks++
 			stack = append(stack, op)
 			edits = append(edits, edit{at: r.pos(), kind: editLoop})
 			region = len(edits) - 1
@@ -254,7 +273,7 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 		}
 	}
 	if !r.done() {
-		return nil, fmt.Errorf("%d bytes after the function's final end", len(body)-r.pos())
+		return nil, sh, fmt.Errorf("%d bytes after the function's final end", len(body)-r.pos())
 	}
 
 	// Pass 2: the locals with the fuel local appended, then the code with
@@ -315,7 +334,7 @@ func (m *module) rewriteBody(body []byte, nparams uint32) ([]byte, error) {
 			out = m.appendGrowCharge(out, e.cost, fuelLocal, lengthLocal, resultLocal)
 		}
 	}
-	return append(out, body[prev:]...), nil
+	return append(out, body[prev:]...), sh, nil
 }
 
 // appendRemap records the replacement of the function index immediate of the

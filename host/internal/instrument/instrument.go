@@ -63,6 +63,8 @@ type module struct {
 
 	maxTableElements uint32       // Options.MaxTableElements
 	maxCallDepth     uint32       // Options.MaxCallDepth
+	maxFuncCost      uint64       // Options.MaxFunctionComplexity
+	maxModuleCost    uint64       // Options.MaxModuleComplexity
 	otherImport      *ImportError // the first import that is not a function
 }
 
@@ -100,6 +102,47 @@ type Options struct {
 	// imports a table, a memory, a global or a tag.
 	// Defaults to false: any import is kept.
 	FunctionImportsOnly bool
+
+	// MaxFunctionComplexity, when set, refuses with a *ComplexityError a
+	// module with a function whose complexity is over it. A function's
+	// complexity is (locals + 1) * (control structures + 1), its locals
+	// counting its parameters and its control structures its blocks,
+	// loops and ifs: an optimizing compiler's SSA construction and
+	// register allocation track every local across every block, and their
+	// time and memory grow with this product (docs/metering.md, "Compile
+	// bombs", measures it on wazero's compiler). It is computed as the
+	// body is rewritten, in linear time.
+	// Defaults to 0: no cap.
+	MaxFunctionComplexity uint64
+
+	// MaxModuleComplexity, when set, refuses with a *ComplexityError a
+	// module whose functions' complexities add up to more: many functions
+	// each under MaxFunctionComplexity still add up their compile times.
+	// Defaults to 0: no cap.
+	MaxModuleComplexity uint64
+}
+
+// ComplexityError reports a module whose code would cost a compiler
+// far more than its size suggests (Options.MaxFunctionComplexity,
+// MaxModuleComplexity).
+type ComplexityError struct {
+	// Function is the index of the function over MaxFunctionComplexity
+	// (imports included, as in the input); -1 when the module's total is
+	// over MaxModuleComplexity.
+	Function int64
+	// Locals and Blocks are the function's locals (with its parameters)
+	// and control structures; zero for the module's total.
+	Locals, Blocks uint64
+	// Complexity is the function's, or the module's total; Max the cap.
+	Complexity, Max uint64
+}
+
+func (e *ComplexityError) Error() string {
+	if e.Function < 0 {
+		return fmt.Sprintf("the functions' compile complexity adds up to %d, over the limit of %d", e.Complexity, e.Max)
+	}
+	return fmt.Sprintf("function %d has %d locals and %d blocks, loops and ifs: compile complexity (locals+1)*(blocks+1) = %d, over the limit of %d",
+		e.Function, e.Locals, e.Blocks, e.Complexity, e.Max)
 }
 
 // ImportError reports an import the host never provides: a table, a memory,
@@ -140,6 +183,7 @@ func (o Options) Instrument(wasm []byte) ([]byte, error) {
 	}
 	m.maxTableElements = o.MaxTableElements
 	m.maxCallDepth = o.MaxCallDepth
+	m.maxFuncCost, m.maxModuleCost = o.MaxFunctionComplexity, o.MaxModuleComplexity
 	return m.rewrite()
 }
 
@@ -464,8 +508,9 @@ func (m *module) rewriteSection(id byte, p []byte) ([]byte, error) {
 		var (
 			u *UnsupportedError
 			l *LimitError
+			c *ComplexityError
 		)
-		if errors.As(err, &u) || errors.As(err, &l) {
+		if errors.As(err, &u) || errors.As(err, &l) || errors.As(err, &c) {
 			return nil, err
 		}
 		return nil, &MalformedError{Reason: fmt.Sprintf("section %d: %v", id, err)}

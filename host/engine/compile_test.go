@@ -1,0 +1,217 @@
+package engine_test
+
+import (
+	"context"
+
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+const bombManifest = `{"name":"bomb","for":{"group":"test.wasmreconcile.io","version":"v1","kind":"Gadget"}}`
+
+// bomb48k is the audit's compile bomb: a valid 48 KB module whose one
+// function has 4,000 locals and 4,000 ifs. Compiled in process it costs
+// wazero's optimizing compiler about 20 s of CPU and 900 MB.
+func bomb48k() []byte { return testwasm.CompileBomb(4000, 4000, bombManifest) }
+
+// worker is a compile worker that re-runs this test binary (TestMain calls
+// engine.MaybeRunCompileWorker) with the limits of w.
+func worker(t *testing.T, w engine.CompileWorker) *engine.CompileWorker {
+	t.Helper()
+	self, err := engine.SelfCompileWorker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Command = self.Command
+	return &w
+}
+
+// loadErr loads wasm on a new engine of opts and returns the load's error,
+// failing the test when the load succeeds.
+func loadErr(t *testing.T, opts engine.Options, wasm []byte) error {
+	t.Helper()
+	e, err := engine.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	m, err := e.Load(context.Background(), "bomb.wasm", wasm, engine.Limits{})
+	if err == nil {
+		_ = m.Close(context.Background())
+		t.Fatal("the compile bomb loaded")
+	}
+	return err
+}
+
+// TestCompileBombRefusedBeforeCompiling: the 48 KB bomb is refused by its
+// shape, before any compile, with a message naming the function, its
+// locals and blocks, the limit and the flag; a module of the widget's
+// shape passes the same check.
+func TestCompileBombRefusedBeforeCompiling(t *testing.T) {
+	start := time.Now()
+	err := loadErr(t, engine.Options{}, bomb48k())
+	took := time.Since(start)
+	var invalid *engine.InvalidModuleError
+	if !errors.As(err, &invalid) {
+		t.Fatalf("want an InvalidModuleError, got %T: %v", err, err)
+	}
+	for _, want := range []string{"refused before compiling", "function 4 has 4002 locals and 4000 blocks", "over the limit of 1000000", "--max-function-complexity"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("refused in %s: %v", took, err)
+
+	// Many functions each under the per-function limit add up.
+	many := testwasm.CompileBomb(900, 1000, bombManifest) // 902*1001 = 902,902: under 1,000,000
+	e, err := engine.New(engine.Options{Compile: engine.CompileOptions{MaxModuleComplexity: 500_000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if _, err := e.Load(context.Background(), "many.wasm", many, engine.Limits{}); err == nil || !strings.Contains(err.Error(), "--max-module-complexity") {
+		t.Errorf("a module over MaxModuleComplexity loaded or was refused for another reason: %v", err)
+	}
+
+	// The widget's most complex function is far under the default.
+	newEngine(t)
+	load(t, "./widget", engine.Limits{})
+}
+
+// TestCompileWorkerStopsAtItsMemoryLimit: with the shape check off, the
+// bomb reaches the compiler, in a worker; the worker dies at its memory
+// limit and the load fails naming the limit and its flag, while this
+// process's resident memory stays where it was.
+func TestCompileWorkerStopsAtItsMemoryLimit(t *testing.T) {
+	opts := engine.Options{Compile: engine.CompileOptions{
+		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
+		Worker: worker(t, engine.CompileWorker{MaxMemory: 256 << 20}),
+	}}
+	before := rssBytes(t)
+	start := time.Now()
+	err := loadErr(t, opts, bomb48k())
+	took := time.Since(start)
+	var limit *engine.CompileLimitError
+	if !errors.As(err, &limit) || limit.Limit != "memory" {
+		t.Fatalf("want a memory CompileLimitError, got %T: %v", err, err)
+	}
+	if !engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "256Mi of memory (--compile-max-memory)") {
+		t.Errorf("the error is not an InvalidModuleError naming the limit and the flag: %v", err)
+	}
+	after := rssBytes(t)
+	t.Logf("refused after %s; this process's RSS %d MiB -> %d MiB: %v", took, before>>20, after>>20, err)
+	if after-before > 200<<20 {
+		t.Errorf("this process grew by %d MiB while the worker compiled", (after-before)>>20)
+	}
+}
+
+// TestCompileWorkerStopsAtItsCPULimit: a compile under the memory limit
+// that runs longer than its CPU limit is killed by the kernel.
+func TestCompileWorkerStopsAtItsCPULimit(t *testing.T) {
+	opts := engine.Options{Compile: engine.CompileOptions{
+		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
+		Worker: worker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: time.Second}),
+	}}
+	err := loadErr(t, opts, bomb48k())
+	var limit *engine.CompileLimitError
+	if !errors.As(err, &limit) || limit.Limit != "cpu" || !strings.Contains(err.Error(), "--compile-max-cpu") {
+		t.Fatalf("want a cpu CompileLimitError naming --compile-max-cpu, got %T: %v", err, err)
+	}
+}
+
+// TestCompileWorkerStopsAtItsTimeout: the host kills a worker that runs
+// past its wall-clock timeout.
+func TestCompileWorkerStopsAtItsTimeout(t *testing.T) {
+	opts := engine.Options{Compile: engine.CompileOptions{
+		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
+		Worker: worker(t, engine.CompileWorker{MaxMemory: 4 << 30, Timeout: 300 * time.Millisecond}),
+	}}
+	err := loadErr(t, opts, bomb48k())
+	var limit *engine.CompileLimitError
+	if !errors.As(err, &limit) || limit.Limit != "time" || !strings.Contains(err.Error(), "--compile-timeout") {
+		t.Fatalf("want a time CompileLimitError naming --compile-timeout, got %T: %v", err, err)
+	}
+}
+
+// TestCompileWorkerStopsAtItsCodeLimit: a compile whose machine code is
+// larger than MaxCodeBytes cannot write it.
+func TestCompileWorkerStopsAtItsCodeLimit(t *testing.T) {
+	opts := engine.Options{Compile: engine.CompileOptions{Worker: worker(t, engine.CompileWorker{MaxCodeBytes: 1 << 20})}}
+	err := loadErr(t, opts, testwasm.Build(t, "./widget"))
+	var limit *engine.CompileLimitError
+	if !errors.As(err, &limit) || limit.Limit != "code" || !strings.Contains(err.Error(), "--compile-max-code-bytes") {
+		t.Fatalf("want a code CompileLimitError naming --compile-max-code-bytes, got %T: %v", err, err)
+	}
+}
+
+// TestCompileWorkerHandsCodeOverThroughTheCache: a module compiled by a
+// worker serves, and the host found the worker's code in the cache: the
+// cache holds exactly the one file the worker wrote (a host that compiled
+// again, under another key, would have added a second). A second engine
+// on the same directory loads the same bytes from it too.
+func TestCompileWorkerHandsCodeOverThroughTheCache(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 2 {
+		e, err := engine.New(engine.Options{CompilationCacheDir: dir, Compile: engine.CompileOptions{Worker: worker(t, engine.CompileWorker{})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Load(context.Background(), "widget.wasm", testwasm.Build(t, "./widget"), engine.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Reconcile(context.Background(), "reconcile", request(t, map[string]any{"size": 3}))
+		if err != nil || len(res.Output) == 0 {
+			t.Fatalf("load %d: the module does not serve: %v", i, err)
+		}
+		_ = m.Close(context.Background())
+		_ = e.Close(context.Background())
+		files, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) != 1 {
+			t.Fatalf("load %d: the cache holds %d files, want the worker's one: %v", i, len(files), files)
+		}
+	}
+}
+
+// TestCompileWorkerMustBeAWorker: a Command that does not run a worker
+// fails the load with an error that says so, not an InvalidModuleError:
+// the bytes are not at fault.
+func TestCompileWorkerMustBeAWorker(t *testing.T) {
+	w := &engine.CompileWorker{Command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "false") }}
+	e, err := engine.New(engine.Options{Compile: engine.CompileOptions{Worker: w}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	_, err = e.Load(context.Background(), "widget.wasm", testwasm.Build(t, "./widget"), engine.Limits{})
+	if err == nil || engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "compile worker failed") {
+		t.Fatalf("want a compile worker failure, got %v", err)
+	}
+}
+
+// rssBytes is this process's resident set size.
+func rssBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Skip("no /proc/self/statm on this platform")
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
+		t.Fatal(err)
+	}
+	return resident * int64(os.Getpagesize())
+}
