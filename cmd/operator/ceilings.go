@@ -23,7 +23,7 @@ type ceilingFlags struct {
 func (c *ceilingFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.fuel, "max-fuel", engine.DefaultMaxFuel, fmt.Sprintf("ceiling on the fuel of one call (10x the default fuel, %d): no --fuel, spec.limits.fuel or manifest can exceed it; a value over it is clamped to it and reported", engine.DefaultFuel))
 	fs.DurationVar(&c.timeout, "max-timeout", engine.DefaultMaxTimeout, "ceiling on the timeout of one call: no --timeout, spec.limits.timeout or manifest can exceed it; a value over it is clamped to it and reported")
-	fs.StringVar(&c.memory, "max-memory", "1Gi", "ceiling on a guest's memory, a size (Kubernetes quantity, a multiple of 64Ki, at most 4Gi; not pages): no memory limit flag, spec.limits.memoryPages or manifest can exceed it; a value over it is clamped to it and reported")
+	fs.StringVar(&c.memory, "max-memory", "256Mi", "ceiling on a guest's memory, a size (Kubernetes quantity, a multiple of 64Ki, at most 4Gi; not pages): no memory limit flag, spec.limits.memoryPages or manifest can exceed it; a value over it is clamped to it and reported")
 }
 
 // ceilings returns the flags as engine.Options.Ceilings.

@@ -74,7 +74,7 @@ func TestCeilingFlagsOffline(t *testing.T) {
 	for _, want := range []string{
 		"note: fuel 1000000000 clamped to the ceiling 1000 (--max-fuel)",
 		"note: timeout 1h0m0s clamped to the ceiling 1m0s (--max-timeout)",
-		"note: memory 65536 pages (4Gi) clamped to the ceiling 16384 pages (1Gi) (--max-memory)",
+		"note: memory 65536 pages (4Gi) clamped to the ceiling 4096 pages (256Mi) (--max-memory)",
 	} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("invoke stderr %q, want %q", errOut.String(), want)
@@ -92,7 +92,7 @@ func TestCeilingFlagsOffline(t *testing.T) {
 		if err := run([]string{cmd, "--help"}, io.Discard, &errOut); err != nil {
 			t.Fatalf("%s --help: %v", cmd, err)
 		}
-		for _, f := range []string{"-max-fuel", "-max-timeout", "-max-memory", `(default "1Gi")`, "(default 5000000000)", "(default 1m0s)"} {
+		for _, f := range []string{"-max-fuel", "-max-timeout", "-max-memory", `(default "256Mi")`, "(default 5000000000)", "(default 1m0s)"} {
 			if !strings.Contains(errOut.String(), f) {
 				t.Errorf("%s --help does not mention %s", cmd, f)
 			}

@@ -60,6 +60,9 @@ Run "operator COMMAND --help" for the flags of a command.
 `
 
 func main() {
+	// A compile worker is this binary started again by the operator
+	// (engine.SelfCompileWorker): it compiles one module and exits.
+	engine.MaybeRunCompileWorker()
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		var exit exitError
 		if errors.As(err, &exit) {
@@ -216,6 +219,8 @@ Flags:
 	registerEventBudget(fs, &opts.Events)
 	var ceilings ceilingFlags
 	ceilings.register(fs)
+	var compile compileFlags
+	compile.register(fs)
 	var identity identityFlags
 	identity.register(fs)
 	var sources sourceFlags
@@ -247,6 +252,10 @@ Flags:
 	}
 	var err error
 	if opts.Ceilings, err = ceilings.ceilings(); err != nil {
+		return err
+	}
+	budget, err := compile.apply(&opts)
+	if err != nil {
 		return err
 	}
 	if err := identity.apply(&opts); err != nil {
@@ -281,7 +290,8 @@ Flags:
 		if err != nil {
 			return err
 		}
-		ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Names()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String())
+		ctrl.Log.WithName("operator").Info("starting", "modules", len(op.Names()), "failed", len(op.LoadErrors()), "loadTime", time.Since(start).Round(time.Millisecond).String(),
+			"memoryBudget", budget)
 		return op.Start(ctx)
 	}
 	if dev != nil {

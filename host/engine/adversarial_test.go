@@ -236,7 +236,12 @@ func TestMemoryRSS(t *testing.T) {
 	if resetPeakRSS(t) == 0 {
 		t.Skip("no /proc/self/clear_refs: cannot read the peak resident set")
 	}
-	e := newEngine(t)
+	// A 1 GiB cap is over the default ceiling (256 MiB): raise it.
+	e, err := engine.New(engine.Options{Ceilings: engine.Limits{MemoryLimitPages: 16384}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
 	var guest adversarialCase
 	for _, c := range adversarialCases(t) {
 		if c.Name == "grow-touch-until-fail" {

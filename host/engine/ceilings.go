@@ -11,7 +11,7 @@ import (
 const (
 	DefaultMaxFuel        = 10 * DefaultFuel // 5,000,000,000 units per call
 	DefaultMaxTimeout     = 60 * time.Second // per call
-	DefaultMaxMemoryPages = 16384            // 1 GiB
+	DefaultMaxMemoryPages = 4096             // 256 MiB: well under a container's limit; the budget (MemoryBudget) bounds the sum
 )
 
 const (
@@ -160,3 +160,7 @@ func (c Limits) lowerDefaults(l Limits) Limits {
 	return l
 }
 
+// Ceilings are the engine's ceilings in force (Options.Ceilings with the
+// defaults filled, the memory ceiling lowered to the MemoryBudget): only
+// Fuel, Timeout and MemoryLimitPages are set.
+func (e *Engine) Ceilings() Limits { return e.ceilings }

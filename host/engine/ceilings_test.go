@@ -62,7 +62,7 @@ func TestCeilingZeroIsDefault(t *testing.T) {
 	if got != want || len(clamps) != 3 {
 		t.Errorf("clamp under the default ceilings = %+v, %v; want %+v and 3 clamps", got, clamps, want)
 	}
-	if DefaultMaxFuel != 5_000_000_000 || DefaultMaxTimeout != time.Minute || DefaultMaxMemoryPages != 16384 {
+	if DefaultMaxFuel != 5_000_000_000 || DefaultMaxTimeout != time.Minute || DefaultMaxMemoryPages != 4096 {
 		t.Errorf("the default ceilings changed: update the flag help, README.md and docs/abi.md")
 	}
 	if got, clamps := (Limits{Fuel: 7}).clamp(Limits{Fuel: DefaultMaxFuel, Timeout: DefaultMaxTimeout, MemoryLimitPages: DefaultMaxMemoryPages}, false); got.Timeout != DefaultMaxTimeout || got.MemoryLimitPages != DefaultMaxMemoryPages || got.Fuel != 7 || len(clamps) != 1 {

@@ -49,7 +49,7 @@ type Options struct {
 	// (Module.Clamped says which), and a ceiling below a default lowers
 	// the default. Its other fields are ignored. Zero fields take
 	// DefaultMaxFuel (5,000,000,000), DefaultMaxTimeout (60 s) and
-	// DefaultMaxMemoryPages (16384 pages = 1 GiB); see ceilings.go.
+	// DefaultMaxMemoryPages (4096 pages = 256 MiB); see ceilings.go.
 	Ceilings Limits
 
 	// IdleReleased, when set, is called with a module's name for each of

@@ -153,8 +153,28 @@ type Options struct {
 	// Defaults to false.
 	InterpreterFirst bool
 	// CompilationCacheDir persists compiled modules across restarts.
-	// Defaults to "" (in memory only).
+	// Defaults to "" (in memory only; with a Compile.Worker, a directory
+	// of the engine's own under os.TempDir, removed on close).
 	CompilationCacheDir string
+	// Compile bounds compiling module bytes: the shapes refused before
+	// compiling, and the worker processes compiles run in
+	// (engine.CompileOptions). A compile over a limit fails the load as
+	// InvalidModule, naming the limit; the serving version stays. To
+	// isolate compiles, set Compile.Worker to engine.SelfCompileWorker()
+	// and call engine.MaybeRunCompileWorker first in main, as the operator
+	// binary does. Defaults to the zero CompileOptions: the default
+	// complexity limits, and compiles in this process, where a module's
+	// bytes can make the compiler take the process's memory.
+	Compile engine.CompileOptions
+	// MemoryBudget, when positive, bounds in bytes what guests can make the
+	// process hold: every instance reserves its memory cap while it lives,
+	// every compile worker its memory limit while it runs
+	// (engine.MemoryBudget); an instance that does not fit waits, closing
+	// idle instances of other modules first (wasmreconcile_memory_budget_*
+	// metrics, a MemoryBudgetWait Warning Event). The memory ceiling is
+	// lowered to it. Defaults to 0: no budget. The operator binary sets
+	// DefaultMemoryBudgetPercent of DetectMemoryLimit (--memory-budget).
+	MemoryBudget int64
 
 	// Limits apply to every module. Zero fields take the module's manifest
 	// defaults, then the engine's.
@@ -165,7 +185,7 @@ type Options struct {
 	// (a ReconcileModule's status and a Warning Event; a log line for
 	// files). Its other fields are ignored. Zero fields take
 	// engine.DefaultMaxFuel (5,000,000,000), engine.DefaultMaxTimeout (60 s)
-	// and engine.DefaultMaxMemoryPages (16384 pages = 1 GiB).
+	// and engine.DefaultMaxMemoryPages (4096 pages = 256 MiB).
 	Ceilings engine.Limits
 	// ModuleConfig is the configuration passed to each module, by module
 	// name, as Request.Config; a ReconcileModule's spec.config takes its
@@ -371,14 +391,32 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if opts.ModuleRegistryConfig != "" {
 		h.ociCreds = source.DockerConfigFile(opts.ModuleRegistryConfig)
 	}
-	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease}); err != nil {
+	var budget *engine.MemoryBudget
+	if opts.MemoryBudget > 0 {
+		if budget, err = engine.NewMemoryBudget(opts.MemoryBudget); err != nil {
+			return nil, fmt.Errorf("the guest memory budget: %w", err)
+		}
+		m.ReportBudget(budget.Stats)
+	}
+	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease,
+		Compile: opts.Compile, MemoryBudget: budget}); err != nil {
 		return nil, err
 	}
 	if opts.InterpreterFirst {
-		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease}); err != nil {
+		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease,
+			Compile: opts.Compile, MemoryBudget: budget}); err != nil {
 			return nil, err
 		}
 	}
+	where := "in this process (a module's bytes can make the compiler take its memory; set Options.Compile.Worker)"
+	if w := opts.Compile.Worker; w != nil {
+		where = "in worker processes"
+	}
+	budgetText := "none"
+	if budget != nil {
+		budgetText = fmt.Sprintf("%d MiB", budget.Limit()>>20)
+	}
+	log.Info("guest limits", "compiles", where, "memoryBudget", budgetText, "memoryCeiling", fmt.Sprintf("%d MiB", int64(h.engine.Ceilings().MemoryLimitPages)<<16>>20))
 	var lastEvent func(schema.GroupKind) time.Time
 	if opts.Informers != nil {
 		lastEvent = opts.Informers.LastEvent

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 )
@@ -49,11 +50,31 @@ const (
 	Canceled Kind = "Canceled"
 	// InvalidModule: the module's bytes cannot be loaded.
 	InvalidModule Kind = "InvalidModule"
+	// MemoryBudgetExceeded: the call waited its whole timeout for its
+	// instance's memory within the operator's guest memory budget
+	// (engine.MemoryBudget), held by other instances and compiles. The
+	// guest did not run; retried with backoff.
+	MemoryBudgetExceeded Kind = "MemoryBudgetExceeded"
+	// HostPanic: the host panicked while reconciling the object (a bug of
+	// the host's, recovered); retried with backoff.
+	HostPanic Kind = "HostPanic"
 )
 
 // Kinds lists every Kind, Success first.
 var Kinds = []Kind{Success, ReconcileFailed, InvalidResponse, ApplyFailed, ChildConflict, FuelExhausted, DeadlineExceeded,
-	MemoryLimit, StackOverflow, GuestTrapped, ABIViolation, Canceled, InvalidModule}
+	MemoryLimit, StackOverflow, GuestTrapped, ABIViolation, Canceled, InvalidModule, MemoryBudgetExceeded, HostPanic}
+
+// PanicError is a panic of the host's recovered while reconciling an
+// object: its value and the stack where it happened.
+type PanicError struct {
+	Module, Call string
+	Value        any
+	Stack        string
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("module[%s] %s: the host panicked (a bug of wasmreconcile's, not of the module; please report it with the operator's log): %v", e.Module, e.Call, e.Value)
+}
 
 // Preempted reports whether k is a call the host stopped for running too
 // long: fuel or deadline.
@@ -79,8 +100,14 @@ func KindOf(err error) Kind {
 		mem      *engine.MemoryLimitError
 		stack    *engine.StackOverflowError
 		abiErr   *engine.ABIError
+		budget   *engine.MemoryBudgetError
+		panicked *PanicError
 	)
 	switch {
+	case errors.As(err, &panicked):
+		return HostPanic
+	case errors.As(err, &budget):
+		return MemoryBudgetExceeded
 	case errors.As(err, &children):
 		return children.Kind()
 	case errors.As(err, &guest):

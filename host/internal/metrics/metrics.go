@@ -63,8 +63,15 @@ type Metrics struct {
 	// Shadow counts a candidate's comparisons with the serving version, by
 	// module and result: agree, differ, candidate_error, skipped.
 	Shadow *prometheus.CounterVec
+	// MemoryWaits counts calls that waited for their instance's memory
+	// within the guest memory budget, by module.
+	MemoryWaits *prometheus.CounterVec
+	// HostPanics counts panics of the host recovered while reconciling an
+	// object, by module.
+	HostPanics *prometheus.CounterVec
 
 	modules *moduleCollector
+	budget  *budgetCollector
 }
 
 // Module is what the scrape-time metrics report of one running module:
@@ -155,7 +162,16 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_shadow_comparisons_total",
 			Help: "Calls of a ReconcileModule's candidate (spec.candidate) on the serving version's requests, by module and result: agree, differ, candidate_error (the candidate failed where the serving version did not), skipped (the candidate's queue was full).",
 		}, []string{"module", "result"}),
+		MemoryWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_memory_budget_waits_total",
+			Help: "Guest calls that waited for their instance's memory within the operator's guest memory budget (--memory-budget) before they ran, by module; each also records a MemoryBudgetWait Warning Event on its object.",
+		}, []string{"module"}),
+		HostPanics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_host_panics_total",
+			Help: "Panics of the host recovered while reconciling an object, by module: a bug of wasmreconcile's (the reconcile ends as HostPanic, with an error log line and a Warning Event, and is retried).",
+		}, []string{"module"}),
 		modules: newModuleCollector(),
+		budget:  &budgetCollector{},
 	}
 	var err error
 	m.ReconcileTotal = promreg.Register(reg, m.ReconcileTotal, &err)
@@ -174,7 +190,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.GuestLogDropped = promreg.Register(reg, m.GuestLogDropped, &err)
 	m.EventsDropped = promreg.Register(reg, m.EventsDropped, &err)
 	m.Shadow = promreg.Register(reg, m.Shadow, &err)
+	m.MemoryWaits = promreg.Register(reg, m.MemoryWaits, &err)
+	m.HostPanics = promreg.Register(reg, m.HostPanics, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
+	m.budget = promreg.Register(reg, m.budget, &err)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +204,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.modules}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.modules, m.budget}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and
@@ -212,6 +231,8 @@ func (m *Metrics) Init(module string) {
 	m.GuestLogDropped.WithLabelValues(module)
 	m.EventsDropped.WithLabelValues(module, "object")
 	m.EventsDropped.WithLabelValues(module, "module")
+	m.MemoryWaits.WithLabelValues(module)
+	m.HostPanics.WithLabelValues(module)
 }
 
 // ObserveIdleRelease records one of module's instances closed for having
@@ -231,6 +252,9 @@ func (m *Metrics) ObserveCall(module string, res engine.Result, kind protocol.Ki
 	if res.Recycled != "" {
 		m.InstancesRecycled.WithLabelValues(module, res.Recycled).Inc()
 	}
+	if res.MemoryWait > 0 {
+		m.MemoryWaits.WithLabelValues(module).Inc()
+	}
 	switch kind {
 	case protocol.FuelExhausted:
 		m.Preemptions.WithLabelValues(module, "fuel").Inc()
@@ -247,3 +271,7 @@ func (m *Metrics) ReportModules(host string, list func() []Module) { m.modules.s
 
 // StopReporting stops reporting host's modules.
 func (m *Metrics) StopReporting(host string) { m.modules.set(host, nil) }
+
+// ReportBudget makes every scrape report the guest memory budget that
+// stats describes (wasmreconcile_memory_budget_*); nil stops it.
+func (m *Metrics) ReportBudget(stats func() engine.MemoryBudgetStats) { m.budget.set(stats) }

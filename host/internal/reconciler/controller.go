@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -50,6 +52,16 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 	skip := true // a module's controller is replaced under the same name on reload
 	c, err := crcontroller.NewUnmanaged(r.name, crcontroller.Options{
 		Reconciler: r, MaxConcurrentReconciles: workers, RateLimiter: opts.RateLimiter, SkipNameValidation: &skip,
+		// An unmanaged controller's default logger discards everything:
+		// its own lines (a panic it recovers, a failed start) go to the
+		// reconciler's logger.
+		LogConstructor: func(req *reconcile.Request) logr.Logger {
+			l := r.opts.Log.WithValues("controller", r.name)
+			if req != nil {
+				l = l.WithValues("object", klog.KRef(req.Namespace, req.Name))
+			}
+			return l
+		},
 		// controller-runtime's own queue, kept so that Activity can read its
 		// length: the workqueue_depth metric is keyed by name, and a
 		// replaced controller of the same name would blur it.

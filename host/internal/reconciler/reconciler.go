@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,8 +55,14 @@ import (
 )
 
 // ReasonReconcileStorm is the reason of the Warning Event on an object found
-// in a reconcile storm; the other Warning reasons are protocol.Kinds.
+// in a reconcile storm; the other Warning reasons are protocol.Kinds and
+// ReasonMemoryBudgetWait.
 const ReasonReconcileStorm = "ReconcileStorm"
+
+// ReasonMemoryBudgetWait is the reason of the Warning Event on an object
+// whose call waited for memory within the operator's guest memory budget
+// (engine.MemoryBudget) before it ran.
+const ReasonMemoryBudgetWait = "MemoryBudgetWait"
 
 // FinalizerPrefix prefixes the module name to form the finalizer the host
 // adds for modules that declare one.
@@ -284,10 +291,43 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	ctx = log.IntoContext(ctx, logger)
 	logger.V(1).Info("START reconcile")
 	start := time.Now()
-	o := r.run(ctx, req.NamespacedName, v.Module, v.Hold)
+	o := r.runRecovered(ctx, req.NamespacedName, v.Module, v.Hold)
 	res, err := r.settle(ctx, o)
 	logger.V(1).Info("FINISH reconcile", "duration", time.Since(start).String(), "result", r.kindOf(o), "fuel", o.res.Fuel)
 	return res, err
+}
+
+// runRecovered is run, with a panic of the host's turned into an outcome
+// of kind HostPanic: settle then logs it as an error, records a Warning
+// Event on the object, counts it (wasmreconcile_reconcile_total and
+// wasmreconcile_host_panics_total) and retries it with backoff, like any
+// failure. controller-runtime would recover it too, but silently for an
+// unmanaged controller's logger, and without an Event or a count.
+func (r *Reconciler) runRecovered(ctx context.Context, key types.NamespacedName, module *engine.Module, hold func() (func(), bool)) (o outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			call := "reconcile " + key.String()
+			if key.Namespace == "" {
+				call = "reconcile " + key.Name
+			}
+			err := &protocol.PanicError{Module: r.name, Call: call, Value: v, Stack: string(debug.Stack())}
+			r.opts.Metrics.HostPanics.WithLabelValues(r.name).Inc()
+			log.FromContext(ctx).Error(err, "recovered a panic of the host's", "stack", err.Stack)
+			o = outcome{key: key, obj: r.objectForEvent(ctx, key), err: err}
+		}
+	}()
+	return r.run(ctx, key, module, hold)
+}
+
+// objectForEvent reads the object to record an Event on after a panic, or
+// nil.
+func (r *Reconciler) objectForEvent(ctx context.Context, key types.NamespacedName) *unstructured.Unstructured {
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	if err := r.opts.Client.Get(ctx, key, obj); err != nil {
+		return nil
+	}
+	return obj
 }
 
 // run is the data path: object → request → call → response → apply.
@@ -338,7 +378,11 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if sh != nil && sh.Serves(obj) {
 		if m, release, ok := sh.Acquire(); ok {
 			defer release()
-			module, canary, hold = m, true, func() (func(), bool) { _, rel, ok := sh.Acquire(); return rel, ok }
+			// The recorder holds the candidate beyond the call through its
+			// own Shadow: candidate, not sh, which is nil for the rest of a
+			// canary call (nothing to compare).
+			candidate := sh
+			module, canary, hold = m, true, func() (func(), bool) { _, rel, ok := candidate.Acquire(); return rel, ok }
 		}
 	}
 	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childFP, module.Digest())
@@ -626,6 +670,10 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	kind := protocol.KindOf(o.err)
 	if o.called {
 		r.opts.Metrics.ObserveCall(r.name, o.res, kind)
+	}
+	if o.res.MemoryWait > 0 && o.obj != nil {
+		r.warn(o.obj, ReasonMemoryBudgetWait, fmt.Sprintf("the guest call waited %s for its instance's memory within the operator's guest memory budget (--memory-budget): other instances and compiles held it",
+			o.res.MemoryWait.Round(time.Millisecond)))
 	}
 	r.opts.Metrics.ReconcileTotal.WithLabelValues(r.name, string(kind)).Inc()
 	if o.wrote {

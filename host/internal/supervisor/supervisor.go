@@ -995,7 +995,7 @@ func hostReason(eventtype, reason string) bool {
 	if eventtype != corev1.EventTypeWarning {
 		return false
 	}
-	if reason == reconciler.ReasonReconcileStorm {
+	if reason == reconciler.ReasonReconcileStorm || reason == reconciler.ReasonMemoryBudgetWait {
 		return true
 	}
 	return slices.Contains(protocol.Kinds, protocol.Kind(reason))
