@@ -182,6 +182,7 @@ Flags:
 	fs.DurationVar(&opts.ModuleDirSettle, "module-dir-settle", 100*time.Millisecond, "how long a file in --module-dir must see no write before it is loaded")
 	fs.DurationVar(&opts.ModuleFetchTimeout, "module-fetch-timeout", 30*time.Second, "timeout of fetching a module from a url or oci source")
 	fs.DurationVar(&opts.ModuleStatusInterval, "module-status-interval", 30*time.Second, "how often a ReconcileModule's status statistics are refreshed")
+	fs.IntVar(&opts.ModuleLoadWorkers, "module-load-workers", 4, "ReconcileModules reconciled, and so fetched and compiled, at once: one module's slow load never holds up the others'")
 	fs.DurationVar(&opts.HealthInterval, "module-health-interval", 10*time.Second, "how often each module's caches are checked for the SyncFailed and CacheStale warnings")
 	fs.DurationVar(&opts.QuiescentAfter, "quiescent-after", time.Minute, "how long a converged module must write nothing to be reported quiescent (wasmreconcile_module_state)")
 	fs.DurationVar(&opts.SyncTimeout, "module-sync-timeout", 2*time.Minute, "how long a module's kind may take to sync before a SyncFailed Event")

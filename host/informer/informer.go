@@ -126,6 +126,7 @@ type Informers struct {
 
 	mu   sync.Mutex
 	last map[schema.GroupKind]time.Time // last watch event or completed list
+	errs map[schema.GroupKind]error     // last reflector error since then
 }
 
 // New returns Informers configured by opts, with their metrics registered on
@@ -136,7 +137,7 @@ func New(opts Options) (*Informers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Informers{opts: opts, metrics: m, last: map[schema.GroupKind]time.Time{}}, nil
+	return &Informers{opts: opts, metrics: m, last: map[schema.GroupKind]time.Time{}, errs: map[schema.GroupKind]error{}}, nil
 }
 
 // Metrics are the informers' metrics.
@@ -151,10 +152,20 @@ func (i *Informers) LastEvent(gk schema.GroupKind) time.Time {
 	return i.last[gk]
 }
 
+// LastError is the last error an informer of gk's reflector reported
+// (a list refused as Forbidden, a watch cut), until its next successful
+// list or event; nil if none.
+func (i *Informers) LastError(gk schema.GroupKind) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.errs[gk]
+}
+
 func (i *Informers) sawEvent(gk schema.GroupKind, label string) {
 	now := time.Now()
 	i.mu.Lock()
 	i.last[gk] = now
+	delete(i.errs, gk)
 	i.mu.Unlock()
 	i.metrics.LastEvent.WithLabelValues(label).Set(float64(now.UnixNano()) / 1e9)
 }
@@ -168,6 +179,9 @@ func (i *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object,
 		w.mu.Lock()
 		w.lastError = err
 		w.mu.Unlock()
+		i.mu.Lock()
+		i.errs[gk] = err
+		i.mu.Unlock()
 		toolscache.DefaultWatchErrorHandler(ctx, r, err)
 	})
 	return inf

@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -97,6 +98,10 @@ type Options struct {
 	// ModuleStatusInterval is how often a ReconcileModule's status
 	// statistics are refreshed. Defaults to 30 s.
 	ModuleStatusInterval time.Duration
+	// ModuleLoadWorkers is how many ReconcileModules are reconciled, and
+	// so fetched and compiled, at once: one module's slow load never holds
+	// up the others'. Defaults to 4.
+	ModuleLoadWorkers int
 	// ModuleHTTPClient fetches url sources. Defaults to a client that
 	// enforces the whole URL policy below (source.NewHTTPClient), checking
 	// each address as it dials. A client of your own keeps its Transport:
@@ -333,6 +338,9 @@ type Host struct {
 	ociTimeout  time.Duration
 	recorder    *flightrecorder.Recorder // nil when disabled
 
+	started          atomic.Bool // the manager has started the host's runnables
+	reconcileModules bool        // Options.ReconcileModules
+
 	mu          sync.Mutex
 	fileModules map[string]string // path -> module name, for files applied
 	closeOnce   sync.Once
@@ -418,8 +426,9 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	log.Info("guest limits", "compiles", where, "memoryBudget", budgetText, "memoryCeiling", fmt.Sprintf("%d MiB", int64(h.engine.Ceilings().MemoryLimitPages)<<16>>20))
 	var lastEvent func(schema.GroupKind) time.Time
+	var lastError func(schema.GroupKind) error
 	if opts.Informers != nil {
-		lastEvent = opts.Informers.LastEvent
+		lastEvent, lastError = opts.Informers.LastEvent, opts.Informers.LastError
 	}
 	if fr := opts.FlightRecorder; !fr.Disabled {
 		h.recorder = flightrecorder.New(flightrecorder.Options{Failures: fr.Failures, Successes: fr.Successes,
@@ -431,7 +440,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
 		Storm: reconciler.StormOptions(opts.Storm), CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
-		LastEvent: lastEvent, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
+		LastEvent: lastEvent, LastError: lastError, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
 		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,
 	})
 	if err != nil {
@@ -496,13 +505,22 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		}
 		if err := modulecontroller.Setup(mgr, h.supervisor, modulecontroller.Options{
 			MaxModuleBytes: opts.MaxModuleBytes, FetchTimeout: opts.ModuleFetchTimeout,
-			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient,
+			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient, Workers: opts.ModuleLoadWorkers,
 			DefaultServiceAccount: opts.DefaultServiceAccount, ServiceAccountNamespace: opts.ServiceAccountNamespace,
 			URLPolicy:        source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate},
 			SourceNamespaces: opts.ModuleSourceNamespaces, BlobCache: opts.ModuleCacheDir,
 		}); err != nil {
 			return fail(err)
 		}
+	}
+	h.reconcileModules = opts.ReconcileModules
+	// The manager starts runnables that need no leader once its caches
+	// have started, in every replica: from then on the host may be ready.
+	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
+		h.started.Store(true)
+		return nil
+	})); err != nil {
+		return fail(err)
 	}
 	// Close the host when the manager stops: every runnable's context ends
 	// at once, and the manager waits for this one to return.
@@ -603,19 +621,31 @@ func (h *Host) Names() []string { return h.supervisor.Names() }
 // present at Setup) that failed to load.
 func (h *Host) LoadErrors() []error { return h.loadErrors }
 
-// Ready reports whether every informer cache has synced and every module
-// can watch its kinds; the readiness check serves it
-// (/readyz/wasmreconcile shows its message). It returns an error before
-// the manager has started, while caches sync, and while a module waits for
-// a kind the API server does not serve, naming the module and the kind and
-// saying to install its CRD.
+// Ready reports whether the host serves: the manager has started, the
+// ReconcileModule cache (with Options.ReconcileModules) has synced, and no
+// module's caches are still syncing normally; the readiness check serves
+// it (/readyz/wasmreconcile shows its message). A module whose caches
+// cannot sync for a reason of its own (its CRD is not installed, the
+// operator may not list one of its kinds, its sync is past SyncTimeout) is
+// unready by itself, not the host: its ReconcileModule's Ready condition
+// says why, as do a SyncFailed Warning, the log and
+// wasmreconcile_module_health; the other modules serve.
 func (h *Host) Ready() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if !h.mgr.GetCache().WaitForCacheSync(ctx) {
-		return errors.New("informer caches have not synced yet")
+	if !h.started.Load() {
+		return errors.New("the manager has not started yet")
 	}
-	return h.supervisor.Ready()
+	if h.reconcileModules {
+		inf, err := h.mgr.GetCache().GetInformer(ctx, &v1alpha1.ReconcileModule{}, cache.BlockUntilSynced(false))
+		if err != nil {
+			return fmt.Errorf("the ReconcileModule cache: %w", err)
+		}
+		if !inf.HasSynced() {
+			return errors.New("the ReconcileModule cache has not synced yet")
+		}
+	}
+	return h.supervisor.Ready(ctx)
 }
 
 // Close stops the module controllers, waits for the calls running, and
@@ -910,3 +940,9 @@ type guardedRecords struct {
 }
 
 func (g *guardedRecords) set(h http.Handler) { g.inner.set(h) }
+
+// everyReplica is a runnable that runs in every replica, leader or not.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }

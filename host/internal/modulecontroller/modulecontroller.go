@@ -71,7 +71,11 @@ const (
 	ReasonLimitsClamped  = "LimitsClamped" // a limit was lowered to an operator ceiling
 	ReasonWithinCeilings = "WithinCeilings"
 	ReasonSyncFailed     = supervisor.ReasonSyncFailed
-	ReasonCacheStale     = supervisor.ReasonCacheStale
+	// ReasonCachesNotSynced: Ready is False because the module's caches
+	// cannot sync (a kind not served, a kind the operator may not list);
+	// the message says why. The other modules are not affected.
+	ReasonCachesNotSynced = "CachesNotSynced"
+	ReasonCacheStale      = supervisor.ReasonCacheStale
 
 	// ConditionDraining is True while a deleted ReconcileModule waits for
 	// its module's finalizer to be removed from the module's objects; its
@@ -123,6 +127,11 @@ type Options struct {
 	// modules they fetched, by digest, so that a restart while the
 	// registry is down still loads them. Defaults to "": nothing is kept.
 	BlobCache string
+	// Workers is how many ReconcileModules are reconciled at once, and so
+	// how many modules may fetch and compile at once: one module's slow
+	// load (a large module, an unreachable registry, a compile stopped at
+	// its limits) never holds up the others'. Defaults to 4.
+	Workers int
 }
 
 func (o Options) withDefaults() Options {
@@ -134,6 +143,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 30 * time.Second
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = source.NewHTTPClient(o.URLPolicy)
@@ -162,13 +174,41 @@ type Controller struct {
 	opts       Options
 	leader     func() bool // whether this replica leads: only the leader writes
 
-	// Touched only by Reconcile (one worker), but for objects, which the
-	// supervisor's health loop reads.
-	applied   map[string]applied                   // the generation serving, by module name
-	failedGen map[string]applied                   // the generation that last failed to load
-	written   map[string]writtenStatus             // the status last written
+	// By module name. Reconcile runs on several workers (Options.Workers),
+	// never two for one name: each map is locked, its entries are not.
+	applied   lockedMap[applied]                   // the generation serving
+	failedGen lockedMap[applied]                   // the generation that last failed to load
+	written   lockedMap[writtenStatus]             // the status last written
 	mu        sync.Mutex                           // guards objects
 	objects   map[string]*v1alpha1.ReconcileModule // the object last seen, for health Events
+}
+
+// lockedMap is a map safe for concurrent use.
+type lockedMap[V any] struct {
+	mu sync.Mutex
+	m  map[string]V
+}
+
+func (l *lockedMap[V]) get(k string) (V, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.m[k]
+	return v, ok
+}
+
+func (l *lockedMap[V]) set(k string, v V) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]V{}
+	}
+	l.m[k] = v
+}
+
+func (l *lockedMap[V]) del(k string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, k)
 }
 
 type writtenStatus struct {
@@ -194,7 +234,6 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 	c := &Controller{
 		client: mgr.GetClient(), reader: mgr.GetAPIReader(), supervisor: sup,
 		recorder: mgr.GetEventRecorder("wasmreconcile"), opts: opts.withDefaults(),
-		applied: map[string]applied{}, failedGen: map[string]applied{}, written: map[string]writtenStatus{},
 		objects: map[string]*v1alpha1.ReconcileModule{},
 	}
 	hosts := any("any")
@@ -217,7 +256,13 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 	// supervisor starts module controllers only in the leader).
 	everyReplica := false
 	return ctrl.NewControllerManagedBy(mgr).Named("reconcilemodule").For(&v1alpha1.ReconcileModule{}).
-		WithOptions(crcontroller.Options{NeedLeaderElection: &everyReplica}).Complete(c)
+		WithOptions(crcontroller.Options{NeedLeaderElection: &everyReplica, MaxConcurrentReconciles: c.opts.Workers}).Complete(c)
+}
+
+// failedGenIs reports whether gen of module name last failed to load.
+func (c *Controller) failedGenIs(name string, gen applied) bool {
+	f, ok := c.failedGen.get(name)
+	return ok && f == gen
 }
 
 // event records an Event, in the leader only.
@@ -238,9 +283,9 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if c.supervisor.Remove(req.Name) {
 				logger.Info("ReconcileModule deleted; module stopped", "module", req.Name)
 			}
-			delete(c.applied, req.Name)
-			delete(c.failedGen, req.Name)
-			delete(c.written, req.Name)
+			c.applied.del(req.Name)
+			c.failedGen.del(req.Name)
+			c.written.del(req.Name)
 			c.mu.Lock()
 			delete(c.objects, req.Name)
 			c.mu.Unlock()
@@ -257,12 +302,12 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	status := c.statusOf(obj)
 	gen := applied{uid: obj.UID, generation: obj.Generation}
 
-	a, known := c.applied[obj.Name]
+	a, known := c.applied.get(obj.Name)
 	if known && a.uid != obj.UID {
 		known = false // deleted and created again: a new module
 	}
 	switch {
-	case c.failedGen[obj.Name] == gen:
+	case c.failedGenIs(obj.Name, gen):
 		// This generation failed for a reason only a spec change fixes; do
 		// not fetch and compile it again on every event.
 		if !known {
@@ -280,12 +325,12 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		loaded, reason, err := c.loadFrom(ctx, obj, src)
 		if err != nil {
 			if reason != ReasonFetchFailed {
-				c.failedGen[obj.Name] = gen
+				c.failedGen.set(obj.Name, gen)
 			}
 			return ctrl.Result{}, c.failed(ctx, obj, reason, err)
 		}
-		delete(c.failedGen, obj.Name)
-		c.applied[obj.Name] = gen
+		c.failedGen.del(obj.Name)
+		c.applied.set(obj.Name, gen)
 		known = true
 		status.Digest = loaded.Digest
 		at := metav1.NewTime(loaded.At)
@@ -304,9 +349,13 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	setCondition(&status, obj, ConditionLoading, metav1.ConditionFalse, ReasonLoaded, "")
 	if obj.Spec.Paused {
 		setCondition(&status, obj, ConditionReady, metav1.ConditionFalse, ReasonPaused, "spec.paused is true: the module is not called")
+	} else if st, ok := c.supervisor.Status(obj.Name); ok && !st.Synced && st.SyncProblem != "" {
+		// Unready by itself: the operator and its other modules serve.
+		setCondition(&status, obj, ConditionReady, metav1.ConditionFalse, ReasonCachesNotSynced,
+			"module "+status.Digest+" loaded, but its caches cannot sync: "+st.SyncProblem)
 	} else {
 		msg := "module " + status.Digest + " serving"
-		if c.failedGen[obj.Name] == gen {
+		if c.failedGenIs(obj.Name, gen) {
 			msg = "module " + status.Digest + " still serving; the new spec failed to load (see LoadFailed)"
 		}
 		setCondition(&status, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, msg)
@@ -314,7 +363,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if st, ok := c.supervisor.Status(obj.Name); ok {
 		s := st.Stats
 		status.Stats = &v1alpha1.Stats{Reconciles: s.Reconciles, Errors: s.Errors, MeanFuel: s.MeanFuel, MeanDurationSeconds: s.MeanDurationSeconds}
-		if s.LastError != "" && c.failedGen[obj.Name] != gen {
+		if s.LastError != "" && !c.failedGenIs(obj.Name, gen) {
 			status.LastError = s.LastError
 		}
 	}
@@ -342,8 +391,8 @@ func (c *Controller) finalize(ctx context.Context, obj *v1alpha1.ReconcileModule
 	c.mu.Lock()
 	delete(c.objects, obj.Name) // no health Events on an object being deleted
 	c.mu.Unlock()
-	delete(c.applied, obj.Name)
-	delete(c.failedGen, obj.Name)
+	c.applied.del(obj.Name)
+	c.failedGen.del(obj.Name)
 	if !controllerutil.ContainsFinalizer(obj, DrainFinalizer) {
 		return ctrl.Result{}, nil // nothing to wait for: it goes once other finalizers do
 	}
@@ -366,7 +415,7 @@ func (c *Controller) finalize(ctx context.Context, obj *v1alpha1.ReconcileModule
 	if err := c.patchFinalizer(ctx, obj, false); err != nil {
 		return ctrl.Result{}, err
 	}
-	delete(c.written, obj.Name)
+	c.written.del(obj.Name)
 	logger.Info("module finalizer drained; ReconcileModule released", "module", obj.Name)
 	return ctrl.Result{}, nil
 }
@@ -614,7 +663,7 @@ func (c *Controller) failed(ctx context.Context, obj *v1alpha1.ReconcileModule, 
 	status := c.statusOf(obj)
 	setCondition(&status, obj, ConditionLoadFailed, metav1.ConditionTrue, reason, err.Error())
 	setCondition(&status, obj, ConditionLoading, metav1.ConditionFalse, reason, "")
-	if a, ok := c.applied[obj.Name]; ok && a.uid == obj.UID {
+	if a, ok := c.applied.get(obj.Name); ok && a.uid == obj.UID {
 		setCondition(&status, obj, ConditionReady, metav1.ConditionTrue, ReasonLoaded, "module "+status.Digest+" still serving; the new spec failed to load")
 	} else {
 		setCondition(&status, obj, ConditionReady, metav1.ConditionFalse, reason, "no version of the module has loaded")
@@ -636,7 +685,7 @@ func (c *Controller) failed(ctx context.Context, obj *v1alpha1.ReconcileModule, 
 // cache may lag behind our own writes; starting from it could write an old
 // condition back.
 func (c *Controller) statusOf(obj *v1alpha1.ReconcileModule) v1alpha1.ReconcileModuleStatus {
-	if w, ok := c.written[obj.Name]; ok && w.uid == obj.UID {
+	if w, ok := c.written.get(obj.Name); ok && w.uid == obj.UID {
 		return *w.status.DeepCopy()
 	}
 	return *obj.Status.DeepCopy()
@@ -645,7 +694,7 @@ func (c *Controller) statusOf(obj *v1alpha1.ReconcileModule) v1alpha1.ReconcileM
 // writeStatus applies status in the leader; a standby only keeps it, and
 // writes it (through the periodic refresh) once elected.
 func (c *Controller) writeStatus(ctx context.Context, obj *v1alpha1.ReconcileModule, status v1alpha1.ReconcileModuleStatus) error {
-	c.written[obj.Name] = writtenStatus{uid: obj.UID, status: *status.DeepCopy()}
+	c.written.set(obj.Name, writtenStatus{uid: obj.UID, status: *status.DeepCopy()})
 	if !c.leader() {
 		return nil
 	}

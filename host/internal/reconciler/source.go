@@ -156,7 +156,10 @@ func (s *informerSource) run(ctx context.Context, queue workqueue.TypedRateLimit
 			logger.Error(err, "removing the event handler of a stopped controller")
 		}
 	})
-	if !s.cache.WaitForCacheSync(ctx) {
+	// This kind's informer only: waiting for the whole cache would make
+	// every module wait for any other module's kind that cannot sync (a
+	// kind the operator may not list).
+	if !toolscache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return errors.New("cache did not sync")
 	}
 	if !toolscache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {

@@ -94,17 +94,36 @@ func watchedOnly(unserved map[schema.GroupVersionKind]*UnservedKind, m abi.Manif
 	return out
 }
 
-// Ready returns an error naming each module that waits for a kind the API
-// server does not serve, and what to do; nil when none does.
-func (s *Supervisor) Ready() error {
+// Ready returns an error naming each module whose caches are still
+// syncing normally (started less than SyncTimeout ago, no problem known);
+// nil when none is. A module whose caches cannot sync for a reason of its
+// own (a kind not served, a kind the operator may not list, or a sync past
+// SyncTimeout) is unready by itself (Status.SyncProblem, a SyncFailed
+// Warning, wasmreconcile_module_health) and does not hold the operator's
+// readiness: the other modules serve.
+func (s *Supervisor) Ready(ctx context.Context) error {
+	type item struct {
+		name  string
+		gvk   schema.GroupVersionKind
+		since time.Time
+	}
 	s.mu.Lock()
-	var msgs []string
+	var items []item
 	for name, r := range s.modules {
-		for _, u := range r.health.unserved {
-			msgs = append(msgs, "module "+name+": "+u.Message)
+		if len(r.health.unserved) > 0 || r.paused.Load() {
+			continue
 		}
+		f := r.rec.Manifest().For
+		items = append(items, item{name, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind}, r.health.since})
 	}
 	s.mu.Unlock()
+	now := time.Now()
+	var msgs []string
+	for _, it := range items {
+		if synced, problem := s.synced(ctx, it.gvk); !synced && problem == "" && now.Sub(it.since) < s.opts.SyncTimeout {
+			msgs = append(msgs, fmt.Sprintf("module %s: the cache for %s is syncing", it.name, it.gvk.Kind))
+		}
+	}
 	if len(msgs) == 0 {
 		return nil
 	}
@@ -146,6 +165,9 @@ func (s *Supervisor) checkHealth(ctx context.Context, now time.Time) {
 	s.mu.Unlock()
 	for _, c := range checks {
 		synced, why := s.synced(ctx, c.gvk)
+		if why == "" {
+			why = "the informer has not synced"
+		}
 		var lastEvent time.Time
 		if s.opts.LastEvent != nil {
 			lastEvent = s.opts.LastEvent(c.gvk.GroupKind())
@@ -196,7 +218,9 @@ func (s *Supervisor) checkHealth(ctx context.Context, now time.Time) {
 	}
 }
 
-// synced reports whether the informer of gvk has synced, without waiting.
+// synced reports whether the informer of gvk has synced, without waiting,
+// and when it has not, the problem it met, if one is known (the API
+// server does not serve the kind, or refused to list it).
 func (s *Supervisor) synced(ctx context.Context, gvk schema.GroupVersionKind) (bool, string) {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
@@ -204,10 +228,15 @@ func (s *Supervisor) synced(ctx context.Context, gvk schema.GroupVersionKind) (b
 	if err != nil {
 		return false, err.Error()
 	}
-	if !inf.HasSynced() {
-		return false, "the informer has not synced"
+	if inf.HasSynced() {
+		return true, ""
 	}
-	return true, ""
+	if s.opts.LastError != nil {
+		if err := s.opts.LastError(gvk.GroupKind()); err != nil {
+			return false, err.Error()
+		}
+	}
+	return false, ""
 }
 
 // Status is what the supervisor knows of one module.
@@ -219,14 +248,20 @@ type Status struct {
 	Activity reconciler.Activity
 	// Unserved are the kinds the module's controller cannot watch yet.
 	Unserved map[schema.GroupVersionKind]UnservedKind
+	// Synced is true once the cache of the module's kind has synced.
+	Synced bool
+	// SyncProblem, while not Synced, says why when the reason is known: a
+	// kind not served, a list the API server refused, a sync past the
+	// SyncTimeout. "" while the cache syncs normally.
+	SyncProblem string
 }
 
 // Status returns module name's status, and whether it runs.
 func (s *Supervisor) Status(name string) (Status, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	r := s.modules[name]
 	if r == nil {
+		s.mu.Unlock()
 		return Status{}, false
 	}
 	var unserved map[schema.GroupVersionKind]UnservedKind
@@ -236,8 +271,19 @@ func (s *Supervisor) Status(name string) (Status, bool) {
 		}
 		unserved[gvk] = *u
 	}
-	return Status{Loaded: r.loaded, Owner: r.spec.Owner, Paused: r.paused.Load(), Stats: r.stats.Snapshot(),
-		Activity: r.rec.Activity(), Unserved: unserved}, true
+	st := Status{Loaded: r.loaded, Owner: r.spec.Owner, Paused: r.paused.Load(), Stats: r.stats.Snapshot(),
+		Activity: r.rec.Activity(), Unserved: unserved}
+	since, f := r.health.since, r.rec.Manifest().For
+	s.mu.Unlock()
+	// The cache is read outside s.mu.
+	st.Synced, st.SyncProblem = s.synced(context.Background(), schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind})
+	for _, u := range unserved {
+		st.SyncProblem = u.Message
+	}
+	if !st.Synced && st.SyncProblem == "" && time.Since(since) > s.opts.SyncTimeout {
+		st.SyncProblem = fmt.Sprintf("the cache for %s has not synced %s after the module's controller started", f.Kind, s.opts.SyncTimeout)
+	}
+	return st, true
 }
 
 // Names lists the modules that run, sorted.

@@ -122,6 +122,10 @@ type Options struct {
 	// LastEvent tells when the informer of a kind last saw an event or a
 	// list, for CacheStale warnings. Defaults to nil: no staleness checks.
 	LastEvent func(schema.GroupKind) time.Time
+	// LastError tells the last error the informer of a kind reported since
+	// its last list or event (a list refused as Forbidden), to say why a
+	// module's cache has not synced. Defaults to nil: no reason given.
+	LastError func(schema.GroupKind) error
 	// HealthInterval is how often each module's caches are checked.
 	// Defaults to 10 seconds.
 	HealthInterval time.Duration
@@ -937,8 +941,28 @@ func (s *Supervisor) startController(r *running) {
 				return
 			}
 		}
-		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
-			s.opts.Log.Error(err, "controller stopped", "module", r.spec.Name)
+		// A controller whose kinds do not sync in its CacheSyncTimeout (the
+		// operator may not list one) stops with an error: it is started
+		// again, with backoff, until its controller is replaced or removed.
+		// The module is unready meanwhile (Ready, Status.SyncProblem); the
+		// other modules are not affected.
+		backoff := reconciler.InformerRetry
+		for {
+			err := c.Start(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			s.opts.Log.Error(err, "module controller stopped; starting it again", "module", r.spec.Name, "after", backoff.String())
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Minute)
+			if c, err = newController(); err != nil {
+				s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
+				return
+			}
 		}
 	}()
 }
