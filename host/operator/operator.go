@@ -35,7 +35,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
@@ -699,12 +698,16 @@ const FlightRecorderPath = flightrecorder.Path
 // FlightRecorder returns the host's flight recorder's HTTP handler (GET
 // FlightRecorderPath?module=NAME), unauthenticated: New serves it behind
 // the API server's authentication and authorization; a program of its own
-// must do the same. Nil when the recorder is disabled.
-func (h *Host) FlightRecorder() http.Handler {
+// must do the same. mayRead, when set, is asked whether the client of a
+// request may read the objects of a kind in a namespace ("" for a
+// cluster-scoped kind), and only the records of objects it may read are
+// served (New asks the API server: a SubjectAccessReview of get). Nil when
+// the recorder is disabled.
+func (h *Host) FlightRecorder(mayRead func(req *http.Request, gvk schema.GroupVersionKind, namespace string) (bool, error)) http.Handler {
 	if h.recorder == nil {
 		return nil
 	}
-	return h.recorder.Handler()
+	return h.recorder.Handler(flightrecorder.HandlerOptions{MayRead: mayRead})
 }
 
 // ManagerOptions are the binary's manager settings: see New.
@@ -817,7 +820,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	// token, TokenReview) and authorizes for GET on the non-resource URL
 	// (SubjectAccessReview), as controller-runtime's metrics filter does.
 	// The metrics themselves stay as they are.
-	records, err := authenticated(cfg)
+	records, err := newRecordsEndpoint(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -851,7 +854,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fr := h.FlightRecorder(); fr != nil {
+	if fr := h.FlightRecorder(records.mayRead(mgr.GetRESTMapper())); fr != nil {
 		records.set(fr)
 	}
 	return &Operator{Host: h, mgr: mgr}, nil
@@ -889,57 +892,6 @@ func (o *Operator) Start(ctx context.Context) error {
 	err := o.mgr.Start(ctx)
 	return errors.Join(err, o.Host.Close(context.Background()))
 }
-
-// recordsHandler serves the flight recorder once the host exists, behind
-// the API server's authentication and authorization; 404 until then, or
-// when the recorder is disabled.
-type recordsHandler struct {
-	mu    sync.Mutex
-	inner http.Handler
-}
-
-func (r *recordsHandler) set(h http.Handler) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.inner = h
-}
-
-func (r *recordsHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	r.mu.Lock()
-	inner := r.inner
-	r.mu.Unlock()
-	if inner == nil {
-		http.Error(w, "the flight recorder is disabled (--flight-recorder=false)", http.StatusNotFound)
-		return
-	}
-	inner.ServeHTTP(w, req)
-}
-
-// authenticated returns the flight recorder's handler wrapped in
-// controller-runtime's authentication and authorization filter.
-func authenticated(cfg *rest.Config) (*guardedRecords, error) {
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("flight recorder endpoint: %w", err)
-	}
-	filter, err := filters.WithAuthenticationAndAuthorization(cfg, httpClient)
-	if err != nil {
-		return nil, fmt.Errorf("flight recorder endpoint: %w", err)
-	}
-	inner := &recordsHandler{}
-	guarded, err := filter(ctrl.Log.WithName("flightrecorder"), inner)
-	if err != nil {
-		return nil, fmt.Errorf("flight recorder endpoint: %w", err)
-	}
-	return &guardedRecords{Handler: guarded, inner: inner}, nil
-}
-
-type guardedRecords struct {
-	http.Handler
-	inner *recordsHandler
-}
-
-func (g *guardedRecords) set(h http.Handler) { g.inner.set(h) }
 
 // everyReplica is a runnable that runs in every replica, leader or not.
 type everyReplica func(context.Context) error

@@ -91,8 +91,10 @@ func expectOf(kind protocol.Kind, resp *abi.Response) modtest.Expect {
 }
 
 // Cases are module's records as cases, failures first.
-func (r *Recorder) Cases(module string) []modtest.Case {
-	recs := r.Records(module)
+func (r *Recorder) Cases(module string) []modtest.Case { return casesOf(r.Records(module)) }
+
+// casesOf is the cases of recs, numbered from 1.
+func casesOf(recs []Record) []modtest.Case {
 	out := make([]modtest.Case, len(recs))
 	for i, rec := range recs {
 		out[i] = rec.Case(i + 1)

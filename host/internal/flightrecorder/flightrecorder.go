@@ -18,11 +18,16 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/redact"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
@@ -94,7 +99,11 @@ type Call struct {
 	// Release, when set, is called once the recorder is done with Module
 	// (replayed, or dropped): the caller holds Module open until then.
 	Release func()
+	// At is when the call was made. Defaults to when it is offered.
+	At time.Time
 }
+
+func (c Call) at() time.Time { return c.At.UTC() }
 
 func (c Call) release() {
 	if c.Release != nil {
@@ -130,9 +139,10 @@ type Recorder struct {
 	opts  Options
 	queue chan Call
 
-	mu      sync.Mutex
-	modules map[string]*store
-	closed  bool
+	mu        sync.Mutex
+	modules   map[string]*store
+	forgotten map[string]time.Time // modules removed, and when: their calls made before are not kept
+	closed    bool
 	wg      sync.WaitGroup
 	cancel  context.CancelFunc
 	ctx     context.Context
@@ -147,7 +157,7 @@ type store struct {
 // New starts a Recorder; Close stops it.
 func New(opts Options) *Recorder {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Recorder{opts: opts.withDefaults(), modules: map[string]*store{}, ctx: ctx, cancel: cancel}
+	r := &Recorder{opts: opts.withDefaults(), modules: map[string]*store{}, forgotten: map[string]time.Time{}, ctx: ctx, cancel: cancel}
 	r.queue = make(chan Call, r.opts.QueueSize)
 	r.wg.Add(1)
 	go r.work()
@@ -176,6 +186,9 @@ func (r *Recorder) Wants(module string, failed bool) bool {
 func (r *Recorder) Offer(c Call) {
 	if r == nil {
 		return
+	}
+	if c.At.IsZero() {
+		c.At = time.Now()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -225,24 +238,27 @@ func (r *Recorder) work() {
 }
 
 // replay builds c's record: the input redacted, then run on a fresh
-// instance with the reads served from what the guest read.
+// instance with the reads served from what the guest read; and what
+// production and the replay answered, redacted with what the input taught
+// the scrubber.
 func (r *Recorder) replay(c Call) Record {
 	in := c.Input
-	redacted := false
-	if !r.opts.KeepSecrets {
-		in, redacted = Redact(in)
-	}
-	in.Related = append(append([]map[string]any(nil), in.Related...), redactAll(c.Reads, !r.opts.KeepSecrets)...)
+	in.Related = append(append([]map[string]any(nil), in.Related...), c.Reads...)
 	in.Related = dedupe(in, in.Related)
-	rec := Record{Module: c.Module.Name(), Digest: c.Module.Digest(), Object: c.Object, At: time.Now().UTC(), Input: in,
-		Kind: protocol.KindOf(c.Err), Fuel: c.Fuel, Duration: c.Duration.Seconds(), Redacted: redacted}
+	var sc *redact.Scrubber
+	if !r.opts.KeepSecrets {
+		sc = scrubberOf(in, c.Output)
+		in = scrubRequest(sc, in)
+	}
+	rec := Record{Module: c.Module.Name(), Digest: c.Module.Digest(), Object: c.Object, At: c.at(), Input: in,
+		Kind: protocol.KindOf(c.Err), Fuel: c.Fuel, Duration: c.Duration.Seconds(), Redacted: sc != nil && !sc.Empty()}
 	if c.Err != nil {
-		rec.Error = c.Err.Error()
+		rec.Error = scrubString(sc, c.Err.Error())
 	}
 	if c.Output != nil && json.Valid(c.Output) {
-		rec.Response = append(json.RawMessage(nil), c.Output...)
+		rec.Response = scrubJSON(sc, c.Output)
 	}
-	if rec.Kind.Preempted() || rec.Kind == protocol.MemoryLimit {
+	if rec.Kind.Preempted() || rec.Kind == protocol.MemoryLimit || rec.Kind == protocol.MemoryBudgetExceeded {
 		// A call stopped for its fuel, its deadline or its memory is not
 		// run again: it would take as much CPU or memory again beside the
 		// serving path. Out of fuel, a replay uses the whole budget, as
@@ -258,19 +274,82 @@ func (r *Recorder) replay(c Call) Record {
 	o := offline.Run(r.ctx, c.Module, in, offline.Options{Fresh: true, Scopes: c.Scopes, ReadNamespaces: c.ReadNamespaces})
 	rec.ReplayKind, rec.ReplayFuel = o.Kind(), o.Fuel
 	if o.Err != nil {
-		rec.ReplayError = o.Err.Error()
+		rec.ReplayError = scrubString(sc, o.Err.Error())
 	}
-	if o.Output != nil && json.Valid(o.Output) && string(o.Output) != string(rec.Response) {
-		rec.ReplayResponse = append(json.RawMessage(nil), o.Output...)
+	if o.Output != nil && json.Valid(o.Output) {
+		if out := scrubJSON(sc, o.Output); string(out) != string(rec.Response) {
+			rec.ReplayResponse = out
+		}
 	}
 	b, _ := json.Marshal(rec)
 	rec.size = len(b)
 	return rec
 }
 
+// scrubberOf learns the Secrets of a call: those of its request (the
+// object, children and related objects it read) and the Secret children
+// its answer asked for.
+func scrubberOf(in abi.Request, output []byte) *redact.Scrubber {
+	sc := &redact.Scrubber{}
+	sc.Learn(in.Object)
+	sc.LearnAll(in.Children...)
+	sc.LearnAll(in.Related...)
+	var resp struct {
+		Children []map[string]any `json:"children"`
+	}
+	if json.Unmarshal(output, &resp) == nil {
+		sc.LearnAll(resp.Children...)
+	}
+	return sc
+}
+
+// scrubRequest is in with every object scrubbed.
+func scrubRequest(sc *redact.Scrubber, in abi.Request) abi.Request {
+	in.Object = sc.Object(in.Object)
+	in.Children = sc.Objects(in.Children)
+	in.Related = sc.Objects(in.Related)
+	if in.Config != nil {
+		in.Config, _ = sc.Value(in.Config).(map[string]any)
+	}
+	for i, f := range in.ChildFailures {
+		f.Message = sc.String(f.Message)
+		in.ChildFailures[i] = f
+	}
+	return in
+}
+
+func scrubString(sc *redact.Scrubber, s string) string {
+	if sc == nil {
+		return s
+	}
+	return sc.String(s)
+}
+
+func scrubJSON(sc *redact.Scrubber, raw []byte) json.RawMessage {
+	if sc == nil {
+		return append(json.RawMessage(nil), raw...)
+	}
+	return sc.JSON(raw)
+}
+
+// Forget frees the records of module, which was removed, and drops those
+// of its calls still waiting for their replay.
+func (r *Recorder) Forget(module string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.modules, module)
+	r.forgotten[module] = time.Now().UTC()
+}
+
 func (r *Recorder) keep(rec Record) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if t, ok := r.forgotten[rec.Module]; ok && !rec.At.After(t) {
+		return // the module was removed after this call
+	}
 	s := r.storeOf(rec.Module)
 	if rec.Kind == protocol.Success {
 		s.successes = append(s.successes, rec)
@@ -325,11 +404,24 @@ func (r *Recorder) Modules() []string {
 // Path is where the operator serves the records, on its metrics server.
 const Path = "/debug/flightrecorder"
 
+// HandlerOptions configure Handler.
+type HandlerOptions struct {
+	// MayRead, when set, reports whether the client of req may read the
+	// objects of gvk in namespace ("" for a cluster-scoped kind): a
+	// record is served only to a client that may read the object it
+	// records (the records hold it, its children and what the guest
+	// read). The operator answers with a SubjectAccessReview of get on
+	// the kind. Defaults to nil: every record is served.
+	MayRead func(req *http.Request, gvk schema.GroupVersionKind, namespace string) (bool, error)
+}
+
 // Handler serves GET Path?module=NAME as {"module": NAME, "cases": [...]}
-// (modtest.Case, as Record.Case makes them),
-// and without module the list of modules with records. Put it behind
-// authentication: the records hold the objects the guests saw.
-func (r *Recorder) Handler() http.Handler {
+// (modtest.Case, as Record.Case makes them), and without module the list
+// of modules with records. With HandlerOptions.MayRead, only the records
+// of objects the client may read are served; "withheld" counts the
+// others, and a module none of whose records it may read is 403. Put it
+// behind authentication: the records hold the objects the guests saw.
+func (r *Recorder) Handler(opts HandlerOptions) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodGet {
 			http.Error(w, "only GET", http.StatusMethodNotAllowed)
@@ -337,9 +429,19 @@ func (r *Recorder) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
+		may := newReadCheck(req, opts.MayRead)
 		module := req.URL.Query().Get("module")
 		if module == "" {
-			_ = enc.Encode(map[string]any{"modules": r.Modules()})
+			var names []string
+			for _, m := range r.Modules() {
+				if recs, _, err := may.filter(r.Records(m)); err == nil && len(recs) > 0 {
+					names = append(names, m)
+				}
+			}
+			if names == nil {
+				names = []string{}
+			}
+			_ = enc.Encode(map[string]any{"modules": names})
 			return
 		}
 		recs := r.Records(module)
@@ -348,77 +450,74 @@ func (r *Recorder) Handler() http.Handler {
 			_ = enc.Encode(map[string]any{"error": fmt.Sprintf("no records of module %q; GET %s lists the modules with records", module, Path)})
 			return
 		}
-		_ = enc.Encode(map[string]any{"module": module, "cases": r.Cases(module)})
+		allowed, denied, err := may.filter(recs)
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = enc.Encode(map[string]any{"error": "authorizing the records: " + err.Error()})
+			return
+		}
+		if len(allowed) == 0 {
+			w.WriteHeader(http.StatusForbidden)
+			_ = enc.Encode(map[string]any{"error": fmt.Sprintf("module %q has %d records, of objects you may not read (%s); the records hold those objects: ask for get on them",
+				module, len(recs), strings.Join(denied, ", "))})
+			return
+		}
+		out := map[string]any{"module": module, "cases": casesOf(allowed)}
+		if n := len(recs) - len(allowed); n > 0 {
+			out["withheld"] = n
+			out["withheldFrom"] = denied
+		}
+		_ = enc.Encode(out)
 	})
 }
 
-// Redacted is what a Secret's value becomes.
-const Redacted = "REDACTED"
-
-// Redact returns in with the data and stringData of every Secret in it
-// (the object, children, related objects) replaced by REDACTED, and
-// whether anything was replaced. in's maps are not modified.
-func Redact(in abi.Request) (abi.Request, bool) {
-	redacted := false
-	one := func(o map[string]any) map[string]any {
-		out, changed := redactObject(o)
-		redacted = redacted || changed
-		return out
-	}
-	in.Object = one(in.Object)
-	children := make([]map[string]any, len(in.Children))
-	for i, c := range in.Children {
-		children[i] = one(c)
-	}
-	if in.Children != nil {
-		in.Children = children
-	}
-	related := make([]map[string]any, len(in.Related))
-	for i, c := range in.Related {
-		related[i] = one(c)
-	}
-	if in.Related != nil {
-		in.Related = related
-	}
-	return in, redacted
+// readCheck answers MayRead for one request, once per kind and namespace.
+type readCheck struct {
+	req     *http.Request
+	mayRead func(*http.Request, schema.GroupVersionKind, string) (bool, error)
+	seen    map[string]bool
 }
 
-func redactAll(objs []map[string]any, redact bool) []map[string]any {
-	if !redact {
-		return objs
-	}
-	out := make([]map[string]any, len(objs))
-	for i, o := range objs {
-		out[i], _ = redactObject(o)
-	}
-	return out
+func newReadCheck(req *http.Request, mayRead func(*http.Request, schema.GroupVersionKind, string) (bool, error)) *readCheck {
+	return &readCheck{req: req, mayRead: mayRead, seen: map[string]bool{}}
 }
 
-// redactedBase64 is base64("REDACTED"): a Secret's data stays valid.
-const redactedBase64 = "UkVEQUNURUQ="
-
-func redactObject(o map[string]any) (map[string]any, bool) {
-	if o == nil || o["kind"] != "Secret" || o["apiVersion"] != "v1" {
-		return o, false
+// filter returns the records the client may read, and, sorted, the
+// "kind in namespace" it may not.
+func (c *readCheck) filter(recs []Record) ([]Record, []string, error) {
+	if c.mayRead == nil {
+		return recs, nil, nil
 	}
-	out := make(map[string]any, len(o))
-	for k, v := range o {
-		out[k] = v
-	}
-	changed := false
-	for field, value := range map[string]string{"data": redactedBase64, "stringData": Redacted} {
-		m, ok := o[field].(map[string]any)
-		if !ok {
+	var out []Record
+	denied := map[string]bool{}
+	for _, rec := range recs {
+		u := unstructured.Unstructured{Object: rec.Input.Object}
+		gvk, ns := u.GroupVersionKind(), u.GetNamespace()
+		key := gvk.String() + "|" + ns
+		ok, seen := c.seen[key]
+		if !seen {
+			var err error
+			if ok, err = c.mayRead(c.req, gvk, ns); err != nil {
+				return nil, nil, err
+			}
+			c.seen[key] = ok
+		}
+		if ok {
+			out = append(out, rec)
 			continue
 		}
-		red := make(map[string]any, len(m))
-		for k := range m {
-			red[k] = value
-			changed = true
+		where := gvk.Kind + " in namespace " + ns
+		if ns == "" {
+			where = gvk.Kind + " (cluster-scoped)"
 		}
-		out[field] = red
+		denied[where] = true
 	}
-	return out, changed
+	names := make([]string, 0, len(denied))
+	for d := range denied {
+		names = append(names, d)
+	}
+	sort.Strings(names)
+	return out, names, nil
 }
 
 // dedupe drops from related the objects that are the request's object or

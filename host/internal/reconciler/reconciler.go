@@ -49,6 +49,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/redact"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
@@ -255,6 +256,11 @@ type outcome struct {
 	requeueAfter time.Duration // success: the guest's requeueAfterSeconds; skipUnchanged: the rest of it
 	damped       time.Duration // skipStorm: how long to wait
 	fingerprint  string        // generation, children and version, for storm damping
+
+	// seen lists the objects the call saw: the object, its children and
+	// what the guest read; nil before the call. Their Secrets' values are
+	// scrubbed from the error settle keeps as the module's lastError.
+	seen func() []map[string]any
 }
 
 // skip says why a reconcile ended without a call: nothing to settle.
@@ -426,21 +432,25 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	if canary {
 		sh = nil // served by the candidate: nothing to compare
 	}
-	reads := &countingReader{CacheReader: r.reads.For(key.Namespace), keep: r.opts.FlightRecorder != nil}
+	// What the guest reads is kept for the call: the recorder replays it,
+	// and the Secrets among it are scrubbed from what the host shows of
+	// the call (lastError, a shadow's differences).
+	reads := &countingReader{CacheReader: r.reads.For(key.Namespace), keep: true}
+	o.seen = func() []map[string]any { return append(append([]map[string]any{obj.Object}, children...), reads.objects()...) }
 	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
-		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()})
+		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()}, o.seen)
 		r.record(module, hold, key, input, reads, o.res, o.err)
 		return o
 	}
 	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
 	if err != nil {
-		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()})
+		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()}, o.seen)
 		r.record(module, hold, key, input, reads, o.res, err)
 		o.err = err
 		return o
 	}
-	r.toShadow(sh, key, call, obj, request, answerOf(resp))
+	r.toShadow(sh, key, call, obj, request, answerOf(resp), o.seen)
 	var guestErr error
 	if resp.Error != nil {
 		guestErr = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
@@ -527,12 +537,14 @@ func answerOf(resp *protocol.Response) compare.Answer {
 
 // toShadow repeats a call on the candidate, if there is one, without
 // waiting for it. A call the host's shutdown canceled is not repeated.
-func (r *Reconciler) toShadow(s *shadow.Shadow, key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving compare.Answer) {
+func (r *Reconciler) toShadow(s *shadow.Shadow, key types.NamespacedName, call string, obj *unstructured.Unstructured, request []byte, serving compare.Answer, seen func() []map[string]any) {
 	if s == nil || serving.Kind == protocol.Canceled {
 		return
 	}
+	sc := &redact.Scrubber{}
+	sc.LearnAll(seen()...)
 	s.Submit(shadow.Job{Object: key.String(), Call: call, Owner: obj.DeepCopy().Object, Request: request,
-		Reads: r.reads.For(key.Namespace), Serving: serving})
+		Reads: r.reads.For(key.Namespace), Serving: serving, Secrets: sc})
 }
 
 // countingReader counts a call's cache reads and, with keep, keeps what
@@ -694,7 +706,13 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 	}
 	r.failed(o.key)
-	r.stats.setLastError(fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error()))
+	lastError := fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error())
+	if o.seen != nil {
+		sc := &redact.Scrubber{}
+		sc.LearnAll(o.seen()...)
+		lastError = sc.String(lastError) // shown in a ReconcileModule's status, to whoever reads it
+	}
+	r.stats.setLastError(lastError)
 	if o.obj != nil && r.newWarning(o) {
 		r.warn(o.obj, string(kind), protocol.Note(o.err))
 	}

@@ -13,6 +13,7 @@ package shadow
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"sync"
@@ -20,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/redact"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -146,6 +149,11 @@ type Job struct {
 	Reads engine.CacheReader
 	// Serving is the serving version's answer.
 	Serving compare.Answer
+	// Secrets has learned the Secrets the serving call saw; those the
+	// candidate reads or answers are learned too, and every value is
+	// scrubbed from the differences shown (Stats.FirstDifferences).
+	// Defaults to an empty Scrubber. The job owns it.
+	Secrets *redact.Scrubber
 }
 
 // Decoder decodes a response for the module's rules: protocol.Rules.Decode
@@ -259,9 +267,13 @@ func (s *Shadow) work() {
 }
 
 func (s *Shadow) run(j Job) {
+	sc := j.Secrets
+	if sc == nil {
+		sc = &redact.Scrubber{}
+	}
 	ctx := s.ctx
 	if j.Reads != nil {
-		ctx = engine.WithCacheReader(ctx, j.Reads)
+		ctx = engine.WithCacheReader(ctx, &learningReader{CacheReader: j.Reads, secrets: sc})
 	}
 	call := j.Call + " (candidate)"
 	res, err := s.module.Reconcile(ctx, call, j.Request)
@@ -276,6 +288,11 @@ func (s *Shadow) run(j Job) {
 		cand = compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()}
 	}
 	verdict, lines := compare.Compare(j.Serving, cand, s.opts.AllowDifferences)
+	sc.LearnAll(j.Serving.Children...)
+	sc.LearnAll(cand.Children...)
+	for i, l := range lines {
+		lines[i] = sc.String(l)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.CandidateFuel = res.Fuel
@@ -302,4 +319,28 @@ func (s *Shadow) run(j Job) {
 		s.stats.FirstDifferences = append(s.stats.FirstDifferences, protocol.Truncate(msg, 1024))
 	}
 	s.observe(verdict.String())
+}
+
+// learningReader is the candidate's cache reader: it learns the Secrets
+// the candidate reads, to scrub them from its differences. The guest reads
+// on the calling goroutine.
+type learningReader struct {
+	engine.CacheReader
+	secrets *redact.Scrubber
+}
+
+func (l *learningReader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
+	st, b := l.CacheReader.Read(ctx, request)
+	if st == abi.CacheOK {
+		var one map[string]any
+		if json.Unmarshal(b, &one) == nil {
+			l.secrets.Learn(one)
+		} else {
+			var list []map[string]any
+			if json.Unmarshal(b, &list) == nil {
+				l.secrets.LearnAll(list...)
+			}
+		}
+	}
+	return st, b
 }

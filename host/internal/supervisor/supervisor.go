@@ -787,6 +787,7 @@ func (s *Supervisor) Remove(name string) bool {
 		s.retire(c.version)
 	}
 	delete(s.modules, name)
+	s.opts.FlightRecorder.Forget(name) // its records are freed
 	// Its finalizer, if it declares one, is drained from its objects (in
 	// the background, see Draining), which keeps its kinds' informers
 	// until then.
