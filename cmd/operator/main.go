@@ -213,6 +213,7 @@ Flags:
 	fs.DurationVar(&opts.Storm.Window, "storm-window", 10*time.Second, "window of --storm-threshold")
 	fs.DurationVar(&opts.Storm.Backoff, "storm-backoff", time.Minute, "while an object is quiescent, call its guest at most this often until it changes")
 	fs.BoolVar(&opts.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
+	fs.IntVar(&opts.TriggerMaxFanOut, "trigger-max-fanout", 1000, "most objects one event of a related object reconciles through a trigger; the rest are dropped and counted (wasmreconcile_trigger_fanout_dropped_total)")
 	fs.BoolVar(&opts.CallUnchanged, "call-unchanged", false, "call the guest for every event, even one that carries nothing it can react to (such as the host's own status write); by default such events are answered without a call (docs/abi.md)")
 	registerResponseLimits(fs, &opts.ResponseLimits)
 	var guestLimits guestLimitFlags

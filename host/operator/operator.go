@@ -201,8 +201,14 @@ type Options struct {
 	// spec.readNamespaces takes their place. Defaults to none: a guest
 	// reads its object's namespace, and cluster-scoped kinds.
 	ModuleReadNamespaces map[string][]string
-	// Storm configures reconcile-storm damping for every module.
+	// Storm configures reconcile-storm damping for every module: of each
+	// object, and of each related object a trigger maps.
 	Storm StormOptions
+	// TriggerMaxFanOut caps the objects one event of a related object
+	// reconciles through a selector or all trigger (the others are
+	// dropped and counted in wasmreconcile_trigger_fanout_dropped_total).
+	// Defaults to 1000.
+	TriggerMaxFanOut int
 	// CallUnchanged calls every module's guest for every event, even one
 	// that carries nothing the guest can react to, such as the event of
 	// the host's own status write (docs/abi.md, "When the guest is
@@ -437,7 +443,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		FlightRecorder: h.recorder,
 		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
-		Storm: reconciler.StormOptions(opts.Storm), CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
+		Storm: reconciler.StormOptions(opts.Storm), TriggerMaxFanOut: opts.TriggerMaxFanOut, CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
 		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		LastEvent: lastEvent, LastError: lastError, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
 		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,

@@ -143,9 +143,9 @@ type Recorder struct {
 	modules   map[string]*store
 	forgotten map[string]time.Time // modules removed, and when: their calls made before are not kept
 	closed    bool
-	wg      sync.WaitGroup
-	cancel  context.CancelFunc
-	ctx     context.Context
+	wg        sync.WaitGroup
+	cancel    context.CancelFunc
+	ctx       context.Context
 }
 
 type store struct {

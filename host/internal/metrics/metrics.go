@@ -69,6 +69,12 @@ type Metrics struct {
 	// HostPanics counts panics of the host recovered while reconciling an
 	// object, by module.
 	HostPanics *prometheus.CounterVec
+	// TriggerDamped counts events of related objects coalesced because
+	// their source changes too often, by module.
+	TriggerDamped *prometheus.CounterVec
+	// TriggerFanOutDropped counts objects a related object's event did
+	// not reconcile, over the trigger fan-out cap, by module.
+	TriggerFanOutDropped *prometheus.CounterVec
 
 	modules *moduleCollector
 	budget  *budgetCollector
@@ -170,6 +176,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_host_panics_total",
 			Help: "Panics of the host recovered while reconciling an object, by module: a bug of wasmreconcile's (the reconcile ends as HostPanic, with an error log line and a Warning Event, and is retried).",
 		}, []string{"module"}),
+		TriggerDamped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_trigger_events_damped_total",
+			Help: "Events of related objects coalesced because that one related object changed more than --storm-threshold times within --storm-window: it reaches its owners at most once every --storm-backoff, other changes at once. By module.",
+		}, []string{"module"}),
+		TriggerFanOutDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_trigger_fanout_dropped_total",
+			Help: "Objects a related object's event did not reconcile because it mapped to more than --trigger-max-fanout objects, by module.",
+		}, []string{"module"}),
 		modules: newModuleCollector(),
 		budget:  &budgetCollector{},
 	}
@@ -192,6 +206,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.Shadow = promreg.Register(reg, m.Shadow, &err)
 	m.MemoryWaits = promreg.Register(reg, m.MemoryWaits, &err)
 	m.HostPanics = promreg.Register(reg, m.HostPanics, &err)
+	m.TriggerDamped = promreg.Register(reg, m.TriggerDamped, &err)
+	m.TriggerFanOutDropped = promreg.Register(reg, m.TriggerFanOutDropped, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	m.budget = promreg.Register(reg, m.budget, &err)
 	if err != nil {
@@ -204,7 +220,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.modules, m.budget}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.modules, m.budget}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and
@@ -233,6 +249,8 @@ func (m *Metrics) Init(module string) {
 	m.EventsDropped.WithLabelValues(module, "module")
 	m.MemoryWaits.WithLabelValues(module)
 	m.HostPanics.WithLabelValues(module)
+	m.TriggerDamped.WithLabelValues(module)
+	m.TriggerFanOutDropped.WithLabelValues(module)
 }
 
 // ObserveIdleRelease records one of module's instances closed for having

@@ -100,7 +100,7 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: read, handler: handler.Funcs{}})
 	}
 	for i, t := range r.manifest.Triggers {
-		tr := r.newTrigger(mgr.GetCache(), t)
+		tr := r.newTrigger(mgr.GetCache(), i, t)
 		if err := tr.index(context.Background()); err != nil {
 			return nil, fmt.Errorf("module[%s]: triggers[%d]: %w", r.name, i, err)
 		}

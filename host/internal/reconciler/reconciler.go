@@ -60,6 +60,9 @@ import (
 // ReasonMemoryBudgetWait.
 const ReasonReconcileStorm = "ReconcileStorm"
 
+// DefaultTriggerMaxFanOut is the default of Options.TriggerMaxFanOut.
+const DefaultTriggerMaxFanOut = 1000
+
 // ReasonMemoryBudgetWait is the reason of the Warning Event on an object
 // whose call waited for memory within the operator's guest memory budget
 // (engine.MemoryBudget) before it ran.
@@ -119,8 +122,14 @@ type Options struct {
 	// Paused, when set and true, makes reconciles return at once without
 	// calling the guest. Defaults to nil: never paused.
 	Paused func() bool
-	// Storm configures storm damping; see StormOptions for the defaults.
+	// Storm configures storm damping, of each object and of each trigger
+	// source (triggerdamp.go); see StormOptions for the defaults.
 	Storm StormOptions
+	// TriggerMaxFanOut caps the objects one event of a related object
+	// reconciles through a trigger; the rest are dropped and counted
+	// (wasmreconcile_trigger_fanout_dropped_total). Defaults to
+	// DefaultTriggerMaxFanOut.
+	TriggerMaxFanOut int
 	// Events is the budget of the guest's Events; see EventBudget for the
 	// defaults.
 	Events EventBudget
@@ -154,10 +163,12 @@ type Reconciler struct {
 	reads     *cacheread.Reader // the guest's cache_read: the manifest's kinds, from the informer cache
 	opts      Options
 
-	storms *stormTracker
-	memos  *memos // the last successful call per object, to answer unchanged events
-	events *eventLimiter
-	stats  *Stats
+	storms    *stormTracker
+	sources   *sourceDamper // storm damping per trigger source
+	triggered triggeredSet  // objects a trigger enqueued, until their next call
+	memos     *memos        // the last successful call per object, to answer unchanged events
+	events    *eventLimiter
+	stats     *Stats
 
 	mu       sync.Mutex
 	attempts map[types.NamespacedName]int                // consecutive failed reconciles
@@ -202,6 +213,9 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.Scopes == nil {
 		opts.Scopes = protocol.Builtin
 	}
+	if opts.TriggerMaxFanOut <= 0 {
+		opts.TriggerMaxFanOut = DefaultTriggerMaxFanOut
+	}
 	m := v.Module.Manifest()
 	r := &Reconciler{
 		name:     v.Module.Name(),
@@ -210,6 +224,7 @@ func New(opts Options) (*Reconciler, error) {
 		rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
 		opts:     opts,
 		storms:   newStormTracker(opts.Storm),
+		sources:  newSourceDamper(opts.Storm),
 		memos:    newMemos(),
 		events:   newEventLimiter(opts.Events),
 		stats:    opts.Stats,
@@ -256,6 +271,7 @@ type outcome struct {
 	requeueAfter time.Duration // success: the guest's requeueAfterSeconds; skipUnchanged: the rest of it
 	damped       time.Duration // skipStorm: how long to wait
 	fingerprint  string        // generation, children and version, for storm damping
+	triggered    bool          // a trigger enqueued the object: not damped or counted by its storm
 
 	// seen lists the objects the call saw: the object, its children and
 	// what the guest read; nil before the call. Their Secrets' values are
@@ -401,9 +417,13 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 		}
 	}
 	r.memos.forget(key) // remembered again below if this call succeeds or fails terminally
-	if ok, wait := r.storms.admit(key, o.fingerprint, r.opts.Now()); !ok {
-		o.skip, o.damped = skipStorm, wait
-		return o
+	// A related object's change (a trigger) is a change the owner's storm
+	// does not see: it is admitted, and not counted (triggerdamp.go).
+	if o.triggered = r.triggered.take(key); !o.triggered {
+		if ok, wait := r.storms.admit(key, o.fingerprint, r.opts.Now()); !ok {
+			o.skip, o.damped = skipStorm, wait
+			return o
+		}
 	}
 
 	children := make([]map[string]any, len(observed))
@@ -436,7 +456,9 @@ func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *
 	// and the Secrets among it are scrubbed from what the host shows of
 	// the call (lastError, a shadow's differences).
 	reads := &countingReader{CacheReader: r.reads.For(key.Namespace), keep: true}
-	o.seen = func() []map[string]any { return append(append([]map[string]any{obj.Object}, children...), reads.objects()...) }
+	o.seen = func() []map[string]any {
+		return append(append([]map[string]any{obj.Object}, children...), reads.objects()...)
+	}
 	o.res, o.err = r.call(ctx, module, call, reads, request)
 	if o.err != nil {
 		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()}, o.seen)
@@ -697,6 +719,10 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 	r.stats.record(kind, o.called, o.res)
 	if kind == protocol.Success {
 		r.forget(o.key)
+		// A triggered call that wrote nothing is not the owner's storm.
+		if o.triggered && !o.wrote {
+			return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
+		}
 		if storm, n := r.storms.record(o.key, o.fingerprint, o.wrote, r.opts.Now()); storm {
 			r.opts.Metrics.StormsDetected.WithLabelValues(r.name).Inc()
 			r.warn(o.obj, ReasonReconcileStorm, fmt.Sprintf("reconciled %d times within %s without any change; the guest is now called at most once every %s until the object's generation or children change",

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,19 +38,22 @@ const TriggerIndexPrefix = "wasmreconcile.io/trigger-field:"
 // the related object is not part of what the memo compares.
 type trigger struct {
 	r         *Reconciler
+	num       int // its index in the manifest's triggers
 	t         abi.Trigger
 	cache     cache.Cache                        // indexes the reconciled kind (Field)
 	reader    client.Reader                      // lists the reconciled kind: the cache
 	namespace func(related client.Object) string // where to look for reconciled objects: a namespace, or "" for all
+
+	warnedFanOut atomic.Bool // the fan-out cap was logged
 }
 
 // newTrigger returns the trigger of t. The reconciled objects a related
 // object maps to are looked for in its namespace when both kinds are
 // namespaced, and in every namespace otherwise.
-func (r *Reconciler) newTrigger(c cache.Cache, t abi.Trigger) *trigger {
+func (r *Reconciler) newTrigger(c cache.Cache, index int, t abi.Trigger) *trigger {
 	forNS := namespaced(r.opts.Scopes, r.gvk.GroupKind())
 	relNS := namespaced(r.opts.Scopes, schema.GroupKind{Group: t.Kind.Group, Kind: t.Kind.Kind})
-	tr := &trigger{r: r, t: t, cache: c, reader: c, namespace: func(client.Object) string { return "" }}
+	tr := &trigger{r: r, num: index, t: t, cache: c, reader: c, namespace: func(client.Object) string { return "" }}
 	if forNS && relNS {
 		tr.namespace = func(o client.Object) string { return o.GetNamespace() }
 	}
@@ -210,10 +215,15 @@ func selectorAt(obj map[string]any, path []string) labels.Selector {
 
 // handler enqueues the targets of every related object an event carries
 // (both sides of an update: a related object that stops matching is as
-// much a change to its former owners as one that starts).
+// much a change to its former owners as one that starts), at most
+// Options.TriggerMaxFanOut of them, each marked as triggered (its call is
+// neither damped nor counted by its owner's storm). A related object that
+// fans out too often is damped by itself (sourceDamper): its further
+// events are coalesced into one fan-out per Storm.Backoff.
 func (t *trigger) handler() handler.EventHandler {
-	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+	fanOut := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
 		seen := map[types.NamespacedName]bool{}
+		dropped := 0
 		for _, o := range objs {
 			if o == nil {
 				continue
@@ -228,10 +238,47 @@ func (t *trigger) handler() handler.EventHandler {
 				if seen[k] {
 					continue
 				}
+				if len(seen) >= t.r.opts.TriggerMaxFanOut {
+					dropped++
+					continue
+				}
 				seen[k] = true
 				t.r.memos.forget(k)
+				t.r.triggered.mark(k)
 				q.Add(reconcile.Request{NamespacedName: k})
 			}
+		}
+		if dropped > 0 {
+			t.r.opts.Metrics.TriggerFanOutDropped.WithLabelValues(t.r.name).Add(float64(dropped))
+			if t.warnedFanOut.CompareAndSwap(false, true) {
+				log.FromContext(ctx).Info("WARNING: a trigger's related object maps to more objects than --trigger-max-fanout; the rest are not reconciled for this change (counted in wasmreconcile_trigger_fanout_dropped_total); use a field or selector trigger that maps to fewer, or raise the limit",
+					"module", t.r.name, "trigger", t.num, "maxFanOut", t.r.opts.TriggerMaxFanOut, "dropped", dropped)
+			}
+		}
+	}
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], deleted bool, objs ...client.Object) {
+		src := t.sourceOf(objs)
+		now, delay, schedule, started := t.r.sources.admit(src, time.Now(), objs)
+		if started {
+			log.FromContext(ctx).Info("trigger storm: a related object changes too often; its changes now reach its owners at most once every "+t.r.sources.opts.Backoff.String()+", other changes at once",
+				"module", t.r.name, "related", src)
+		}
+		if now {
+			fanOut(ctx, q, objs...)
+			if deleted {
+				t.r.sources.forget(src)
+			}
+			return
+		}
+		t.r.opts.Metrics.TriggerDamped.WithLabelValues(t.r.name).Inc()
+		if schedule {
+			time.AfterFunc(delay, func() {
+				latest := t.r.sources.fired(src, time.Now())
+				if ctx.Err() != nil || len(latest) == 0 {
+					return // the controller stopped
+				}
+				fanOut(ctx, q, latest...)
+			})
 		}
 	}
 	return handler.Funcs{
@@ -239,19 +286,30 @@ func (t *trigger) handler() handler.EventHandler {
 			if e.IsInInitialList {
 				return // the controller's start reconciles every object anyway
 			}
-			enqueue(ctx, q, e.Object)
+			enqueue(ctx, q, false, e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion() {
 				return // a resync: nothing changed
 			}
-			enqueue(ctx, q, e.ObjectOld, e.ObjectNew)
+			enqueue(ctx, q, false, e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(ctx, q, e.Object)
+			enqueue(ctx, q, true, e.Object)
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(ctx, q, e.Object)
+			enqueue(ctx, q, false, e.Object)
 		},
 	}
+}
+
+// sourceOf names the related object of an event: the trigger, the kind,
+// the namespace and the name.
+func (t *trigger) sourceOf(objs []client.Object) string {
+	for _, o := range objs {
+		if o != nil {
+			return fmt.Sprintf("triggers[%d] %s %s", t.num, t.t.Kind.Kind, client.ObjectKeyFromObject(o))
+		}
+	}
+	return fmt.Sprintf("triggers[%d]", t.num)
 }

@@ -103,7 +103,7 @@ func TestTriggerTargets(t *testing.T) {
 		responder("a", "other-labels", map[string]any{"selector": map[string]any{"app": "db"}}),
 	}
 	r := &Reconciler{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"},
-		memos: newMemos(), opts: Options{Scopes: protocol.Builtin}}
+		memos: newMemos(), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
 	owner := func(apiVersion, kind, name string) map[string]any {
 		return map[string]any{"apiVersion": apiVersion, "kind": kind, "name": name, "uid": "u-" + name}
 	}
@@ -137,7 +137,7 @@ func TestTriggerTargets(t *testing.T) {
 			abi.Trigger{Kind: cm, All: true}, related("ConfigMap", "b", "x", nil), []string{"b/by-name-b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := r.newTrigger(nil, tc.trigger)
+			tr := r.newTrigger(nil, 0, tc.trigger)
 			tr.reader = listReader{objs: owners}
 			keys, err := tr.targets(context.Background(), tc.related)
 			if err != nil {
@@ -163,8 +163,8 @@ func TestTriggerTargets(t *testing.T) {
 func TestTriggerForgetsMemo(t *testing.T) {
 	cm := abi.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 	r := &Reconciler{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"},
-		memos: newMemos(), opts: Options{Scopes: protocol.Builtin}}
-	tr := r.newTrigger(nil, abi.Trigger{Kind: cm, Field: "spec.target"})
+		memos: newMemos(), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
+	tr := r.newTrigger(nil, 0, abi.Trigger{Kind: cm, Field: "spec.target"})
 	tr.reader = listReader{objs: []*unstructured.Unstructured{
 		responder("a", "old", map[string]any{"target": "cfg-old"}),
 		responder("a", "new", map[string]any{"target": "cfg-new"}),

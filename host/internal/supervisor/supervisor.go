@@ -81,6 +81,9 @@ type Options struct {
 	// Storm configures storm damping for every module; see
 	// reconciler.StormOptions for the defaults.
 	Storm reconciler.StormOptions
+	// TriggerMaxFanOut is reconciler.Options.TriggerMaxFanOut for every
+	// module. Defaults to reconciler.DefaultTriggerMaxFanOut.
+	TriggerMaxFanOut int
 	// CallUnchanged is reconciler.Options.CallUnchanged for every module.
 	// Defaults to false.
 	CallUnchanged bool
@@ -605,7 +608,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
-			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, CallUnchanged: s.opts.CallUnchanged, ResponseLimits: s.opts.ResponseLimits,
+			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, TriggerMaxFanOut: s.opts.TriggerMaxFanOut, CallUnchanged: s.opts.CallUnchanged, ResponseLimits: s.opts.ResponseLimits,
 			Events: s.opts.Events, ReadNamespaces: spec.ReadNamespaces, FlightRecorder: s.opts.FlightRecorder,
 		}
 		if spec.ServiceAccount != "" {
