@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -252,7 +253,7 @@ func newOCIRemote(ctx context.Context, ref OCIRef, creds Credentials, opts Optio
 	}
 	return &ociRemote{ref: ref, opts: []remote.Option{
 		remote.WithContext(ctx),
-		remote.WithTransport(NewTransport(opts.URL)),
+		remote.WithTransport(limitManifests{next: NewTransport(opts.URL), max: MaxManifestBytes}),
 		remote.WithAuthFromKeychain(keys),
 		remote.WithUserAgent("wasmreconcile"),
 	}}, nil
@@ -360,6 +361,14 @@ func (r *ociRemote) describe(ctx context.Context, err error, what string) error 
 	var refused *URLRefusedError
 	if errors.As(err, &refused) {
 		return refused
+	}
+	var big *ManifestTooLargeError
+	if errors.As(err, &big) || strings.Contains(err.Error(), manifestTooLarge) {
+		return &ManifestTooLargeError{Ref: r.ref.String(), Max: MaxManifestBytes}
+	}
+	if m := realmRefused.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%s: the registry sends clients to its token service at %s, a private or link-local address, which the operator never reaches (it may be a cloud metadata service); the registry at %s itself was not at fault: use a registry whose token service has a public address",
+			r.ref, m[1], r.ref.Registry())
 	}
 	if strings.Contains(err.Error(), "does not match requested digest") || strings.Contains(err.Error(), "error verifying") {
 		return fmt.Errorf("%s: the registry served a %s whose bytes do not match the digest; refused", r.ref, what)
@@ -615,3 +624,69 @@ func (c blobCache) put(digest string, b []byte) {
 		_ = os.Remove(f.Name())
 	}
 }
+
+// MaxManifestBytes caps an OCI manifest: the distribution spec's limit a
+// registry may refuse above (4 MiB). A module's manifest is a few hundred
+// bytes.
+const MaxManifestBytes = 4 << 20
+
+// ManifestTooLargeError reports a manifest over MaxManifestBytes, refused
+// before it is read.
+type ManifestTooLargeError struct {
+	Ref string
+	Max int64
+}
+
+func (e *ManifestTooLargeError) Error() string {
+	return fmt.Sprintf("%s: the registry's manifest is over %d bytes, the OCI distribution spec's limit; refused unread (a module's manifest is a few hundred bytes): check the reference", e.Ref, e.Max)
+}
+
+const manifestTooLarge = "manifest over the size limit"
+
+// realmRefused matches go-containerregistry's refusal to ask a token
+// service on a private address, and captures that address.
+var realmRefused = regexp.MustCompile(`invalid realm in www-authenticate: realm host "([^"]+)"`)
+
+// limitManifests refuses a manifest response larger than max: one whose
+// Content-Length says so, before its body is read, and one that sends more
+// than it said, at max bytes.
+type limitManifests struct {
+	next http.RoundTripper
+	max  int64
+}
+
+func (l limitManifests) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || !strings.Contains(req.URL.Path, "/manifests/") {
+		return resp, err
+	}
+	if resp.ContentLength > l.max {
+		_ = resp.Body.Close()
+		return nil, &ManifestTooLargeError{Ref: req.URL.Host + req.URL.Path, Max: l.max}
+	}
+	resp.Body = &cappedBody{rc: resp.Body, left: l.max}
+	return resp, nil
+}
+
+// cappedBody fails a read past its limit.
+type cappedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errors.New(manifestTooLarge)
+	}
+	if int64(len(p)) > c.left+1 {
+		p = p[:c.left+1]
+	}
+	n, err := c.rc.Read(p)
+	c.left -= int64(n)
+	if c.left < 0 {
+		return 0, errors.New(manifestTooLarge)
+	}
+	return n, err
+}
+
+func (c *cappedBody) Close() error { return c.rc.Close() }
