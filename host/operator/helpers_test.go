@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -30,6 +31,7 @@ import (
 // only that namespace), and installs a logger, so that a failure shows what
 // the operator was doing.
 func TestMain(m *testing.M) {
+	engine.MaybeRunCompileWorker() // the compile worker of the tests that isolate compiles
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // client-go's reflectors log through klog

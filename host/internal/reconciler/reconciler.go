@@ -732,15 +732,18 @@ func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error)
 		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 	}
 	r.failed(o.key)
-	lastError := fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error())
+	// The error is shown in a ReconcileModule's status and in an Event, to
+	// whoever may read those: without the values of the Secrets the call
+	// saw (a guest's message may quote one).
+	scrub := func(s string) string { return s }
 	if o.seen != nil {
 		sc := &redact.Scrubber{}
 		sc.LearnAll(o.seen()...)
-		lastError = sc.String(lastError) // shown in a ReconcileModule's status, to whoever reads it
+		scrub = sc.String
 	}
-	r.stats.setLastError(lastError)
+	r.stats.setLastError(scrub(fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error())))
 	if o.obj != nil && r.newWarning(o) {
-		r.warn(o.obj, string(kind), protocol.Note(o.err))
+		r.warn(o.obj, string(kind), scrub(protocol.Note(o.err)))
 	}
 	switch kind {
 	case protocol.ApplyFailed, protocol.ChildConflict:
