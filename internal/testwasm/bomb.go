@@ -49,7 +49,7 @@ func CompileBomb(locals, ifs int, manifest string) []byte {
 	code = append(code, body([]byte{0, 0x0b})...)
 	code = append(code, body([]byte{0, 0x0b})...)
 	code = append(code, body(append(appendSLEB([]byte{0, 0x41}, 8192), 0x0b))...) // requests at 8192, past the manifest and the answer
-	manifestCall := []byte{0, 0x42}                                  // i64.const len (at 0)
+	manifestCall := []byte{0, 0x42}                                               // i64.const len (at 0)
 	manifestCall = appendSLEB(manifestCall, int64(len(manifest)))
 	code = append(code, body(append(manifestCall, 0x0b))...)
 	n := locals + 2 // the two parameters are locals too
