@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -194,5 +197,31 @@ func TestTriggerForgetsMemo(t *testing.T) {
 		if _, ok := r.memos.get(types.NamespacedName{Namespace: "a", Name: k}); ok {
 			t.Fatalf("%s's memo survived its trigger", k)
 		}
+	}
+}
+
+// TestTriggerMaxFanOut: one related object's event reconciles at most
+// Options.TriggerMaxFanOut owners; the rest are counted as dropped.
+func TestTriggerMaxFanOut(t *testing.T) {
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"},
+		memos: newMemos(), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: 3, Metrics: m}}
+	tr := r.newTrigger(nil, 0, abi.Trigger{Kind: abi.GroupVersionKind{Version: "v1", Kind: "ServiceAccount"}, All: true})
+	var owners []*unstructured.Unstructured
+	for i := range 5 {
+		owners = append(owners, responder("a", fmt.Sprint("r", i), nil))
+	}
+	tr.reader = listReader{objs: owners}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	tr.handler().Create(context.Background(), event.CreateEvent{Object: related("ServiceAccount", "a", "sa", nil)}, q)
+	if q.Len() != 3 {
+		t.Errorf("%d owners enqueued, want the cap of 3", q.Len())
+	}
+	if got := testutil.ToFloat64(m.TriggerFanOutDropped.WithLabelValues("t")); got != 2 {
+		t.Errorf("dropped %v, want 2", got)
 	}
 }
