@@ -59,10 +59,11 @@ type ReconcileModuleSpec struct {
 	Reads []GroupVersionKind `json:"reads,omitempty"`
 
 	// Limits are per-module limits. Unset fields take the operator's flags,
-	// then the module's manifest, then the engine's defaults. Fuel, timeout
-	// and memoryPages are held to the operator's ceilings (--max-fuel,
-	// --max-timeout, --max-memory): a value over one is clamped to it, and
-	// status.effectiveLimits and the LimitsClamped condition say so.
+	// then the engine's defaults; the module's manifest may ask for less,
+	// never more. Fuel, timeout and memoryPages are held to the operator's
+	// ceilings (--max-fuel, --max-timeout, --max-memory): a value over one
+	// is clamped to it, and status.effectiveLimits and the LimitsClamped
+	// condition say so.
 	// +optional
 	Limits Limits `json:"limits,omitempty"`
 
@@ -372,8 +373,8 @@ type ReconcileModuleStatus struct {
 	Stats *Stats `json:"stats,omitempty"`
 
 	// EffectiveLimits are the limits the version serving runs under: the
-	// spec's, the operator's flags, the manifest's and the defaults merged,
-	// and held to the operator's ceilings.
+	// spec's, the operator's flags and the defaults merged, held to the
+	// operator's ceilings, and lowered where the manifest asks for less.
 	// +optional
 	EffectiveLimits *EffectiveLimits `json:"effectiveLimits,omitempty"`
 

@@ -135,8 +135,8 @@ guest call under a fuel budget and a deadline. Modules come from:
                          there and it is hot-swapped, no restart;
   --reconcile-modules    ReconcileModule objects (config/crd), each pinned
                          by sha256 and hot-reloaded when its spec changes.
-Limits left unset take the module's manifest defaults, then the host's. No
-flag, spec.limits or manifest can raise a limit past --max-fuel,
+Limits left unset take the host's defaults; a module's manifest may ask for
+less, never more. No flag or spec.limits can raise a limit past --max-fuel,
 --max-timeout or --max-memory: a value over a ceiling is clamped to it and
 reported (a ReconcileModule's LimitsClamped condition and a Warning Event).
 Metrics are on --metrics-bind-address, /healthz and /readyz on
@@ -190,10 +190,10 @@ Flags:
 	opts.ModuleReadNamespaces = registerModuleReadNamespaces(fs)
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
-	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
-	fs.DurationVar(&opts.Limits.Timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of one reconcile call (default: the module's manifest, else %s)", engine.DefaultTimeout))
+	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default %d; a module's manifest may ask for less, never more)", engine.DefaultFuel))
+	fs.DurationVar(&opts.Limits.Timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of one reconcile call (default %s; a module's manifest may ask for less, never more)", engine.DefaultTimeout))
 	var memLimit uint
-	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default: the module's manifest, else %d)", engine.DefaultMemoryLimitPages))
+	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default %d; a module's manifest may ask for less, never more)", engine.DefaultMemoryLimitPages))
 	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules across restarts (default: in memory)")
 	fs.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)

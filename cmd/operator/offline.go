@@ -29,15 +29,16 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code)
 
 // limitFlags registers the per-call limit flags shared by invoke and test.
 type limitFlags struct {
-	fuel     uint64
-	timeout  time.Duration
-	memory   string
-	cacheDir string
-	crds     string
-	response protocol.Limits
-	guest    guestLimitFlags
-	ceilings ceilingFlags
-	reads    offlineReadNamespaces
+	fuel       uint64
+	timeout    time.Duration
+	memory     string
+	cacheDir   string
+	crds       string
+	response   protocol.Limits
+	guest      guestLimitFlags
+	ceilings   ceilingFlags
+	complexity complexityFlags
+	reads      offlineReadNamespaces
 
 	opts *offline.Options // options' result: the CRDs are read and built once per command
 }
@@ -83,9 +84,9 @@ func (l *limitFlags) buildOptions() (offline.Options, error) {
 
 func (l *limitFlags) register(fs *flag.FlagSet) {
 	l.reads.register(fs)
-	fs.Uint64Var(&l.fuel, "fuel", 0, fmt.Sprintf("fuel budget of the call, about one unit per executed wasm instruction (default: the module's manifest, else %d)", engine.DefaultFuel))
-	fs.DurationVar(&l.timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of the call (default: the module's manifest, else %s)", engine.DefaultTimeout))
-	fs.StringVar(&l.memory, "memory-limit", "", "guest memory cap, as a Kubernetes quantity such as 64Mi (default: the module's manifest, else 128Mi)")
+	fs.Uint64Var(&l.fuel, "fuel", 0, fmt.Sprintf("fuel budget of the call, about one unit per executed wasm instruction (default %d; a module's manifest may ask for less, never more)", engine.DefaultFuel))
+	fs.DurationVar(&l.timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of the call (default %s; a module's manifest may ask for less, never more)", engine.DefaultTimeout))
+	fs.StringVar(&l.memory, "memory-limit", "", "guest memory cap, as a Kubernetes quantity such as 64Mi (default 128Mi; a module's manifest may ask for less, never more)")
 	def := ""
 	if dir, err := os.UserCacheDir(); err == nil {
 		def = filepath.Join(dir, "wasmreconcile", "compiled")
@@ -94,6 +95,7 @@ func (l *limitFlags) register(fs *flag.FlagSet) {
 	registerResponseLimits(fs, &l.response)
 	l.guest.register(fs)
 	l.ceilings.register(fs)
+	l.complexity.register(fs)
 	fs.StringVar(&l.crds, "crds", "", "directory of CustomResourceDefinition YAML files (several documents to a file allowed; CRDs only): the desired status and children of their kinds are checked against their schemas as the API server checks them, and the children rules learn which of their kinds are cluster-scoped (built-in kinds are always known and checked; a kind of no CRD given is taken as namespaced and not checked)")
 }
 
@@ -111,7 +113,7 @@ func (l *limitFlags) limits() (engine.Limits, error) {
 	if l.timeout < 0 {
 		return engine.Limits{}, fmt.Errorf("--timeout must be positive")
 	}
-	// Zero fields take the module's manifest defaults, then the engine's.
+	// Zero fields take the engine's defaults; the manifest may lower them.
 	limits := engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true}
 	return limits, l.guest.apply(&limits)
 }
@@ -134,7 +136,9 @@ func (l *limitFlags) load(ctx context.Context, path string) (*engine.Module, fun
 			l.cacheDir = "" // an unusable cache only costs time
 		}
 	}
-	eng, err := engine.New(engine.Options{CompilationCacheDir: l.cacheDir, Ceilings: ceilings})
+	var compile engine.CompileOptions
+	l.complexity.apply(&compile)
+	eng, err := engine.New(engine.Options{CompilationCacheDir: l.cacheDir, Ceilings: ceilings, Compile: compile})
 	if err != nil {
 		return nil, nil, err
 	}

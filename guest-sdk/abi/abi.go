@@ -162,9 +162,9 @@ type Manifest struct {
 	// and call the module with Request.Finalizing set when the object is
 	// deleted, until it answers Response.Finalized.
 	Finalizer bool `json:"finalizer,omitempty"`
-	// Limits are the module's default limits. The operator's own settings
-	// win; a field the operator leaves unset takes the manifest's value,
-	// then the host's default.
+	// Limits are the module's own limits: each may ask for less than the
+	// operator allows (its setting, else the host's default), never more; a
+	// value over the allowance is lowered to it, and reported.
 	Limits *ManifestLimits `json:"limits,omitempty"`
 }
 
@@ -201,7 +201,8 @@ type Trigger struct {
 	All bool `json:"all,omitempty"`
 }
 
-// ManifestLimits are a module's default limits; zero fields are unset.
+// ManifestLimits are a module's own limits, at most what the operator
+// allows; zero fields are unset.
 type ManifestLimits struct {
 	// Fuel is the fuel budget of one reconcile call.
 	Fuel uint64 `json:"fuel,omitempty"`

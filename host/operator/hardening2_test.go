@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -190,21 +191,32 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	}
 }
 
-// TestCanaryWithRecorderHasNoPanic runs a canary with the flight recorder
-// on, as shipped: every object is the candidate's (100%), one of them
-// fails. The failure gets its Warning Event and its count, the good
-// object's first call is applied, the recorder keeps the failure, and the
-// host recovered no panic. The recorder's hold of the candidate used to
-// call a nil shadow: 14 panics in 30 s, swallowed, with no Event and no
-// count, and the first successful canary call dropped.
+// TestCanaryWithRecorderHasNoPanic runs a canary of half the objects,
+// the other half shadowed, with the flight recorder on, as shipped. In
+// each half one object fails. Every failure gets its Warning Event and its
+// count, the canary's good object is served by the candidate from its
+// first call, the recorder keeps the canary's failure, and the host
+// recovered no panic. The recorder's hold of the candidate used to call a
+// nil shadow: 14 panics in 30 s, swallowed, with no Event and no count,
+// and the first successful canary call dropped.
 func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond, Registerer: reg})
-	all := int32(100)
+	// Two names in each half: a good object and a failing one.
+	var canary, shadowed []string
+	for i := 0; len(canary) < 2 || len(shadowed) < 2; i++ {
+		n := fmt.Sprintf("w-%d", i)
+		if shadow.InShare(e.ns, n, 50) {
+			canary = append(canary, n)
+		} else {
+			shadowed = append(shadowed, n)
+		}
+	}
+	half := int32(50)
 	moduleFromBytes(t, e, "widget", testwasm.BuildVersion(t, "./widget", "1"), func(s *v1alpha1.ReconcileModuleSpec) {
-		s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "widget-v2", testwasm.BuildVersion(t, "./widget", "2")), Canary: &v1alpha1.Canary{Percent: &all}}
+		s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "widget-v2", testwasm.BuildVersion(t, "./widget", "2")), Canary: &v1alpha1.Canary{Percent: &half}}
 	})
 	waitRollout(t, e.c, "widget", "the canary running", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Digest == "" {
@@ -212,32 +224,42 @@ func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 		}
 		return nil
 	})
-	bad := widget(e.ns, "too-big", 1)
-	_ = unstructured.SetNestedField(bad.Object, int64(1_000_000), "spec", "size")
-	for _, w := range []*unstructured.Unstructured{widget(e.ns, "fine", 2), bad} {
-		if err := e.c.Create(ctx, w); err != nil {
+	for _, n := range []string{canary[0], shadowed[0]} {
+		if err := e.c.Create(ctx, widget(e.ns, n, 2)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 3*time.Minute, "the good object served by the candidate", func() error {
-		w := widget(e.ns, "fine", 0)
-		if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
-			return err
+	for _, n := range []string{canary[1], shadowed[1]} {
+		bad := widget(e.ns, n, 1)
+		_ = unstructured.SetNestedField(bad.Object, int64(1_000_000), "spec", "size")
+		if err := e.c.Create(ctx, bad); err != nil {
+			t.Fatal(err)
 		}
-		if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v2") {
-			return fmt.Errorf("Ready message %q", msg)
-		}
-		return nil
-	})
-	waitObjectEvent(t, e.c, e.ns, "too-big", "ReconcileFailed")
-	if n := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget", "result": "ReconcileFailed"}); n < 1 {
-		t.Errorf("failures counted: %v", n)
+	}
+	served := func(name, version string) {
+		testenv.Eventually(t, 3*time.Minute, name+" served by widget v"+version, func() error {
+			w := widget(e.ns, name, 0)
+			if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+				return err
+			}
+			if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v"+version) {
+				return fmt.Errorf("Ready message %q", msg)
+			}
+			return nil
+		})
+	}
+	served(canary[0], "2")
+	served(shadowed[0], "1")
+	waitObjectEvent(t, e.c, e.ns, canary[1], "ReconcileFailed")
+	waitObjectEvent(t, e.c, e.ns, shadowed[1], "ReconcileFailed")
+	if n := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget", "result": "ReconcileFailed"}); n < 2 {
+		t.Errorf("failures counted: %v, want both", n)
 	}
 	h := op.FlightRecorder(nil)
 	testenv.Eventually(t, 2*time.Minute, "the canary's failure recorded", func() error {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, operator.FlightRecorderPath+"?module=widget", nil))
-		if !strings.Contains(w.Body.String(), `"kind":"ReconcileFailed"`) {
+		if !strings.Contains(w.Body.String(), `"object":"`+e.ns+"/"+canary[1]+`"`) {
 			return fmt.Errorf("HTTP %d: %.300s", w.Code, w.Body.String())
 		}
 		return nil

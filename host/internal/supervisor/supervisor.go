@@ -76,7 +76,7 @@ type Options struct {
 	Metrics *metrics.Metrics
 
 	// Limits are the operator-wide limits; a Spec's non-zero limits override
-	// them, and the module's manifest fills what both leave unset.
+	// them, and the module's manifest may lower them (never raise them).
 	Limits engine.Limits
 	// Storm configures storm damping for every module; see
 	// reconciler.StormOptions for the defaults.
