@@ -34,7 +34,8 @@ import (
 // are recorded; the records are served
 // on the metrics server only to a token the API server authenticates
 // (401 without one) and authorizes (403 for an account without the
-// non-resource URL); written as case files, they pass operator test's
+// non-resource URL, and then for get on the recorded objects); written as
+// case files, they pass operator test's
 // checks offline with exactly the fuel the recorder measured on a fresh
 // instance.
 func TestFlightRecorder(t *testing.T) {
@@ -99,6 +100,9 @@ func TestFlightRecorder(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
 	})
+	// The records hold the recorded objects: the reader may get them.
+	grantRole(t, e.c, e.ns, "recorder", "recorded-objects", rule("examples.wasmreconcile.io", []string{"widgets"}, "get"),
+		rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
 
 	getModule := func(tok, module string) (int, []byte) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module="+module, nil)

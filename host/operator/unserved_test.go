@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -81,12 +83,12 @@ func moduleEvents(t *testing.T, c client.Client, uid types.UID, reason string) [
 }
 
 // TestModuleWaitsForItsCRD runs a ReconcileModule whose kind has no CRD:
-// the operator is not ready, and its readiness check says which module
-// waits for which kind and to install its CRD; the module's object gets
-// one SyncFailed Warning saying the same, however many times the
-// controller retries (and the timed SyncFailed warning does not repeat
-// it). Once the CRD is installed the operator is ready again, without a
-// restart, and the module reconciles.
+// the module is unready by itself (its Ready condition is False,
+// CachesNotSynced, saying which kind and to install its CRD), the
+// operator stays ready, and the module's object gets one SyncFailed
+// Warning saying the same, however many times the controller retries (and
+// the timed SyncFailed warning does not repeat it). Once the CRD is
+// installed the module is ready, without a restart, and reconciles.
 func TestModuleWaitsForItsCRD(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -103,17 +105,16 @@ func TestModuleWaitsForItsCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
-		ReconcileModules: true, HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second,
+		ReconcileModules: true, HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second, ModuleStatusInterval: 500 * time.Millisecond,
 	})
 	uid := createModule(t, e.c, "claim-late", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
 
-	want := "module claim-late: kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD"
-	testenv.Eventually(t, 2*time.Minute, "the operator to be unready, naming the module's kind", func() error {
-		if err := op.Ready(); err == nil || !strings.Contains(err.Error(), want) {
-			return fmt.Errorf("Ready() = %v", err)
-		}
-		return nil
-	})
+	want := "kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD"
+	rm := moduleCondition(t, e.c, "claim-late", "Ready", metav1.ConditionFalse, modulecontroller.ReasonCachesNotSynced)
+	if c := meta.FindStatusCondition(rm.Status.Conditions, "Ready"); !strings.Contains(c.Message, want) {
+		t.Errorf("Ready message %q, want %q", c.Message, want)
+	}
+	testenv.Eventually(t, 2*time.Minute, "the operator ready beside the unready module", func() error { return op.Ready() })
 	// The controller keeps trying (every 10 s), quietly.
 	testenv.Eventually(t, 2*time.Minute, "a third attempt to watch Latecomers", func() error {
 		st, _ := op.ModuleStatus("claim-late")
@@ -134,7 +135,7 @@ func TestModuleWaitsForItsCRD(t *testing.T) {
 	if err := e.c.Create(ctx, crd); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "the operator to be ready again", func() error { return op.Ready() })
+	moduleCondition(t, e.c, "claim-late", "Ready", metav1.ConditionTrue, "Loaded")
 	late := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"response": map[string]any{"status": map[string]any{"phase": "reconciled"}}}}}
 	late.SetGroupVersionKind(latecomerGVK)
 	late.SetNamespace(e.ns)

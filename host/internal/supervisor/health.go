@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -94,18 +96,18 @@ func watchedOnly(unserved map[schema.GroupVersionKind]*UnservedKind, m abi.Manif
 	return out
 }
 
-// Ready returns an error naming each module whose caches are still
-// syncing normally (started less than SyncTimeout ago, no problem known);
-// nil when none is. A module whose caches cannot sync for a reason of its
-// own (a kind not served, a kind the operator may not list, or a sync past
-// SyncTimeout) is unready by itself (Status.SyncProblem, a SyncFailed
-// Warning, wasmreconcile_module_health) and does not hold the operator's
-// readiness: the other modules serve.
+// Ready returns an error naming each module whose caches have not synced
+// for a reason that is not its own; nil when none is. A module whose
+// caches cannot sync for a reason of its own (a kind the API server does
+// not serve, or refuses the operator to list) is unready by itself
+// (Status.SyncProblem, a SyncFailed Warning, wasmreconcile_module_health)
+// and does not hold the operator's readiness: the other modules serve. A
+// slow or failing API server is everyone's problem, and keeps the
+// operator unready.
 func (s *Supervisor) Ready(ctx context.Context) error {
 	type item struct {
-		name  string
-		gvk   schema.GroupVersionKind
-		since time.Time
+		name string
+		gvk  schema.GroupVersionKind
 	}
 	s.mu.Lock()
 	var items []item
@@ -114,13 +116,17 @@ func (s *Supervisor) Ready(ctx context.Context) error {
 			continue
 		}
 		f := r.rec.Manifest().For
-		items = append(items, item{name, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind}, r.health.since})
+		items = append(items, item{name, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind}})
 	}
 	s.mu.Unlock()
-	now := time.Now()
 	var msgs []string
 	for _, it := range items {
-		if synced, problem := s.synced(ctx, it.gvk); !synced && problem == "" && now.Sub(it.since) < s.opts.SyncTimeout {
+		synced, problem, own := s.syncState(ctx, it.gvk)
+		switch {
+		case synced || own:
+		case problem != "":
+			msgs = append(msgs, fmt.Sprintf("module %s: the cache for %s has not synced: %s", it.name, it.gvk.Kind, problem))
+		default:
 			msgs = append(msgs, fmt.Sprintf("module %s: the cache for %s is syncing", it.name, it.gvk.Kind))
 		}
 	}
@@ -222,21 +228,32 @@ func (s *Supervisor) checkHealth(ctx context.Context, now time.Time) {
 // and when it has not, the problem it met, if one is known (the API
 // server does not serve the kind, or refused to list it).
 func (s *Supervisor) synced(ctx context.Context, gvk schema.GroupVersionKind) (bool, string) {
+	synced, problem, _ := s.syncState(ctx, gvk)
+	return synced, problem
+}
+
+// syncState is synced, and whether the problem is the module's own: the
+// API server does not serve the kind, or refuses the operator to list it.
+// Other problems (a slow or failing API server) are everyone's.
+func (s *Supervisor) syncState(ctx context.Context, gvk schema.GroupVersionKind) (synced bool, problem string, own bool) {
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gvk)
 	inf, err := s.opts.Manager.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 	if err != nil {
-		return false, err.Error()
+		if meta.IsNoMatchError(err) {
+			return false, reconciler.UnservedMessage(gvk, err), true
+		}
+		return false, err.Error(), false
 	}
 	if inf.HasSynced() {
-		return true, ""
+		return true, "", false
 	}
 	if s.opts.LastError != nil {
 		if err := s.opts.LastError(gvk.GroupKind()); err != nil {
-			return false, err.Error()
+			return false, err.Error(), apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || meta.IsNoMatchError(err)
 		}
 	}
-	return false, ""
+	return false, "", false
 }
 
 // Status is what the supervisor knows of one module.
