@@ -502,6 +502,9 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 		if s.opts.Interpreter != nil {
 			loader, interpreted = s.opts.Interpreter, true
 		}
+		// A compile may take seconds (a worker's limits bound it): say
+		// that one started, and the "module applied" line says it ended.
+		s.opts.Log.Info("loading module: instrumenting and compiling", "module", label, "source", spec.Source.String(), "digest", digest, "bytes", len(wasm), "interpreter", interpreted)
 		m, err := loader.Load(ctx, label, wasm, limits)
 		if err != nil {
 			if spec.Name == "" {
