@@ -1,16 +1,21 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
-	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
-// TestMain makes the test binary a compile worker when operator run or dev,
-// run in process by a test, starts one (engine.SelfCompileWorker re-runs
-// the executable), as main does for the operator binary.
+// TestMain gives the operators a test runs in process (run, dev) a compile
+// worker: engine.SelfCompileWorker would start this test binary, which may
+// be -race and cannot run under a worker's data limit, so a build of the
+// worker of its own (testworker) runs instead.
 func TestMain(m *testing.M) {
-	engine.MaybeRunCompileWorker()
+	if err := testworker.Use(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	os.Exit(m.Run())
 }

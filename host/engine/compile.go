@@ -12,7 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime/debug"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,14 +161,23 @@ func (c CompileOptions) withDefaults() (CompileOptions, error) {
 // by SelfCompileWorker a compile worker (MaybeRunCompileWorker).
 const CompileWorkerEnv = "WASMRECONCILE_COMPILE_WORKER"
 
+// CompileWorkerPathEnv, when set, names the executable SelfCompileWorker
+// starts instead of this one: a build of the same module's code that
+// calls MaybeRunCompileWorker (the tests set it, since a -race binary
+// cannot run under a worker's data limit).
+const CompileWorkerPathEnv = "WASMRECONCILE_COMPILE_WORKER_PATH"
+
 // SelfCompileWorker returns a CompileWorker with the default limits that
-// starts this executable again, with CompileWorkerEnv set and no
-// arguments. The executable must call MaybeRunCompileWorker first in main
-// (and in TestMain, for a test binary), or the copy would run as itself.
+// starts this executable again (or the one CompileWorkerPathEnv names),
+// with CompileWorkerEnv set and no arguments. The executable must call
+// MaybeRunCompileWorker first in main, or the copy would run as itself.
 func SelfCompileWorker() (*CompileWorker, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("compile worker: finding this executable: %w", err)
+	exe := os.Getenv(CompileWorkerPathEnv)
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("compile worker: finding this executable: %w", err)
+		}
 	}
 	return &CompileWorker{Command: func(ctx context.Context) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, exe)
@@ -224,7 +233,11 @@ func ServeCompileWorker(r io.Reader, w io.Writer) error {
 	if err := json.Unmarshal(line, &req); err != nil {
 		return fmt.Errorf("decoding the request: %w", err)
 	}
-	if v := wazeroVersion(); req.Wazero != v {
+	v, err := wazeroVersionIn(req.CacheDir)
+	if err != nil {
+		return fmt.Errorf("finding wazero's version: %w", err)
+	}
+	if req.Wazero != v {
 		return fmt.Errorf("this worker runs wazero %s but the host %s: the worker must be the host's own executable", v, req.Wazero)
 	}
 	if req.Size < 0 || req.Size > 1<<30 {
@@ -262,21 +275,56 @@ func compilerConfig(interpreter bool) wazero.RuntimeConfig {
 	return cfg.WithCoreFeatures(coreFeatures)
 }
 
-// wazeroVersion is the version of wazero this executable was built with,
-// as its compilation cache files its code under.
-var wazeroVersion = sync.OnceValue(func() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == "github.com/tetratelabs/wazero" {
-				if d.Replace != nil {
-					return d.Replace.Version
-				}
-				return d.Version
-			}
-		}
+// WazeroVersion is the version of wazero as this executable's compilation
+// cache files its code under: the module version it was built with, "dev"
+// for a build without module information (a test binary), or what its
+// build set with -ldflags. It is read from wazero itself, from the
+// directory a compilation cache makes under os.TempDir. A compile worker
+// must report the same, or the host's cache would not find the worker's
+// code.
+func WazeroVersion() string {
+	v, err := wazeroVersionIn(os.TempDir())
+	if err != nil {
+		return "unknown"
 	}
-	return "unknown"
-})
+	return v
+}
+
+var (
+	versionMu    sync.Mutex
+	versionKnown string
+)
+
+// wazeroVersionIn is WazeroVersion, found with a compilation cache made in
+// a directory of its own under dir (which must be writable: a compile
+// worker's cache directory). It is found once per process.
+func wazeroVersionIn(dir string) (string, error) {
+	versionMu.Lock()
+	defer versionMu.Unlock()
+	if versionKnown != "" {
+		return versionKnown, nil
+	}
+	tmp, err := os.MkdirTemp(dir, ".wazero-version-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	c, err := wazero.NewCompilationCacheWithDir(tmp)
+	if err != nil {
+		return "", err
+	}
+	_ = c.Close(context.Background())
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return "", err
+	}
+	if len(entries) != 1 {
+		return "", fmt.Errorf("a compilation cache made %d directories, want 1", len(entries))
+	}
+	v := strings.TrimPrefix(entries[0].Name(), "wazero-")
+	versionKnown = strings.TrimSuffix(v, "-"+runtime.GOARCH+"-"+runtime.GOOS)
+	return versionKnown, nil
+}
 
 // CompileLimitError is the cause (InvalidModuleError.Err) of a load whose
 // compile went over one of CompileWorker's limits.
@@ -343,6 +391,10 @@ func (e *Engine) compileInWorker(ctx context.Context, metered []byte) error {
 		}
 		defer res.Release()
 	}
+	version, err := wazeroVersionIn(e.cacheDir)
+	if err != nil {
+		return &workerFailedError{err: fmt.Errorf("finding wazero's version in %s: %w", e.cacheDir, err)}
+	}
 	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	cmd := w.Command(ctx)
@@ -372,7 +424,7 @@ func (e *Engine) compileInWorker(ctx context.Context, metered []byte) error {
 		_ = cmd.Wait()
 		return &workerFailedError{err: fmt.Errorf("limiting the worker: %w", err)}
 	}
-	header, _ := json.Marshal(workerRequest{Wazero: wazeroVersion(), CacheDir: e.cacheDir, Size: len(metered)})
+	header, _ := json.Marshal(workerRequest{Wazero: version, CacheDir: e.cacheDir, Size: len(metered)})
 	go func() {
 		// A worker that dies early closes the pipe: the write fails, and
 		// Wait says why.

@@ -14,6 +14,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
 // fuelSequence loads the widget guest in a new Engine and returns the fuel
@@ -70,9 +71,14 @@ func mustFuelSequence(t *testing.T, opts engine.Options) []uint64 {
 
 // TestMain doubles as the child process of TestFuelIsDeterministic: with
 // WASMRECONCILE_FUEL_CHILD set to a wasm path it prints that module's fuel
-// sequence and exits; and as the compile worker of engine.SelfCompileWorker.
+// sequence and exits.
 func TestMain(m *testing.M) {
-	engine.MaybeRunCompileWorker() // the compile worker of the tests that isolate compiles
+	// The compile worker of the tests that isolate compiles: a build of
+	// its own, since this binary may be -race.
+	if err := testworker.Use(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if path := os.Getenv("WASMRECONCILE_FUEL_CHILD"); path != "" {
 		wasm, err := os.ReadFile(path)
 		if err == nil {

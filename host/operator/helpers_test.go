@@ -19,11 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
-	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
 // TestMain shares one real kube-apiserver and etcd among the package's
@@ -31,8 +31,13 @@ import (
 // only that namespace), and installs a logger, so that a failure shows what
 // the operator was doing.
 func TestMain(m *testing.M) {
-	engine.MaybeRunCompileWorker() // the compile worker of the tests that isolate compiles
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+	// The compile worker of the tests that isolate compiles: a build of
+	// its own, since this binary may be -race.
+	if err := testworker.Use(); err != nil {
+		logger.Error(err, "building the compile worker")
+		os.Exit(1)
+	}
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // client-go's reflectors log through klog
 	if os.Getenv("WASMRECONCILE_EXAMPLE_WIDGET") == "" {

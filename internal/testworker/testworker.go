@@ -1,0 +1,71 @@
+// Package testworker builds a compile worker for tests: the host's tests
+// run under -race, whose binaries cannot run as compile workers under the
+// workers' data limit, so a test's engine.SelfCompileWorker runs this
+// non-race build instead (engine.CompileWorkerPathEnv). The worker is the
+// same module's code, so it compiles with the same wazero, and the
+// compilation cache answers the test's engine.
+package testworker
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+)
+
+var (
+	once sync.Once
+	path string
+	err  error
+)
+
+// Build builds the worker once per process and returns its path.
+func Build() (string, error) {
+	once.Do(func() {
+		var dir string
+		if dir, err = os.MkdirTemp("", "wasmreconcile-testworker-"); err != nil {
+			return
+		}
+		path = filepath.Join(dir, "worker")
+		_, file, _, _ := runtime.Caller(0)
+		// The worker must file its code in the compilation cache under
+		// the test binary's wazero version, which a test binary, having
+		// no module information, reports as "dev".
+		cmd := exec.Command("go", "build", "-o", path,
+			"-ldflags=-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion(), "./internal/testworker/worker")
+		cmd.Dir = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		// Not the test's flags (-race), whatever GOFLAGS says.
+		env := []string{}
+		for _, e := range os.Environ() {
+			if !strings.HasPrefix(e, "GOFLAGS=") {
+				env = append(env, e)
+			}
+		}
+		cmd.Env = append(env, "GOWORK=off")
+		if out, e := cmd.CombinedOutput(); e != nil {
+			err = &buildError{err: e, out: string(out)}
+		}
+	})
+	return path, err
+}
+
+// Use builds the worker and sets engine.CompileWorkerPathEnv to it, so that
+// engine.SelfCompileWorker starts it. Call it from TestMain.
+func Use() error {
+	p, err := Build()
+	if err != nil {
+		return err
+	}
+	return os.Setenv(engine.CompileWorkerPathEnv, p)
+}
+
+type buildError struct {
+	err error
+	out string
+}
+
+func (e *buildError) Error() string { return "building the test compile worker: " + e.err.Error() + "\n" + e.out }
