@@ -68,4 +68,6 @@ type buildError struct {
 	out string
 }
 
-func (e *buildError) Error() string { return "building the test compile worker: " + e.err.Error() + "\n" + e.out }
+func (e *buildError) Error() string {
+	return "building the test compile worker: " + e.err.Error() + "\n" + e.out
+}
