@@ -173,8 +173,8 @@ func TestDeploymentArgsParse(t *testing.T) {
 	if len(args) < 2 || args[0] != "run" {
 		t.Fatalf("could not read the Deployment's args: %q", args)
 	}
-	if last := args[len(args)-1]; !strings.HasPrefix(last, "--module-cache-dir=") {
-		t.Fatalf("the Deployment's args were read up to %q, not to the last one (--module-cache-dir): %q", last, args)
+	if last := args[len(args)-1]; !strings.HasPrefix(last, "--compilation-cache-dir=") {
+		t.Fatalf("the Deployment's args were read up to %q, not to the last one (--compilation-cache-dir): %q", last, args)
 	}
 	var out, errOut bytes.Buffer
 	err = run(append(args, "--kubeconfig", filepath.Join(t.TempDir(), "none")), &out, &errOut)

@@ -37,10 +37,14 @@ type fakeRegistration struct {
 	informer                                    *fakeInformer
 }
 
-func (r *fakeRegistration) HasSynced() bool {
-	r.informer.mu.Lock()
-	defer r.informer.mu.Unlock()
-	return r.informer.synced
+func (r *fakeRegistration) HasSynced() bool { return r.informer.HasSynced() }
+
+// HasSynced is the informer's: a source waits for its own informer (and
+// then its handler), not for the whole cache.
+func (f *fakeInformer) HasSynced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.synced
 }
 
 func (f *fakeInformer) AddEventHandlerWithOptions(h toolscache.ResourceEventHandler, _ toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
