@@ -23,6 +23,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
 // scrape sums the samples of metric whose labels include every label in
@@ -92,6 +93,9 @@ func TestLeaderElectionTakeover(t *testing.T) {
 			"--namespace", e.ns, "--leader-elect", "--leader-election-namespace", e.ns,
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", freeAddr(t))
+		// The binary is the operator's own build: it runs itself as its
+		// compile worker, not the test's (engine.CompileWorkerPathEnv).
+		r.cmd.Env = testworker.Environ()
 		r.cmd.Stdout, r.cmd.Stderr = out, out
 		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test binary
 		if err := r.cmd.Start(); err != nil {

@@ -71,3 +71,16 @@ type buildError struct {
 func (e *buildError) Error() string {
 	return "building the test compile worker: " + e.err.Error() + "\n" + e.out
 }
+
+// Environ is this process's environment without the variable Use sets:
+// for the operator binaries a test starts, which run themselves as their
+// compile workers.
+func Environ() []string {
+	var out []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, engine.CompileWorkerPathEnv+"=") {
+			out = append(out, e)
+		}
+	}
+	return out
+}
