@@ -65,7 +65,7 @@ func TestCeilingFlagsOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
-	err := run([]string{"invoke", "--module", widget, "--object", obj, "--compilation-cache-dir", "",
+	err := run([]string{"invoke", "--module", widget, "--object", obj, "--compilation-cache-dir", compiled,
 		"--fuel", "1000000000", "--max-fuel", "1000", "--timeout", "1h", "--memory-limit", "4Gi"}, &out, &errOut)
 	var exit exitError
 	if !errors.As(err, &exit) || exit.code != 1 || !strings.Contains(out.String(), `"kind": "FuelExhausted"`) || !strings.Contains(out.String(), "(budget 1000)") {

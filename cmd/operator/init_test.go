@@ -83,7 +83,7 @@ func TestInitScaffold(t *testing.T) {
 
 			out.Reset()
 			errOut.Reset()
-			if err := runTest([]string{"--compilation-cache-dir=", "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
+			if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
 				t.Fatalf("operator test on the scaffold's cases: %v\n%s%s", err, out.String(), errOut.String())
 			}
 			if !strings.Contains(out.String(), "1 passed, 0 failed") {

@@ -88,7 +88,7 @@ func TestGuestLogsOffline(t *testing.T) {
 	if err := os.WriteFile(obj, []byte("apiVersion: test.wasmreconcile.io/v1\nkind: Gadget\nmetadata: {name: g, namespace: ns}\nspec: {mode: log, lines: 5}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cache := []string{"--compilation-cache-dir", ""}
+	cache := []string{"--compilation-cache-dir", compiled}
 	var out, errOut bytes.Buffer
 	if err := run(append([]string{"invoke", "--module", mb, "--object", obj}, cache...), &out, &errOut); err != nil {
 		t.Fatalf("invoke: %v\n%s", err, errOut.String())

@@ -52,7 +52,7 @@ func TestInvokeAndTestOffline(t *testing.T) {
 	if err := os.WriteFile(obj, []byte("apiVersion: examples.wasmreconcile.io/v1alpha1\nkind: Widget\nmetadata: {name: w, generation: 4}\nspec: {size: 2, color: red}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cache := []string{"--compilation-cache-dir", ""}
+	cache := []string{"--compilation-cache-dir", compiled}
 
 	var out, errOut bytes.Buffer
 	if err := run(append([]string{"invoke", "--module", widget, "--object", obj}, cache...), &out, &errOut); err != nil {

@@ -88,15 +88,15 @@ func TestRecordReplay(t *testing.T) {
 		t.Fatalf("record said %q", stdout.String())
 	}
 	stdout.Reset()
-	if err := run([]string{"test", "--compilation-cache-dir", "", v1, out}, &stdout, &stderr); err != nil {
+	if err := run([]string{"test", "--compilation-cache-dir", compiled, v1, out}, &stdout, &stderr); err != nil {
 		t.Fatalf("operator test of the recorded cases: %v\n%s", err, stdout.String())
 	}
 	stdout.Reset()
-	if err := run([]string{"replay", "--compilation-cache-dir", "", out, "--module", v1}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "2 same, 0 changed") {
+	if err := run([]string{"replay", "--compilation-cache-dir", compiled, out, "--module", v1}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "2 same, 0 changed") {
 		t.Fatalf("replay on the same version: %v\n%s", err, stdout.String())
 	}
 	stdout.Reset()
-	err = run([]string{"replay", "--compilation-cache-dir", "", "--fail-on-change", out, "--module", v2}, &stdout, &stderr)
+	err = run([]string{"replay", "--compilation-cache-dir", compiled, "--fail-on-change", out, "--module", v2}, &stdout, &stderr)
 	if err == nil || !strings.Contains(stdout.String(), "CHANGED") || !strings.Contains(stdout.String(), `"generation 3 reconciled by widget v2"`) ||
 		!strings.Contains(stdout.String(), "status.conditions[0].message") {
 		t.Fatalf("replay on another version: %v\n%s", err, stdout.String())

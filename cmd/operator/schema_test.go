@@ -20,11 +20,11 @@ func TestSchemaChecks(t *testing.T) {
 	root := testwasm.RepoRoot()
 	crds := filepath.Join(root, "examples", "crds")
 	cases := filepath.Join(root, "modules", "webapp", "testdata", "cases")
-	nocache := "--compilation-cache-dir="
+	cache := "--compilation-cache-dir=" + compiled
 	var exit exitError
 
 	var out, errOut bytes.Buffer
-	if err := run([]string{"test", nocache, "--crds", crds, webapp, cases}, &out, &errOut); err != nil {
+	if err := run([]string{"test", cache, "--crds", crds, webapp, cases}, &out, &errOut); err != nil {
 		t.Fatalf("test --crds %s: %v\n%s%s", crds, err, out.String(), errOut.String())
 	}
 	if !strings.Contains(out.String(), " passed, 0 failed") || strings.Contains(errOut.String(), "no schema") {
@@ -35,7 +35,7 @@ func TestSchemaChecks(t *testing.T) {
 	// so once; the built-in children are checked all the same.
 	out.Reset()
 	errOut.Reset()
-	if err := run([]string{"test", nocache, webapp, cases}, &out, &errOut); err != nil {
+	if err := run([]string{"test", cache, webapp, cases}, &out, &errOut); err != nil {
 		t.Fatalf("test without --crds: %v\n%s%s", err, out.String(), errOut.String())
 	}
 	const note = "note: WebApp.examples.wasmreconcile.io has no schema offline"
@@ -58,7 +58,7 @@ func TestSchemaChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	err = run([]string{"test", nocache, "--crds", drifted, webapp, cases}, &out, &errOut)
+	err = run([]string{"test", cache, "--crds", drifted, webapp, cases}, &out, &errOut)
 	if !errors.As(err, &exit) || exit.code != 1 {
 		t.Fatalf("drifted CRD: err %v\n%s", err, out.String())
 	}
@@ -82,14 +82,14 @@ expect:
 		t.Fatal(err)
 	}
 	out.Reset()
-	if err := run([]string{"test", nocache, "--crds", drifted, webapp, expect}, &out, &errOut); err != nil {
+	if err := run([]string{"test", cache, "--crds", drifted, webapp, expect}, &out, &errOut); err != nil {
 		t.Errorf("a case expecting the refusal: %v\n%s", err, out.String())
 	}
 
 	// operator invoke: exit 1, the kind and the message in the JSON.
 	out.Reset()
 	obj := filepath.Join(root, "examples", "webapps", "shop.yaml")
-	err = run([]string{"invoke", nocache, "--crds", drifted, "--module", webapp, "--object", obj}, &out, &errOut)
+	err = run([]string{"invoke", cache, "--crds", drifted, "--module", webapp, "--object", obj}, &out, &errOut)
 	if !errors.As(err, &exit) || exit.code != 1 || !strings.Contains(out.String(), `"kind": "InvalidResponse"`) ||
 		!strings.Contains(out.String(), ".status.children: field not declared in schema") {
 		t.Errorf("invoke with the drifted CRD: err %v\n%s", err, out.String())
@@ -101,7 +101,7 @@ expect:
 		t.Fatal(err)
 	}
 	errOut.Reset()
-	err = run([]string{"test", nocache, "--crds", bad, webapp, cases}, &out, &errOut)
+	err = run([]string{"test", cache, "--crds", bad, webapp, cases}, &out, &errOut)
 	if !errors.As(err, &exit) || exit.code != 2 || !strings.Contains(errOut.String(), "shop.yaml is a ConfigMap (v1), not a CustomResourceDefinition") {
 		t.Errorf("a --crds file that is not a CRD: err %v, stderr %s", err, errOut.String())
 	}

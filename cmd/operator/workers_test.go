@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
@@ -17,5 +18,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	var err error
+	if compiled, err = testshare.CompilationCacheDir(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	testshare.Cleanup()
+	os.Exit(code)
 }
+
+// compiled is the compilation cache of the in-process runs of invoke, test
+// and replay (testshare): each guest is compiled once for every test.
+var compiled string

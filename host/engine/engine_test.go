@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -25,11 +26,17 @@ var (
 	sharedEngineOnce sync.Once
 )
 
-// newEngine shares one Engine (and so one compilation cache) across tests, so
-// each guest is compiled once per test binary.
+// newEngine shares one Engine across tests, with the tests' compilation
+// cache on disk: the engine frees a module's code when its last module
+// closes, and every test closes its modules, so without the disk each test
+// would compile the same guest again (seconds under -race).
 func newEngine(t *testing.T) *engine.Engine {
 	sharedEngineOnce.Do(func() {
-		e, err := engine.New(engine.Options{})
+		dir, err := testshare.CompilationCacheDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(engine.Options{CompilationCacheDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
@@ -49,14 +50,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Setenv("WASMRECONCILE_EXAMPLE_WIDGET", path)
 	}
-	dir, err := os.MkdirTemp("", "wasmreconcile-compiled-")
+	dir, err := testshare.CompilationCacheDir()
 	if err != nil {
 		logger.Error(err, "creating the compilation cache")
 		os.Exit(1)
 	}
 	compilationCache = dir
 	code := testenv.Main(m, testenv.MainOptions{ForExamples: true})
-	_ = os.RemoveAll(dir)
+	testshare.Cleanup()
 	os.Exit(code)
 }
 

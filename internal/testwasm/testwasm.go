@@ -1,6 +1,8 @@
 // Package testwasm builds guest modules from the repository's modules/ tree
 // for host tests, so tests always run the current guest sources. Builds go
-// through the Go build cache, so a module already built costs a link step.
+// through the Go build cache, so a module already built costs a link step,
+// and through testshare, so the test processes of one `make test` link each
+// guest once between them.
 package testwasm
 
 import (
@@ -11,12 +13,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 )
 
 var (
-	mu     sync.Mutex
-	built  = map[string][]byte{}
-	outDir string
+	mu    sync.Mutex
+	built = map[string][]byte{}
+	paths = map[string]string{}
 )
 
 // RepoRoot is the root of the wasmreconcile checkout.
@@ -80,8 +84,14 @@ func BuildCommand(tb testing.TB, pkg string) []byte {
 	return b
 }
 
+func fileName(pkg string, flags ...string) string {
+	return strings.NewReplacer("/", "_", ".", "_", "=", "_", " ", "_", "-", "_").Replace(pkg+strings.Join(flags, "")) + ".wasm"
+}
+
 func outPath(pkg string, flags ...string) string {
-	return filepath.Join(outDir, strings.NewReplacer("/", "_", ".", "_", "=", "_", " ", "_", "-", "_").Replace(pkg+strings.Join(flags, ""))+".wasm")
+	mu.Lock()
+	defer mu.Unlock()
+	return paths[pkg+" "+strings.Join(flags, " ")]
 }
 
 func build(pkg string, flags ...string) ([]byte, error) {
@@ -91,26 +101,25 @@ func build(pkg string, flags ...string) ([]byte, error) {
 	if b, ok := built[key]; ok {
 		return b, nil
 	}
-	if outDir == "" {
-		d, err := os.MkdirTemp("", "wasmreconcile-testwasm-")
-		if err != nil {
-			return nil, err
+	out, err := testshare.Build("guests", fileName(pkg, flags...), func(out string) error {
+		args := append([]string{"build", "-buildmode=c-shared", "-o", out}, flags...)
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Dir = filepath.Join(RepoRoot(), "modules")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return &buildError{err: err, output: string(msg)}
 		}
-		outDir = d
-	}
-	out := outPath(pkg, flags...)
-	args := append([]string{"build", "-buildmode=c-shared", "-o", out}, flags...)
-	cmd := exec.Command("go", append(args, pkg)...)
-	cmd.Dir = filepath.Join(RepoRoot(), "modules")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOWORK=off")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return nil, &buildError{err: err, output: string(msg)}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
 		return nil, err
 	}
 	built[key] = b
+	paths[key] = out
 	return b, nil
 }
 
@@ -127,7 +136,5 @@ func BuildPath(pkg string) (string, error) {
 	if _, err := build(pkg); err != nil {
 		return "", err
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	return outPath(pkg), nil
 }

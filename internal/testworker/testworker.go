@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 )
 
 var (
@@ -23,32 +24,31 @@ var (
 	err  error
 )
 
-// Build builds the worker once per process and returns its path.
+// Build builds the worker once per process (once per `make test`, through
+// testshare) and returns its path.
 func Build() (string, error) {
 	once.Do(func() {
-		var dir string
-		if dir, err = os.MkdirTemp("", "wasmreconcile-testworker-"); err != nil {
-			return
-		}
-		path = filepath.Join(dir, "worker")
 		_, file, _, _ := runtime.Caller(0)
-		// The worker must file its code in the compilation cache under
-		// the test binary's wazero version, which a test binary, having
-		// no module information, reports as "dev".
-		cmd := exec.Command("go", "build", "-o", path,
-			"-ldflags=-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion(), "./internal/testworker/worker")
-		cmd.Dir = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-		// Not the test's flags (-race), whatever GOFLAGS says.
-		env := []string{}
-		for _, e := range os.Environ() {
-			if !strings.HasPrefix(e, "GOFLAGS=") {
-				env = append(env, e)
+		path, err = testshare.Build("bin", "compile-worker-"+engine.WazeroVersion(), func(out string) error {
+			// The worker must file its code in the compilation cache under
+			// the test binary's wazero version, which a test binary, having
+			// no module information, reports as "dev".
+			cmd := exec.Command("go", "build", "-o", out,
+				"-ldflags=-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion(), "./internal/testworker/worker")
+			cmd.Dir = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+			// Not the test's flags (-race), whatever GOFLAGS says.
+			env := []string{}
+			for _, e := range os.Environ() {
+				if !strings.HasPrefix(e, "GOFLAGS=") {
+					env = append(env, e)
+				}
 			}
-		}
-		cmd.Env = append(env, "GOWORK=off")
-		if out, e := cmd.CombinedOutput(); e != nil {
-			err = &buildError{err: e, out: string(out)}
-		}
+			cmd.Env = append(env, "GOWORK=off")
+			if msg, e := cmd.CombinedOutput(); e != nil {
+				return &buildError{err: e, out: string(msg)}
+			}
+			return nil
+		})
 	})
 	return path, err
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -50,7 +51,7 @@ func TestMain(m *testing.M) {
 	// A compilation cache on disk: the engine frees a module's code when
 	// its last module closes, and every test closes its module, so without
 	// it each test would compile the same guest again (seconds under -race).
-	dir, err := os.MkdirTemp("", "wasmreconcile-reconciler-code-")
+	dir, err := testshare.CompilationCacheDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -61,7 +62,7 @@ func TestMain(m *testing.M) {
 	}
 	code := testenv.Main(m, testenv.MainOptions{})
 	_ = eng.Close(context.Background())
-	_ = os.RemoveAll(dir)
+	testshare.Cleanup()
 	os.Exit(code)
 }
 
