@@ -60,6 +60,14 @@ modules-c: toolchain-c ## Build the C guests (modules/tck-c, modules/widget-c) t
 	@echo "wasm    modules/widget-c -> bin/modules/widget-c.wasm"
 	@$(CLANG) $(WASI_CFLAGS) -o $(BIN)/modules/widget-c.wasm modules/widget-c/native/widget.c modules/widget-c/wasm.c
 
+# The programs the build runs, pinned in hack/tools/go.mod.
+TOOLS := $(BIN)/tools
+
+.PHONY: tools
+tools: ## Build the pinned tools (staticcheck, goimports, gotestsum) into bin/tools.
+	@mkdir -p $(TOOLS)
+	$(GO) build -modfile=hack/tools/go.mod -o $(TOOLS)/ honnef.co/go/tools/cmd/staticcheck golang.org/x/tools/cmd/goimports gotest.tools/gotestsum
+
 .PHONY: operator
 operator: ## Build the operator binary to bin/operator.
 	$(GO) build -o $(BIN)/operator ./cmd/operator
@@ -70,7 +78,7 @@ image: ## Build the operator image without Docker (go-containerregistry) into bi
 	$(GO) run ./hack/image --binary $(BIN)/operator-static $(if $(IMAGE),--push $(IMAGE),--layout $(BIN)/image)
 
 .PHONY: test
-test: controlplane registry modules modules-c operator ## Run all tests: unit, wasm guests, module cases, the C conformance guest, envtest integration tests and a real OCI registry.
+test: controlplane registry modules modules-c operator tools ## Run all tests: unit, wasm guests, module cases, the C conformance guest, envtest integration tests and a real OCI registry.
 	@echo "== guest-sdk (native, then vet for wasip1)"
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@echo "== guest-sdk/k8s against k8s.io/api (a module of its own: the SDK has no dependency)"
@@ -92,11 +100,22 @@ test: controlplane registry modules modules-c operator ## Run all tests: unit, w
 	@echo "-- modules/widget-c (the widget's logic in C, on the Go widget's cases)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/widget-c.wasm modules/widget/testdata/cases
 	@echo "== host (with a real kube-apiserver and etcd: one per test package)"
-	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	@# The test processes share built guests, the test compile worker and
+	@# compiled code (internal/testshare); the builds are redone every run,
+	@# compiled code is keyed by its bytes and kept.
+	@rm -rf $(TEST_SHARE)/guests $(TEST_SHARE)/bin && mkdir -p $(TEST_SHARE)
+	@rc=0; KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" WASMRECONCILE_TEST_SHARE=$(TEST_SHARE) \
+	  $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_SHARE)/host-tests.json -- \
+	  -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./... || rc=$$?; \
+	  echo "== the 10 slowest tests (all of them: $(TEST_SHARE)/host-tests.json)"; \
+	  $(TOOLS)/gotestsum tool slowest --jsonfile $(TEST_SHARE)/host-tests.json --num 10 --threshold 0s; \
+	  exit $$rc
 
-# The per-package limit of go test: room to spare over the slowest package
-# (host/engine, 20 minutes under -race beside two busy loops on 2 cores).
-TEST_TIMEOUT ?= 40m
+# The per-package limit of go test: a package slower than this fails
+# loudly rather than stretching the run.
+TEST_TIMEOUT ?= 5m
+# Where the test processes of one run share what is costly to make.
+TEST_SHARE   := $(BIN)/test-share
 
 .PHONY: test-short
 test-short: ## The inner loop: unit tests only (go test -short starts no control plane), no -race.
@@ -119,11 +138,16 @@ verify-generated: ## Fail when a generated file differs from what `make generate
 	  echo "generated files are stale; run make generate and commit the result:"; git status --short -- host/abi api config/crd; exit 1; fi
 
 .PHONY: lint
-lint: verify-generated ## Generated files up to date, gofmt, go vet (native and wasip1) and a go mod tidy diff for every Go module.
+lint: verify-generated tools ## Generated files up to date, gofmt, goimports, go vet and staticcheck (native and wasip1) and a go mod tidy diff for every Go module.
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
+	@bad=$$($(TOOLS)/goimports -local github.com/wasmreconcile -l $$(git ls-files '*.go' ':!:*zz_generated*')); \
+	  if [ -n "$$bad" ]; then echo "goimports -local github.com/wasmreconcile needed:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	cd guest-sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd modules && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	$(TOOLS)/staticcheck ./...
+	cd guest-sdk && $(TOOLS)/staticcheck ./... && cd k8s/apicheck && $(TOOLS)/staticcheck ./...
+	cd modules && $(TOOLS)/staticcheck ./...
 	@for m in $(GOMODS); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 	@# Metrics are written, never read back to decide anything, and no collector is registered in init().
 	@bad=$$(git grep -nE 'prometheus/client_model|prometheus/testutil|\.Write\(&' -- '*.go' ':!*_test.go' || true); \

@@ -486,7 +486,3 @@ type ReconcileModuleList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ReconcileModule `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ReconcileModule{}, &ReconcileModuleList{})
-}

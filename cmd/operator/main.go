@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"sigs.k8s.io/yaml"
 	"strings"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/yaml"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"

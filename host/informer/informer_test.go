@@ -141,9 +141,9 @@ func TestPaginatedListAndEvents(t *testing.T) {
 func TestRestartReasons(t *testing.T) {
 	gr := schema.GroupResource{Resource: "configmaps"}
 	for err, want := range map[error]string{
-		apierrors.NewResourceExpired("too old"):             "gone",
-		apierrors.NewGone("gone"):                           "gone",
-		io.EOF:                                              "eof",
+		apierrors.NewResourceExpired("too old"): "gone",
+		&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone, Message: "gone"}}: "gone",
+		io.EOF: "eof",
 		fmt.Errorf("read: %w", io.ErrUnexpectedEOF):         "eof",
 		context.DeadlineExceeded:                            "timeout",
 		apierrors.NewTimeoutError("slow", 1):                "timeout",

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
@@ -21,7 +22,6 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 	"github.com/wasmreconcile/wasmreconcile/internal/testregistry"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // TestReconcileModuleFromOCI runs ReconcileModules whose source is a real

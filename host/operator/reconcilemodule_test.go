@@ -145,8 +145,8 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	if err := e.c.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	rm := createModule(t, e.c, "widget", v1alpha1.Source{SHA256: supervisor.Digest(v1), ConfigMap: &v1alpha1.KeyRef{Namespace: e.ns, Name: "widget-module"}})
-	rm = moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	createModule(t, e.c, "widget", v1alpha1.Source{SHA256: supervisor.Digest(v1), ConfigMap: &v1alpha1.KeyRef{Namespace: e.ns, Name: "widget-module"}})
+	rm := moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 	if rm.Status.Digest != supervisor.Digest(v1) {
 		t.Errorf("status.digest = %s, want %s", rm.Status.Digest, supervisor.Digest(v1))
 	}

@@ -15,7 +15,7 @@ import (
 var (
 	strange = []string{"", "plain", `quote " and \ backslash`, "<html>&amp;", "tab\tnew\nline\rcr\bbs\fff",
 		"\x00\x01\x1f\x7f", "é ü 日本 🙂", "\u2028\u2029", "bad \xff utf8 \xc3", "\xed\xa0\x80 surrogate"}
-	numbers = []float64{0, -0.0, 1, -1, 0.5, 1e-7, 1e-6, 123456789, 1e20, 1e21, 1.5e300, -2.5e-300, math.MaxInt64, 1.0 / 3, 5e-324}
+	numbers = []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 1e-7, 1e-6, 123456789, 1e20, 1e21, 1.5e300, -2.5e-300, math.MaxInt64, 1.0 / 3, 5e-324}
 )
 
 func randomValue(r *rand.Rand, depth int) any {

@@ -33,7 +33,7 @@ func TestImagePushedRunsVersion(t *testing.T) {
 		t.Skip("the image is a Linux image")
 	}
 	bin := filepath.Join(t.TempDir(), "operator")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/operator")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/operator")
 	build.Dir = testwasm.RepoRoot()
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOWORK=off")
 	if out, err := build.CombinedOutput(); err != nil {

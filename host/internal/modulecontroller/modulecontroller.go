@@ -463,14 +463,9 @@ type loadResult struct {
 	clamped []string
 }
 
-// load builds the module's source and spec from obj and applies them. It
-// returns the condition reason of a failure.
-func (c *Controller) load(ctx context.Context, obj *v1alpha1.ReconcileModule) (loadResult, string, error) {
-	return c.loadFrom(ctx, obj, obj.Spec.Source)
-}
-
-// loadFrom is load with the bytes of src: spec.source, or the candidate's
-// source once it is promoted.
+// loadFrom builds the module's source and spec from obj with the bytes of
+// src (spec.source, or the candidate's source once it is promoted) and
+// applies them. It returns the condition reason of a failure.
 func (c *Controller) loadFrom(ctx context.Context, obj *v1alpha1.ReconcileModule, src v1alpha1.Source) (loadResult, string, error) {
 	spec := obj.Spec
 	fetcher, err := c.fetcher(src)
