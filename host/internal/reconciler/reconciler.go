@@ -1,16 +1,21 @@
 // Package reconciler connects a guest module to controller-runtime: it is
 // the Reconciler of one module's controller.
 //
-// One reconcile is one straight line, and every line returns an outcome:
+// One reconcile is a pipeline of stages with one job each (pipeline.go),
+// which hand each other a pass and build its outcome:
 //
-//	object (informer cache) → request (protocol.EncodeRequest)
-//	  → call (engine: fuel + deadline) → response (protocol.Rules.Decode)
-//	  → apply (children, status, Events, finalizer) → outcome
+//	read (informer cache) → finalizer → children → route (canary, shadow)
+//	  → admit (unchanged memo, storm) → encode (protocol.EncodeRequest)
+//	  → call (engine: fuel + deadline) → observe (protocol.Rules.Decode,
+//	  shadow, flight recorder) → apply (children, status, Events,
+//	  finalizer) → remember (memo)
 //
-// and one place, settle, turns the outcome into everything else: metrics,
-// the attempt count passed to the guest, the Warning Event on the object,
-// the module's statistics, storm damping and the controller's result. The
-// vocabulary of outcomes is protocol.Kind.
+// and one place, settle (settle.go), turns the outcome into everything
+// else: metrics, the attempt count passed to the guest, the Warning Event
+// on the object, the module's statistics, storm damping and the
+// controller's result. The vocabulary of outcomes is protocol.Kind. What
+// the reconciler keeps about an object between reconciles lives in one
+// objectState behind one lock (objects.go).
 //
 // The module's code is read from a versionslot.Slot on every reconcile, so
 // a supervisor can swap versions between reconciles without this package
@@ -22,13 +27,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -38,7 +40,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
@@ -154,34 +155,41 @@ type Options struct {
 // Reconciler reconciles the objects of one module's kind by calling the
 // module. It is safe for concurrent use.
 type Reconciler struct {
+	declared // what the module declares, fixed at New
+
+	reads   *cacheread.Reader // the guest's cache_read: the manifest's kinds, from the informer cache
+	opts    Options
+	objects *objects      // per-object state: attempts, child failures, Warnings, memos, storms, trigger marks
+	sources *sourceDamper // storm damping per trigger source
+	events  *eventLimiter
+	calls   callGate // serialises a suspect module's calls
+
+	shadow   atomic.Pointer[shadow.Shadow]                                           // a candidate called beside the serving version; nil for none
+	queue    atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
+	activity activity
+}
+
+// declared is what a module's manifest declares, as the reconciler uses it.
+type declared struct {
 	name      string
 	manifest  abi.Manifest
 	gvk       schema.GroupVersionKind
 	owns      []schema.GroupVersionKind
 	finalizer string // empty when the module declares none
 	rules     protocol.Rules
-	reads     *cacheread.Reader // the guest's cache_read: the manifest's kinds, from the informer cache
-	opts      Options
+}
 
-	storms    *stormTracker
-	sources   *sourceDamper // storm damping per trigger source
-	triggered triggeredSet  // objects a trigger enqueued, until their next call
-	memos     *memos        // the last successful call per object, to answer unchanged events
-	events    *eventLimiter
-	stats     *Stats
+// callGate serialises the calls of a suspect module: one whose last
+// finished call was preempted.
+type callGate struct {
+	suspect atomic.Bool
+	penalty chan struct{} // capacity 1
+}
 
-	mu       sync.Mutex
-	attempts map[types.NamespacedName]int                // consecutive failed reconciles
-	failures map[types.NamespacedName][]abi.ChildFailure // children the last sync could not write
-	warned   map[types.NamespacedName]string             // the last terminal failure's Warning: generation, kind and note
-
-	suspect atomic.Bool   // the last finished call was preempted
-	penalty chan struct{} // capacity 1: serialises a suspect module's calls
-
-	shadow     atomic.Pointer[shadow.Shadow]                                           // a candidate called beside the serving version; nil for none
-	queue      atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
-	active     atomic.Int64                                                            // reconciles running now
-	lastChange atomic.Int64                                                            // unix nanoseconds of the last write
+// activity is what Activity reports besides the queue and failures.
+type activity struct {
+	active     atomic.Int64 // reconciles running now
+	lastChange atomic.Int64 // unix nanoseconds of the last write
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -218,20 +226,17 @@ func New(opts Options) (*Reconciler, error) {
 	}
 	m := v.Module.Manifest()
 	r := &Reconciler{
-		name:     v.Module.Name(),
-		manifest: m,
-		gvk:      gvkOf(m.For),
-		rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
-		opts:     opts,
-		storms:   newStormTracker(opts.Storm),
-		sources:  newSourceDamper(opts.Storm),
-		memos:    newMemos(),
-		events:   newEventLimiter(opts.Events),
-		stats:    opts.Stats,
-		attempts: map[types.NamespacedName]int{},
-		failures: map[types.NamespacedName][]abi.ChildFailure{},
-		warned:   map[types.NamespacedName]string{},
-		penalty:  make(chan struct{}, 1),
+		declared: declared{
+			name:     v.Module.Name(),
+			manifest: m,
+			gvk:      gvkOf(m.For),
+			rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
+		},
+		opts:    opts,
+		objects: newObjects(opts.Storm),
+		sources: newSourceDamper(opts.Storm),
+		events:  newEventLimiter(opts.Events),
+		calls:   callGate{penalty: make(chan struct{}, 1)},
 	}
 	for _, g := range m.Owns {
 		r.owns = append(r.owns, gvkOf(g))
@@ -306,8 +311,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		return ctrl.Result{}, nil // the module was removed
 	}
 	defer v.Release()
-	r.active.Add(1)
-	defer r.active.Add(-1)
+	r.activity.active.Add(1)
+	defer r.activity.active.Add(-1)
 	logger := r.opts.Log.WithValues("module", r.name, "digest", v.Module.Digest(),
 		"object", klog.KRef(req.Namespace, req.Name), "reconcileID", crcontroller.ReconcileIDFromContext(ctx))
 	ctx = log.IntoContext(ctx, logger)
@@ -328,11 +333,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 func (r *Reconciler) runRecovered(ctx context.Context, key types.NamespacedName, module *engine.Module, hold func() (func(), bool)) (o outcome) {
 	defer func() {
 		if v := recover(); v != nil {
-			call := "reconcile " + key.String()
-			if key.Namespace == "" {
-				call = "reconcile " + key.Name
-			}
-			err := &protocol.PanicError{Module: r.name, Call: call, Value: v, Stack: string(debug.Stack())}
+			err := &protocol.PanicError{Module: r.name, Call: callName(key), Value: v, Stack: string(debug.Stack())}
 			r.opts.Metrics.HostPanics.WithLabelValues(r.name).Inc()
 			log.FromContext(ctx).Error(err, "recovered a panic of the host's", "stack", err.Stack)
 			o = outcome{key: key, obj: r.objectForEvent(ctx, key), err: err}
@@ -350,169 +351,6 @@ func (r *Reconciler) objectForEvent(ctx context.Context, key types.NamespacedNam
 		return nil
 	}
 	return obj
-}
-
-// run is the data path: object → request → call → response → apply.
-//
-// hold keeps module open beyond the call, for the flight recorder's replay
-// (versionslot.Version.Hold).
-func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *engine.Module, hold func() (func(), bool)) outcome {
-	o := outcome{key: key}
-	call := "reconcile " + key.String()
-	if key.Namespace == "" {
-		call = "reconcile " + key.Name
-	}
-	fail := func(what string, err error) outcome {
-		o.err = &protocol.ApplyError{Module: r.name, Call: call, What: what, Err: err}
-		return o
-	}
-
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(r.gvk)
-	if err := r.opts.Client.Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			o.skip = skipGone
-			return o
-		}
-		return fail("reading the object", err)
-	}
-	o.obj = obj
-	deleting := obj.GetDeletionTimestamp() != nil
-	if deleting && (r.finalizer == "" || !controllerutil.ContainsFinalizer(obj, r.finalizer)) {
-		o.skip = skipNotOurs
-		return o
-	}
-	if r.finalizer != "" && !deleting && !controllerutil.ContainsFinalizer(obj, r.finalizer) {
-		if err := r.patchFinalizer(ctx, obj, true); err != nil {
-			return fail("finalizer "+r.finalizer, err)
-		}
-		o.wrote = true
-	}
-	observed, err := r.observedChildren(ctx, obj)
-	if err != nil {
-		return fail("listing children", err)
-	}
-	childFP := childrenFingerprint(observed)
-	// A canary object is served by the candidate (its answers are
-	// applied); the others by the serving version, shadowed.
-	sh := r.shadow.Load()
-	canary := false
-	if sh != nil && sh.Serves(obj) {
-		if m, release, ok := sh.Acquire(); ok {
-			defer release()
-			// The recorder holds the candidate beyond the call through its
-			// own Shadow: candidate, not sh, which is nil for the rest of a
-			// canary call (nothing to compare).
-			candidate := sh
-			module, canary, hold = m, true, func() (func(), bool) { _, rel, ok := candidate.Acquire(); return rel, ok }
-		}
-	}
-	o.fingerprint = fmt.Sprintf("%d|%s|%s", obj.GetGeneration(), childFP, module.Digest())
-	if !r.opts.CallUnchanged && !deleting {
-		if m, ok := r.memos.get(key); ok {
-			if same, wait := m.unchanged(module.Digest(), obj, childFP, r.opts.Now()); same {
-				o.skip, o.requeueAfter = skipUnchanged, wait
-				return o
-			}
-		}
-	}
-	r.memos.forget(key) // remembered again below if this call succeeds or fails terminally
-	// A related object's change (a trigger) is a change the owner's storm
-	// does not see: it is admitted, and not counted (triggerdamp.go).
-	if o.triggered = r.triggered.take(key); !o.triggered {
-		if ok, wait := r.storms.admit(key, o.fingerprint, r.opts.Now()); !ok {
-			o.skip, o.damped = skipStorm, wait
-			return o
-		}
-	}
-
-	children := make([]map[string]any, len(observed))
-	for i, c := range observed {
-		children[i] = c.Object
-	}
-	told := r.failuresOf(key)
-	input := abi.Request{
-		Object:        obj.Object,
-		Children:      children,
-		Finalizing:    deleting,
-		Config:        r.opts.Config,
-		Attempt:       r.attempt(key),
-		Now:           protocol.FormatNow(r.opts.Now()),
-		ChildFailures: told,
-	}
-	request, err := protocol.EncodeRequest(input)
-	if err != nil {
-		o.err = &engine.ABIError{Module: r.name, Call: call, Reason: "encoding the request: " + err.Error()}
-		return o
-	}
-	o.called = true
-	if sh != nil && sh.Options().Canary != nil {
-		sh.Served(canary)
-	}
-	if canary {
-		sh = nil // served by the candidate: nothing to compare
-	}
-	// What the guest reads is kept for the call: the recorder replays it,
-	// and the Secrets among it are scrubbed from what the host shows of
-	// the call (lastError, a shadow's differences).
-	reads := &countingReader{CacheReader: r.reads.For(key.Namespace), keep: true}
-	o.seen = func() []map[string]any {
-		return append(append([]map[string]any{obj.Object}, children...), reads.objects()...)
-	}
-	o.res, o.err = r.call(ctx, module, call, reads, request)
-	if o.err != nil {
-		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(o.err), Err: o.err.Error()}, o.seen)
-		r.record(module, hold, key, input, reads, o.res, o.err)
-		return o
-	}
-	resp, err := r.rules.Decode(call, obj.Object, len(request), o.res.Output)
-	if err != nil {
-		r.toShadow(sh, key, call, obj, request, compare.Answer{Kind: protocol.KindOf(err), Err: err.Error()}, o.seen)
-		r.record(module, hold, key, input, reads, o.res, err)
-		o.err = err
-		return o
-	}
-	r.toShadow(sh, key, call, obj, request, answerOf(resp), o.seen)
-	var guestErr error
-	if resp.Error != nil {
-		guestErr = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
-	}
-	r.record(module, hold, key, input, reads, o.res, guestErr)
-	a, err := r.apply(ctx, call, obj, observed, resp, deleting, told)
-	o.wrote, o.untold = o.wrote || a.wrote, a.untold
-	switch {
-	case a.synced:
-		r.setFailures(key, a.failures)
-	case resp.Children == nil && resp.Error == nil:
-		r.setFailures(key, nil) // the guest no longer asks for the children that failed
-	}
-	switch {
-	case err != nil:
-		o.err = err
-	case resp.Error != nil:
-		o.err = &protocol.GuestError{Module: r.name, Call: call, Message: resp.Error.Message, Terminal: resp.Error.Terminal}
-	default:
-		o.requeueAfter = time.Duration(resp.RequeueAfterSeconds) * time.Second
-	}
-	// Remember a success, and a terminal guest error (one the same input
-	// repeats), so that an event that changes nothing the guest sees, such
-	// as the one of the status this call wrote, is not another call: after
-	// a terminal error it would fail again and record a second identical
-	// Warning (unchanged.go).
-	success := err == nil && resp.Error == nil
-	terminal := err == nil && resp.Error != nil && resp.Error.Terminal
-	if (success || terminal) && !deleting && !a.untold && !a.childWrites && len(a.failures) == 0 && len(told) == 0 && reads.n == 0 {
-		status := any(resp.Status)
-		if resp.Status == nil {
-			status = obj.Object["status"]
-		}
-		m := memo{digest: module.Digest(), inputs: hashObject(obj), status: hashValue(status), children: hashString(childFP)}
-		if success && o.requeueAfter > 0 {
-			m.due = r.opts.Now().Add(o.requeueAfter)
-		}
-		r.memos.set(key, m)
-	}
-	return o
 }
 
 // SetShadow makes s the candidate called beside the serving version on
@@ -639,10 +477,10 @@ func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), k
 // the other modules keep the rest. The first call that finishes without
 // preemption lifts it.
 func (r *Reconciler) call(ctx context.Context, module *engine.Module, call string, reads engine.CacheReader, request []byte) (engine.Result, error) {
-	if r.suspect.Load() {
+	if r.calls.suspect.Load() {
 		select {
-		case r.penalty <- struct{}{}:
-			defer func() { <-r.penalty }()
+		case r.calls.penalty <- struct{}{}:
+			defer func() { <-r.calls.penalty }()
 		case <-ctx.Done():
 			return engine.Result{}, &engine.CanceledError{Module: r.name, Call: call}
 		}
@@ -650,177 +488,11 @@ func (r *Reconciler) call(ctx context.Context, module *engine.Module, call strin
 	res, err := module.Reconcile(engine.WithCacheReader(ctx, reads), call, request)
 	switch kind := protocol.KindOf(err); {
 	case kind.Preempted():
-		if !r.suspect.Swap(true) {
+		if !r.calls.suspect.Swap(true) {
 			log.FromContext(ctx).Info("guest preempted: the module's calls now run one at a time until one finishes in budget", "error", err.Error())
 		}
 	case kind != protocol.Canceled:
-		r.suspect.Store(false)
+		r.calls.suspect.Store(false)
 	}
 	return res, err
-}
-
-func (r *Reconciler) kindOf(o outcome) string {
-	switch o.skip {
-	case skipGone:
-		return "Gone"
-	case skipNotOurs:
-		return "NotOurs"
-	case skipStorm:
-		return "Damped"
-	case skipUnchanged:
-		return "Unchanged"
-	}
-	return string(protocol.KindOf(o.err))
-}
-
-// settle is the one place an outcome becomes metrics, statistics, the
-// attempt count, a Warning Event, storm state and the controller's result.
-//
-// The attempt count (Request.attempt) counts consecutive reconciles of an
-// object that ended in any failure; a success or the object's deletion
-// resets it, and a host shutdown (Canceled) does not count.
-func (r *Reconciler) settle(ctx context.Context, o outcome) (ctrl.Result, error) {
-	switch o.skip {
-	case skipGone:
-		r.forget(o.key)
-		r.setFailures(o.key, nil)
-		r.memos.forget(o.key)
-		r.storms.forget(o.key)
-		r.events.forget(o.key)
-		return ctrl.Result{}, nil
-	case skipNotOurs:
-		r.forget(o.key)
-		r.memos.forget(o.key)
-		return ctrl.Result{}, nil
-	case skipUnchanged:
-		r.opts.Metrics.Unchanged.WithLabelValues(r.name).Inc()
-		log.FromContext(ctx).V(1).Info("unchanged since the guest's last answer (a success or a terminal error): guest not called")
-		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
-	case skipStorm:
-		r.opts.Metrics.Damped.WithLabelValues(r.name).Inc()
-		log.FromContext(ctx).V(1).Info("quiescent: reconcile postponed", "after", o.damped.String())
-		return ctrl.Result{RequeueAfter: o.damped}, nil
-	}
-	kind := protocol.KindOf(o.err)
-	if o.called {
-		r.opts.Metrics.ObserveCall(r.name, o.res, kind)
-	}
-	if o.res.MemoryWait > 0 && o.obj != nil {
-		r.warn(o.obj, ReasonMemoryBudgetWait, fmt.Sprintf("the guest call waited %s for its instance's memory within the operator's guest memory budget (--memory-budget): other instances and compiles held it",
-			o.res.MemoryWait.Round(time.Millisecond)))
-	}
-	r.opts.Metrics.ReconcileTotal.WithLabelValues(r.name, string(kind)).Inc()
-	if o.wrote {
-		r.lastChange.Store(r.opts.Now().UnixNano())
-	}
-	if kind == protocol.Canceled {
-		return ctrl.Result{}, o.err // shutting down: retried by the next leader or start
-	}
-	r.stats.record(kind, o.called, o.res)
-	if kind == protocol.Success {
-		r.forget(o.key)
-		// A triggered call that wrote nothing is not the owner's storm.
-		if o.triggered && !o.wrote {
-			return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
-		}
-		if storm, n := r.storms.record(o.key, o.fingerprint, o.wrote, r.opts.Now()); storm {
-			r.opts.Metrics.StormsDetected.WithLabelValues(r.name).Inc()
-			r.warn(o.obj, ReasonReconcileStorm, fmt.Sprintf("reconciled %d times within %s without any change; the guest is now called at most once every %s until the object's generation or children change",
-				n, r.storms.opts.Window, r.storms.opts.Backoff))
-			log.FromContext(ctx).Info("reconcile storm: object is quiescent", "reconciles", n)
-		}
-		return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
-	}
-	r.failed(o.key)
-	// The error is shown in a ReconcileModule's status and in an Event, to
-	// whoever may read those: without the values of the Secrets the call
-	// saw (a guest's message may quote one).
-	scrub := func(s string) string { return s }
-	if o.seen != nil {
-		sc := &redact.Scrubber{}
-		sc.LearnAll(o.seen()...)
-		scrub = sc.String
-	}
-	r.stats.setLastError(scrub(fmt.Sprintf("%s %s: %s", kind, o.key, o.err.Error())))
-	if o.obj != nil && r.newWarning(o) {
-		r.warn(o.obj, string(kind), scrub(protocol.Note(o.err)))
-	}
-	switch kind {
-	case protocol.ApplyFailed, protocol.ChildConflict:
-		log.FromContext(ctx).Error(o.err, "reconcile failed: the API server refused a write", "result", kind)
-	default:
-		log.FromContext(ctx).Info("reconcile failed", "result", kind, "error", o.err.Error())
-	}
-	if o.untold {
-		// The guest has not seen the failure: call it again, with it in
-		// Request.childFailures, before anything is terminal.
-		return ctrl.Result{}, o.err
-	}
-	if protocol.Terminal(o.err) {
-		return ctrl.Result{}, reconcile.TerminalError(o.err)
-	}
-	return ctrl.Result{}, o.err
-}
-
-// warn records a Warning Event on obj, its message cut to what the API
-// server accepts (protocol.Note cuts an error's message better).
-func (r *Reconciler) warn(obj *unstructured.Unstructured, reason, msg string) {
-	r.opts.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", protocol.Cap(msg))
-}
-
-func (r *Reconciler) attempt(key types.NamespacedName) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.attempts[key]
-}
-
-func (r *Reconciler) failed(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.attempts[key]++
-}
-
-func (r *Reconciler) failuresOf(key types.NamespacedName) []abi.ChildFailure {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failures[key]
-}
-
-func (r *Reconciler) setFailures(key types.NamespacedName, f []abi.ChildFailure) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(f) == 0 {
-		delete(r.failures, key)
-	} else {
-		r.failures[key] = f
-	}
-}
-
-func (r *Reconciler) forget(key types.NamespacedName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.attempts, key)
-	delete(r.warned, key)
-}
-
-// newWarning reports whether failure o deserves a Warning Event: every
-// failure does, except a terminal one that repeats the last terminal
-// failure of the object (same generation, kind and message). A terminal
-// failure's status write, or any event that changes nothing the guest
-// reads, may call the guest again, which fails the same way; the object
-// already says so. A success in between, or a new generation, warns again.
-func (r *Reconciler) newWarning(o outcome) bool {
-	kind := protocol.KindOf(o.err)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !protocol.Terminal(o.err) || o.untold {
-		delete(r.warned, o.key)
-		return true
-	}
-	sig := fmt.Sprintf("%d|%s|%s", o.obj.GetGeneration(), kind, protocol.Note(o.err))
-	if r.warned[o.key] == sig {
-		return false
-	}
-	r.warned[o.key] = sig
-	return true
 }

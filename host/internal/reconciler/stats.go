@@ -74,14 +74,11 @@ type Activity struct {
 
 // Activity reports the reconciler's current activity.
 func (r *Reconciler) Activity() Activity {
-	r.mu.Lock()
-	failing := len(r.attempts)
-	r.mu.Unlock()
-	a := Activity{Failing: failing, Active: int(r.active.Load())}
+	a := Activity{Failing: r.objects.failingCount(), Active: int(r.activity.active.Load())}
 	if q := r.queue.Load(); q != nil {
 		a.Queued = (*q).Len()
 	}
-	if ns := r.lastChange.Load(); ns != 0 {
+	if ns := r.activity.lastChange.Load(); ns != 0 {
 		a.LastChange = time.Unix(0, ns)
 	}
 	return a

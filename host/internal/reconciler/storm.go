@@ -1,10 +1,7 @@
 package reconciler
 
 import (
-	"sync"
 	"time"
-
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // StormOptions configure storm damping: an object reconciled more than
@@ -39,6 +36,7 @@ func (o StormOptions) withDefaults() StormOptions {
 	return o
 }
 
+// stormState is one object's storm damping, kept in its objectState.
 type stormState struct {
 	fingerprint string      // generation, observed children (kinds, names, resourceVersions) and module digest
 	noops       []time.Time // unchanged reconciles within the window
@@ -46,70 +44,37 @@ type stormState struct {
 	lastCall    time.Time
 }
 
-// stormTracker keeps stormState per object.
-type stormTracker struct {
-	opts StormOptions
-	mu   sync.Mutex
-	objs map[types.NamespacedName]*stormState
-}
-
-func newStormTracker(opts StormOptions) *stormTracker {
-	return &stormTracker{opts: opts.withDefaults(), objs: map[types.NamespacedName]*stormState{}}
-}
-
 // admit decides whether to call the guest now. While quiescent with the same
 // fingerprint it returns false and how long to wait; a change ends
 // quiescence.
-func (s *stormTracker) admit(key types.NamespacedName, fingerprint string, now time.Time) (bool, time.Duration) {
-	if s.opts.Disabled {
-		return true, 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.objs[key]
-	if st == nil || !st.quiescent {
+func (st *stormState) admit(opts StormOptions, fingerprint string, now time.Time) (bool, time.Duration) {
+	if !st.quiescent {
 		return true, 0
 	}
 	if st.fingerprint != fingerprint {
 		st.quiescent, st.noops = false, nil // a real change: resume at once
 		return true, 0
 	}
-	if wait := st.lastCall.Add(s.opts.Backoff).Sub(now); wait > 0 {
+	if wait := st.lastCall.Add(opts.Backoff).Sub(now); wait > 0 {
 		return false, wait
 	}
 	return true, 0
 }
 
 // record notes a guest call's outcome and reports whether it starts a storm.
-func (s *stormTracker) record(key types.NamespacedName, fingerprint string, changed bool, now time.Time) (storm bool, count int) {
-	if s.opts.Disabled {
-		return false, 0
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.objs[key]
-	if st == nil {
-		st = &stormState{}
-		s.objs[key] = st
-	}
+func (st *stormState) record(opts StormOptions, fingerprint string, changed bool, now time.Time) (storm bool, count int) {
 	st.lastCall = now
 	if changed || st.fingerprint != fingerprint {
 		st.fingerprint, st.noops, st.quiescent = fingerprint, nil, false
 		return false, 0
 	}
 	st.noops = append(st.noops, now)
-	for len(st.noops) > 0 && now.Sub(st.noops[0]) > s.opts.Window {
+	for len(st.noops) > 0 && now.Sub(st.noops[0]) > opts.Window {
 		st.noops = st.noops[1:]
 	}
-	if !st.quiescent && len(st.noops) >= s.opts.Threshold {
+	if !st.quiescent && len(st.noops) >= opts.Threshold {
 		st.quiescent = true
 		return true, len(st.noops)
 	}
 	return false, 0
-}
-
-func (s *stormTracker) forget(key types.NamespacedName) {
-	s.mu.Lock()
-	delete(s.objs, key)
-	s.mu.Unlock()
 }

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -105,28 +104,4 @@ func (d *sourceDamper) forget(source string) {
 	if st := d.srcs[source]; st != nil && !st.pending {
 		delete(d.srcs, source)
 	}
-}
-
-// triggered marks the owners a trigger enqueued, until their next call
-// takes the mark (takeTriggered).
-type triggeredSet struct {
-	mu   sync.Mutex
-	keys map[types.NamespacedName]struct{}
-}
-
-func (t *triggeredSet) mark(k types.NamespacedName) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.keys == nil {
-		t.keys = map[types.NamespacedName]struct{}{}
-	}
-	t.keys[k] = struct{}{}
-}
-
-func (t *triggeredSet) take(k types.NamespacedName) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.keys[k]
-	delete(t.keys, k)
-	return ok
 }

@@ -46,13 +46,13 @@ func TestSourceDamperDampsOneSourceOnly(t *testing.T) {
 // TestTriggeredMarkIsTakenOnce: a trigger's mark is seen by the owner's
 // next call only.
 func TestTriggeredMarkIsTakenOnce(t *testing.T) {
-	var s triggeredSet
+	s := newObjects(StormOptions{})
 	k := types.NamespacedName{Namespace: "ns", Name: "owner"}
-	if s.take(k) {
+	if s.takeTriggered(k) {
 		t.Fatal("an unmarked owner is marked")
 	}
-	s.mark(k)
-	if !s.take(k) || s.take(k) {
+	s.markTriggered(k)
+	if !s.takeTriggered(k) || s.takeTriggered(k) {
 		t.Error("the mark is not taken exactly once")
 	}
 }

@@ -243,8 +243,7 @@ func (t *trigger) handler() handler.EventHandler {
 					continue
 				}
 				seen[k] = true
-				t.r.memos.forget(k)
-				t.r.triggered.mark(k)
+				t.r.objects.markTriggered(k)
 				q.Add(reconcile.Request{NamespacedName: k})
 			}
 		}

@@ -105,8 +105,8 @@ func TestTriggerTargets(t *testing.T) {
 		responder("a", "empty-selector", map[string]any{"selector": map[string]any{}}),
 		responder("a", "other-labels", map[string]any{"selector": map[string]any{"app": "db"}}),
 	}
-	r := &Reconciler{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"},
-		memos: newMemos(), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
+	r := &Reconciler{declared: declared{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}},
+		objects: newObjects(StormOptions{}), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
 	owner := func(apiVersion, kind, name string) map[string]any {
 		return map[string]any{"apiVersion": apiVersion, "kind": kind, "name": name, "uid": "u-" + name}
 	}
@@ -165,15 +165,15 @@ func TestTriggerTargets(t *testing.T) {
 // resyncs enqueue nothing.
 func TestTriggerForgetsMemo(t *testing.T) {
 	cm := abi.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
-	r := &Reconciler{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"},
-		memos: newMemos(), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
+	r := &Reconciler{declared: declared{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}},
+		objects: newObjects(StormOptions{}), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
 	tr := r.newTrigger(nil, 0, abi.Trigger{Kind: cm, Field: "spec.target"})
 	tr.reader = listReader{objs: []*unstructured.Unstructured{
 		responder("a", "old", map[string]any{"target": "cfg-old"}),
 		responder("a", "new", map[string]any{"target": "cfg-new"}),
 	}}
 	for _, k := range []string{"old", "new"} {
-		r.memos.set(types.NamespacedName{Namespace: "a", Name: k}, memo{digest: "d"})
+		r.objects.setMemo(types.NamespacedName{Namespace: "a", Name: k}, memo{digest: "d"})
 	}
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
@@ -194,7 +194,7 @@ func TestTriggerForgetsMemo(t *testing.T) {
 		t.Fatalf("an update enqueued %d objects, want 2 (the old and the new side's)", q.Len())
 	}
 	for _, k := range []string{"old", "new"} {
-		if _, ok := r.memos.get(types.NamespacedName{Namespace: "a", Name: k}); ok {
+		if _, ok := r.objects.memoOf(types.NamespacedName{Namespace: "a", Name: k}); ok {
 			t.Fatalf("%s's memo survived its trigger", k)
 		}
 	}
@@ -207,8 +207,8 @@ func TestTriggerMaxFanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"},
-		memos: newMemos(), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: 3, Metrics: m}}
+	r := &Reconciler{declared: declared{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}},
+		objects: newObjects(StormOptions{}), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: 3, Metrics: m}}
 	tr := r.newTrigger(nil, 0, abi.Trigger{Kind: abi.GroupVersionKind{Version: "v1", Kind: "ServiceAccount"}, All: true})
 	var owners []*unstructured.Unstructured
 	for i := range 5 {

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"hash/maphash"
 	"math"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // An event carries nothing the guest can react to when the object, its
@@ -55,40 +53,6 @@ type memo struct {
 	status   uint64    // hashValue of the status the call applied or left
 	children uint64    // hash of childrenFingerprint
 	due      time.Time // when the requeue the guest asked for is due; zero for none
-}
-
-// memos keeps the memo of the last call per object that succeeded or
-// failed terminally.
-type memos struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]memo
-}
-
-func newMemos() *memos { return &memos{m: map[types.NamespacedName]memo{}} }
-
-func (s *memos) get(key types.NamespacedName) (memo, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m, ok := s.m[key]
-	return m, ok
-}
-
-func (s *memos) set(key types.NamespacedName, m memo) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[key] = m
-}
-
-func (s *memos) forget(key types.NamespacedName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, key)
-}
-
-func (s *memos) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.m)
 }
 
 // unchanged reports whether obj, observed with children fingerprint
