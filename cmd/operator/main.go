@@ -1,7 +1,21 @@
-// Command operator runs wasm reconcile modules against a Kubernetes cluster.
+// Command operator runs wasm reconcile modules against a Kubernetes cluster,
+// and gives their authors and CI the same engine offline:
 //
-//	operator run --module widget.wasm [--module other.wasm ...]
-//	operator version
+//	operator run      run modules against a cluster (kubeconfig or in-cluster)
+//	operator dev      run modules with hot reload on a local control plane it starts
+//	operator invoke   run one reconcile offline and print the response
+//	operator test     run a module's test cases offline, for CI
+//	operator init     write a new module: go.mod, handler, tests, a case, a CRD, RBAC
+//	operator rbac     print the least-privilege RBAC of a module's manifest
+//	operator push     push a module to an OCI registry; print its pinned reference
+//	operator pull     fetch a module from an OCI registry
+//	operator record   fetch a running operator's recorded calls as test cases
+//	operator replay   rerun recorded cases on another version and report changes
+//	operator version  print the version
+//
+// A compile worker is this binary started again by the operator
+// (engine.SelfCompileWorker); run "operator COMMAND --help" for a command's
+// flags.
 package main
 
 import (

@@ -355,9 +355,11 @@ type Host struct {
 // Setup adds the host to mgr: it loads opts.Modules now (their failures are
 // in LoadErrors, not in the error), and adds to mgr the supervisor that runs
 // the module controllers (in the leader only), the ModuleDir watcher, the
-// ReconcileModule controller, a readiness check ("wasmreconcile", 503 until
-// every informer cache has synced) and a runnable that closes the host when
-// the manager stops. It fails only on errors that stop the host as a whole:
+// ReconcileModule controller, a readiness check ("wasmreconcile": 503 until
+// the manager has started, the ReconcileModule cache has synced and no
+// module's caches are still syncing normally; a module unready for a reason
+// of its own leaves the host ready, see Ready) and a runnable that closes
+// the host when the manager stops. It fails only on errors that stop the host as a whole:
 // a bad option, an unusable directory, a missing CRD.
 //
 // The host reads the objects of its modules' kinds, which are unstructured,

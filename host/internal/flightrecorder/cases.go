@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
-	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 )
 
 // Case is rec as an `operator test` case: its input, an expectation that

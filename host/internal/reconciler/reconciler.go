@@ -45,7 +45,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
-	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/cacheread"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
@@ -54,6 +53,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 )
 
 // ReasonReconcileStorm is the reason of the Warning Event on an object found

@@ -22,10 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
-	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/redact"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 )
 
 // Options configure a Shadow. Zero fields take the stated defaults.

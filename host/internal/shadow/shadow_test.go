@@ -5,9 +5,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 

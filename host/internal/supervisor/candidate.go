@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wasmreconcile/wasmreconcile/host/compare"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
+	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 )
 
 // CandidateSpec is a candidate version of a module: called beside the
