@@ -1,0 +1,290 @@
+package operator
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
+)
+
+// Options configure the host. Zero fields take the stated defaults.
+type Options struct {
+	// Modules are paths of .wasm files to load; each module's manifest names
+	// it. A path may pin the file's bytes: "widget.wasm@sha256:<hex>"; bytes
+	// that do not match are refused. An entry may also be an OCI reference,
+	// "oci://REGISTRY/REPOSITORY[:TAG]@sha256:<manifest digest>", fetched
+	// with ModuleRegistryConfig's credentials under the URL policy below
+	// (its hosts and addresses). A module that fails to load is reported by
+	// LoadErrors and logged; the others still run. Defaults to none.
+	Modules []string
+	// ModuleRegistryConfig is a Docker config file ({"auths": …}) with the
+	// credentials of the registries of oci:// Modules. Credential helpers
+	// it names are never run. Defaults to "": anonymous.
+	ModuleRegistryConfig string
+	// FlightRecorder configures the flight recorder: every module's last
+	// failed calls and a sample of its successful ones, kept in memory for
+	// offline replay (docs/rollout.md). Defaults to on, with the defaults
+	// of FlightRecorderOptions.
+	FlightRecorder FlightRecorderOptions
+	// ModuleCacheDir is a directory where oci sources (Modules and
+	// ReconcileModules) keep the manifests and modules they fetched, by
+	// digest, checked again when read: a restart while the registry is
+	// down still loads them. Defaults to "": nothing is kept.
+	ModuleCacheDir string
+
+	// ModuleDir is a directory of .wasm files to load and watch: a file
+	// written or replaced there is hot-reloaded, a file removed stops its
+	// module. Defaults to "": no directory.
+	ModuleDir string
+	// ModuleDirSettle is how long a file in ModuleDir must see no write
+	// before it is loaded. Defaults to 100 ms.
+	ModuleDirSettle time.Duration
+
+	// ReconcileModules runs the modules declared by ReconcileModule objects
+	// (api/v1alpha1, config/crd), and needs that CRD installed. Setup adds
+	// v1alpha1 to the manager's scheme. Defaults to false.
+	ReconcileModules bool
+	// MaxModuleBytes caps a module's size from any source, compressed and
+	// uncompressed. Defaults to 64 MiB.
+	MaxModuleBytes int64
+	// ModuleFetchTimeout bounds fetching a module from a url or oci source.
+	// Defaults to 30 s.
+	ModuleFetchTimeout time.Duration
+	// ModuleStatusInterval is how often a ReconcileModule's status
+	// statistics are refreshed. Defaults to 30 s.
+	ModuleStatusInterval time.Duration
+	// ModuleLoadWorkers is how many ReconcileModules are reconciled, and
+	// so fetched and compiled, at once: one module's slow load never holds
+	// up the others'. Defaults to 4.
+	ModuleLoadWorkers int
+	// ModuleHTTPClient fetches url sources. Defaults to a client that
+	// enforces the whole URL policy below (source.NewHTTPClient), checking
+	// each address as it dials. A client of your own keeps its Transport:
+	// ModuleURLAllowedHosts, the redirect rules and the error texts still
+	// apply, but ModuleURLAllowPrivate only if its Transport comes from
+	// source.NewTransport (docs/sources.md).
+	ModuleHTTPClient *http.Client
+	// ModuleURLAllowedHosts are the hosts url sources may fetch from:
+	// names, "*.example.com" for any name under a domain, or IP addresses
+	// (source.URLPolicy.AllowedHosts). Defaults to none: any host whose
+	// addresses are public.
+	ModuleURLAllowedHosts []string
+	// ModuleURLAllowPrivate lets url sources reach loopback, private and
+	// other non-public addresses; link-local (cloud metadata), multicast
+	// and unspecified addresses stay refused. Defaults to false.
+	ModuleURLAllowPrivate bool
+	// ModuleSourceNamespaces are the namespaces whose ConfigMaps and
+	// Secrets a ReconcileModule's source may name; "*" is any. A source in
+	// another namespace is refused (reason SourceRefused) and not read.
+	// Defaults to the namespace the operator runs in (its service
+	// account's, in-cluster), else "default".
+	ModuleSourceNamespaces []string
+
+	// DefaultServiceAccount, "namespace/name", is the identity of the
+	// modules that name none: files (Modules, ModuleDir), modules of
+	// Host.Apply without Module.ServiceAccount, and ReconcileModules
+	// without spec.serviceAccountName. A module's writes (children,
+	// status, finalizers) and its guest's Events impersonate its account,
+	// and what it reads (its objects, their children, the guest's cache
+	// reads) is authorized for the account; the host's own Warnings and
+	// the informers stay the operator's (docs/security.md). Defaults to
+	// "": the operator's own identity (single tenant).
+	DefaultServiceAccount string
+	// ServiceAccountNamespace is the namespace of a ReconcileModule's
+	// spec.serviceAccountName when its spec.serviceAccountNamespace is
+	// empty. Defaults to the operator's namespace: its service account's
+	// in-cluster, else "default".
+	ServiceAccountNamespace string
+	// AuthorizationTTL is how long an allowed answer of a
+	// SubjectAccessReview (may this account get or list this kind in this
+	// namespace?) is reused: a right revoked is still used for up to this
+	// long. Defaults to 1 minute.
+	AuthorizationTTL time.Duration
+	// AuthorizationDeniedTTL is how long a denied answer is reused: a
+	// right granted takes up to this long to be used. Defaults to 10
+	// seconds.
+	AuthorizationDeniedTTL time.Duration
+
+	// KeepVersions is how many versions of each module stay compiled, so
+	// that rolling back to one is instant. Defaults to 3.
+	KeepVersions int
+	// InterpreterFirst serves new module bytes from wazero's interpreter
+	// while the compiler works, then switches to the compiled code.
+	// Defaults to false.
+	InterpreterFirst bool
+	// CompilationCacheDir persists compiled modules across restarts.
+	// Defaults to "" (in memory only; with a Compile.Worker, a directory
+	// of the engine's own under os.TempDir, removed on close).
+	CompilationCacheDir string
+	// Compile bounds compiling module bytes: the shapes refused before
+	// compiling, and the worker processes compiles run in
+	// (engine.CompileOptions). A compile over a limit fails the load as
+	// InvalidModule, naming the limit; the serving version stays. To
+	// isolate compiles, set Compile.Worker to engine.SelfCompileWorker()
+	// and call engine.MaybeRunCompileWorker first in main, as the operator
+	// binary does. Defaults to the zero CompileOptions: the default
+	// complexity limits, and compiles in this process, where a module's
+	// bytes can make the compiler take the process's memory.
+	Compile engine.CompileOptions
+	// MemoryBudget, when positive, bounds in bytes what guests can make the
+	// process hold: every instance reserves its memory cap while it lives,
+	// every compile worker its memory limit while it runs
+	// (engine.MemoryBudget); an instance that does not fit waits, closing
+	// idle instances of other modules first (wasmreconcile_memory_budget_*
+	// metrics, a MemoryBudgetWait Warning Event). The memory ceiling is
+	// lowered to it. Defaults to 0: no budget. The operator binary sets
+	// DefaultMemoryBudgetPercent of DetectMemoryLimit (--memory-budget).
+	MemoryBudget int64
+
+	// Limits apply to every module. Zero fields take the module's manifest
+	// defaults, then the engine's.
+	Limits engine.Limits
+	// Ceilings cap the Fuel, Timeout and MemoryLimitPages of every module:
+	// no Limits, Module.Limits, ReconcileModule spec.limits or manifest can
+	// exceed them. A limit over its ceiling is clamped to it, and reported
+	// (a ReconcileModule's status and a Warning Event; a log line for
+	// files). Its other fields are ignored. Zero fields take
+	// engine.DefaultMaxFuel (5,000,000,000), engine.DefaultMaxTimeout (60 s)
+	// and engine.DefaultMaxMemoryPages (4096 pages = 256 MiB).
+	Ceilings engine.Limits
+	// ModuleConfig is the configuration passed to each module, by module
+	// name, as Request.Config; a ReconcileModule's spec.config takes its
+	// place. Defaults to none.
+	ModuleConfig map[string]map[string]any
+	// ModuleReadNamespaces are, by module name, the namespaces beyond the
+	// reconciled object's own whose objects the module's guest may read
+	// through cache_read ("*": every namespace); a ReconcileModule's
+	// spec.readNamespaces takes their place. Defaults to none: a guest
+	// reads its object's namespace, and cluster-scoped kinds.
+	ModuleReadNamespaces map[string][]string
+	// Storm configures reconcile-storm damping for every module: of each
+	// object, and of each related object a trigger maps.
+	Storm StormOptions
+	// TriggerMaxFanOut caps the objects one event of a related object
+	// reconciles through a selector or all trigger (the others are
+	// dropped and counted in wasmreconcile_trigger_fanout_dropped_total).
+	// Defaults to 1000.
+	TriggerMaxFanOut int
+	// CallUnchanged calls every module's guest for every event, even one
+	// that carries nothing the guest can react to, such as the event of
+	// the host's own status write (docs/abi.md, "When the guest is
+	// called"). Defaults to false: such events are answered without a
+	// call.
+	CallUnchanged bool
+	// Events is the budget of every module's guest Events (docs/abi.md,
+	// "Events and logs"): token buckets per object and per module.
+	Events EventBudget
+	// ResponseLimits bound every module's responses (docs/abi.md, "Response
+	// rules"); `operator test` takes the same limits. See protocol.Limits
+	// for the defaults.
+	ResponseLimits protocol.Limits
+	// RateLimit configures every module's workqueue rate limiter.
+	RateLimit RateLimit
+	// MaxConcurrentReconciles per module. Defaults to the module's
+	// MaxInstances, so no worker waits for an instance.
+	MaxConcurrentReconciles int
+
+	// QuiescentAfter is how long a converged module must write nothing to
+	// be reported quiescent. Defaults to 1 minute.
+	QuiescentAfter time.Duration
+	// SyncTimeout is how long a module's kind may take to sync before a
+	// SyncFailed warning. Defaults to 2 minutes.
+	SyncTimeout time.Duration
+	// StaleAfter is how long a module's kind may see no watch event or list
+	// before a CacheStale warning; it needs Informers. Defaults to 10
+	// minutes.
+	StaleAfter time.Duration
+	// HealthInterval is how often modules' caches are checked for those
+	// warnings. Defaults to 10 seconds.
+	HealthInterval time.Duration
+
+	// Registerer registers the host's metrics. Defaults to
+	// controller-runtime's registry, which the manager's metrics endpoint
+	// serves.
+	Registerer prometheus.Registerer
+	// Informers, when the manager's cache was built with them
+	// (cache.Options{NewInformer: informers.NewInformer}), tell how fresh
+	// each kind's cache is, for CacheStale warnings. New sets it. Defaults
+	// to nil: no staleness warnings.
+	Informers *informer.Informers
+}
+
+// StormOptions configure storm damping: an object reconciled more than
+// Threshold times within Window without any change is quiescent; its guest
+// is then called at most once per Backoff until it changes.
+type StormOptions struct {
+	// Threshold defaults to 20.
+	Threshold int
+	// Window defaults to 10 seconds.
+	Window time.Duration
+	// Backoff defaults to 1 minute.
+	Backoff time.Duration
+	// Disabled turns damping off. Defaults to false.
+	Disabled bool
+}
+
+// EventBudget bounds the Events a module's guest records: every Event takes
+// a token from its object's bucket and one from the module's, and an Event
+// either cannot pay for is dropped and counted
+// (wasmreconcile_events_dropped_total). The host's own Warning Events are
+// not budgeted. Zero fields take the stated defaults.
+type EventBudget struct {
+	// ObjectQPS is the refill rate of each object's bucket, in Events per
+	// second. Defaults to 0.1 (one per 10 s).
+	ObjectQPS float64
+	// ObjectBurst is the size of each object's bucket. Defaults to 10.
+	ObjectBurst int
+	// ModuleQPS is the refill rate of the module's bucket. Defaults to 10.
+	ModuleQPS float64
+	// ModuleBurst is the size of the module's bucket. Defaults to 100.
+	ModuleBurst int
+	// Disabled records every Event. Defaults to false.
+	Disabled bool
+}
+
+// Defaults of EventBudget.
+const (
+	DefaultEventObjectQPS   = reconciler.DefaultEventObjectQPS
+	DefaultEventObjectBurst = reconciler.DefaultEventObjectBurst
+	DefaultEventModuleQPS   = reconciler.DefaultEventModuleQPS
+	DefaultEventModuleBurst = reconciler.DefaultEventModuleBurst
+)
+
+// RateLimit configures a module's workqueue: per-object exponential backoff
+// for failures, combined (the slower wins) with an overall token bucket.
+// The defaults are controller-runtime's.
+type RateLimit struct {
+	// BaseDelay is the first retry delay; it doubles per failure.
+	// Defaults to 5 ms.
+	BaseDelay time.Duration
+	// MaxDelay caps the per-object delay. Defaults to 1000 s.
+	MaxDelay time.Duration
+	// QPS is the bucket's rate. Defaults to 10.
+	QPS float64
+	// Burst is the bucket's size. Defaults to 100.
+	Burst int
+}
+
+// Module is a module a program adds with Host.Apply.
+type Module struct {
+	// Name must match the module's manifest. Defaults to the manifest's.
+	Name string
+	// Source fetches the module's bytes. Required.
+	Source source.Fetcher
+	// SHA256, when set, pins the bytes (hex, optionally "sha256:"-prefixed).
+	SHA256 string
+	// Limits override Options.Limits where non-zero.
+	Limits engine.Limits
+	// Config is passed to the guest as Request.Config. Defaults to
+	// Options.ModuleConfig[Name].
+	Config map[string]any
+	// ServiceAccount, "namespace/name", is the module's identity.
+	// Defaults to Options.DefaultServiceAccount.
+	ServiceAccount string
+}
