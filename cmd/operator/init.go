@@ -16,6 +16,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/cmd/operator/internal/scaffold"
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/rbacgen"
 )
 
 const initUsage = `Usage: operator init NAME --for GROUP/VERSION/KIND [--owns GROUP/VERSION/KIND ...] [--reads GROUP/VERSION/KIND ...] [--dir DIR] [--sdk PATH]
@@ -95,7 +96,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 
 	_, builtin := protocol.Builtin.Namespaced(schema.GroupKind{Group: m.For.Group, Kind: m.For.Kind})
 	kind := func(g abi.GroupVersionKind) scaffold.Kind {
-		r, _ := kindResource(g, nil)
+		r, _ := rbacgen.Resource(g, nil)
 		return scaffold.Kind{Group: g.Group, Version: g.Version, Kind: g.Kind, Plural: r}
 	}
 	opts := scaffold.Options{
@@ -126,7 +127,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %-32s %s\n", filepath.ToSlash(f.Path), f.About)
 	}
 	if builtin {
-		fmt.Fprintf(stdout, "no CRD: %s is a built-in kind; its status may have no room for the module's conditions\n", kindList([]abi.GroupVersionKind{m.For}))
+		fmt.Fprintf(stdout, "no CRD: %s is a built-in kind; its status may have no room for the module's conditions\n", rbacgen.KindList([]abi.GroupVersionKind{m.For}))
 	}
 	fmt.Fprintf(stdout, "\nnext:\n  cd %s\n", dir)
 	fmt.Fprintf(stdout, "  make test    # go test; build %s.wasm; operator test on testdata/cases\n", name)

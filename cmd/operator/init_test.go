@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/wasmreconcile/wasmreconcile/cmd/operator/internal/scaffold"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
@@ -236,7 +239,8 @@ func TestInitCasesLoad(t *testing.T) {
 			t.Errorf("init %q: the case does not load: %v", flags, err)
 		}
 		rbac, _ := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
-		if !strings.Contains(string(rbac), "    name: demo\n    namespace: wasmreconcile-modules\n") {
+		_, bindings, _ := rbacDocs(t, rbac)
+		if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "demo", Namespace: "wasmreconcile-modules"}}; len(bindings) != 1 || !reflect.DeepEqual(bindings[0].Subjects, want) {
 			t.Errorf("init %q: rbac.yaml binds no wasmreconcile-modules/demo:\n%s", flags, rbac)
 		}
 	}
