@@ -2,27 +2,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/yaml"
 
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
-	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
-	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/compare"
+	"github.com/wasmreconcile/wasmreconcile/internal/recording"
 )
 
 const recordUsage = `Usage: operator record --endpoint URL --module NAME [--token-file FILE] [--out DIR]
@@ -72,79 +66,21 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	u, err := url.Parse(strings.TrimSuffix(*endpoint, "/") + operator.FlightRecorderPath)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("operator record: --endpoint %q is not an http(s) URL", *endpoint)
-	}
-	u.RawQuery = url.Values{"module": {*module}}.Encode()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	cases, err := recording.Fetch(context.Background(), recording.FetchOptions{Endpoint: *endpoint, Path: operator.FlightRecorderPath,
+		Module: *module, Token: tok, Timeout: *timeout})
 	if err != nil {
-		return err
-	}
-	if tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("operator record: %w; check --endpoint (kubectl port-forward to the operator's metrics port)", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return err
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusUnauthorized:
-		return errors.New("operator record: the operator refused the token (HTTP 401); give a valid one with --token-file (kubectl create token ACCOUNT)")
-	case http.StatusForbidden:
-		return fmt.Errorf("operator record: the token's identity may not read the flight recorder (HTTP 403); grant it get on the non-resource URL %s (a ClusterRole with nonResourceURLs)", operator.FlightRecorderPath)
-	case http.StatusNotFound:
-		return fmt.Errorf("operator record: %s", strings.TrimSpace(string(body)))
-	default:
-		return fmt.Errorf("operator record: HTTP %d from %s", resp.StatusCode, u.Redacted())
-	}
-	var got struct {
-		Cases []modtest.Case `json:"cases"`
-	}
-	if err := json.Unmarshal(body, &got); err != nil {
-		return fmt.Errorf("operator record: the answer is not the flight recorder's JSON: %w", err)
+		return fmt.Errorf("operator record: %w", err)
 	}
 	dir := *out
 	if dir == "" {
 		dir = filepath.Join("recorded", *module)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	written, err := recording.Write(dir, cases, *failuresOnly)
+	if err != nil {
 		return err
-	}
-	written := 0
-	for i, c := range got.Cases {
-		if *failuresOnly && c.Recorded != nil && c.Recorded.Kind == string(protocol.Success) {
-			continue
-		}
-		b, err := yaml.Marshal(c)
-		if err != nil {
-			return err
-		}
-		name := fmt.Sprintf("%03d-%s.yaml", i+1, fileSafe(c.Recorded))
-		if err := writeFileAtomic(filepath.Join(dir, name), b); err != nil {
-			return err
-		}
-		written++
 	}
 	fmt.Fprintf(stdout, "wrote %d case files of module %s to %s\n", written, *module, dir)
 	return nil
-}
-
-var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
-
-func fileSafe(r *modtest.Recorded) string {
-	if r == nil {
-		return "call"
-	}
-	return unsafeChars.ReplaceAllString(strings.ToLower(r.Kind+"-"+r.Object), "-")
 }
 
 // bearerToken is the token of the flags, $WASMRECONCILE_TOKEN, or the
@@ -219,36 +155,25 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts.Fresh = true
 	ctx := context.Background()
 	m, done, err := lf.load(ctx, *module)
 	if err != nil {
 		return err
 	}
 	defer done()
-	same, changed, skipped := 0, 0, 0
-	for _, c := range cases {
-		r := c.Recorded
-		if r == nil {
-			skipped++
+	rep := recording.Replay(ctx, m, cases, opts, allow)
+	for _, r := range rep.Results {
+		fuel := fmt.Sprintf("fuel %d → %d", r.FuelBefore, r.FuelAfter)
+		if !r.Changed {
+			fmt.Fprintf(stdout, "SAME     %s  (%s)\n", r.Case, fuel)
 			continue
 		}
-		o := offline.Run(ctx, m, c.Input, opts)
-		before := recordedAnswer(r)
-		after := outcomeAnswer(o)
-		verdict, lines := compare.Compare(before, after, allow)
-		fuel := fmt.Sprintf("fuel %d → %d", r.ReplayFuel, o.Fuel)
-		if verdict == compare.Agree {
-			same++
-			fmt.Fprintf(stdout, "SAME     %s  (%s)\n", c.Name, fuel)
-			continue
-		}
-		changed++
-		fmt.Fprintf(stdout, "CHANGED  %s  (%s)\n", c.Name, fuel)
-		for _, l := range lines {
+		fmt.Fprintf(stdout, "CHANGED  %s  (%s)\n", r.Case, fuel)
+		for _, l := range r.Lines {
 			fmt.Fprintf(stdout, "    %s\n", l)
 		}
 	}
+	same, changed, skipped := rep.Same, rep.Changed, rep.Skipped
 	fmt.Fprintf(stdout, "%d recorded calls replayed on %s: %d same, %d changed", same+changed, m.Digest(), same, changed)
 	if skipped > 0 {
 		fmt.Fprintf(stdout, " (%d cases without a recorded block skipped)", skipped)
@@ -258,26 +183,4 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 		return exitError{1}
 	}
 	return nil
-}
-
-// recordedAnswer is what production answered, from a case's recorded block.
-func recordedAnswer(r *modtest.Recorded) compare.Answer {
-	var out []byte
-	if r.Response != nil {
-		out, _ = json.Marshal(r.Response)
-	}
-	return compare.AnswerOf(protocol.Kind(r.Kind), r.Error, out)
-}
-
-// outcomeAnswer is an offline run's answer.
-func outcomeAnswer(o offline.Outcome) compare.Answer {
-	kind := o.Kind()
-	if kind == protocol.ReconcileFailed || kind == protocol.Success {
-		return compare.AnswerOf(kind, "", o.Output)
-	}
-	msg := ""
-	if o.Err != nil {
-		msg = o.Err.Error()
-	}
-	return compare.Answer{Kind: kind, Err: msg}
 }

@@ -1,0 +1,240 @@
+// Package recording is the author's side of the flight recorder: Fetch
+// reads a running operator's recorded calls of a module as operator test
+// cases (operator record), Write files them, and Replay reruns recorded
+// cases on another version of the module and says which calls change, and
+// how (operator replay).
+package recording
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/modtest"
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/compare"
+)
+
+// Defaults of FetchOptions.
+const (
+	DefaultFetchTimeout = 30 * time.Second
+	DefaultMaxBytes     = 256 << 20
+)
+
+// FetchOptions say where to fetch a module's recorded calls from.
+type FetchOptions struct {
+	// Endpoint is the base URL of the operator's metrics server, such as
+	// http://127.0.0.1:8080. Required.
+	Endpoint string
+	// Path is where the metrics server serves the flight recorder
+	// (operator.FlightRecorderPath). Required.
+	Path string
+	// Module names the module. Required.
+	Module string
+	// Token is the bearer token; "" sends none.
+	Token string
+	// Timeout bounds the request. Defaults to DefaultFetchTimeout.
+	Timeout time.Duration
+	// MaxBytes bounds the answer. Defaults to DefaultMaxBytes.
+	MaxBytes int64
+	// Client makes the request. Defaults to http.DefaultClient.
+	Client *http.Client
+}
+
+// Fetch reads the recorded calls of opts.Module from the operator at
+// opts.Endpoint, as test cases. Its errors say what to do: a refused token
+// (401), an identity that may not read the records (403), a module the
+// operator does not run (404).
+func Fetch(ctx context.Context, opts FetchOptions) ([]modtest.Case, error) {
+	if opts.Endpoint == "" || opts.Module == "" || opts.Path == "" {
+		return nil, errors.New("the endpoint, the path and the module are required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultFetchTimeout
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = DefaultMaxBytes
+	}
+	if opts.Client == nil {
+		opts.Client = http.DefaultClient
+	}
+	u, err := url.Parse(strings.TrimSuffix(opts.Endpoint, "/") + opts.Path)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("--endpoint %q is not an http(s) URL", opts.Endpoint)
+	}
+	u.RawQuery = url.Values{"module": {opts.Module}}.Encode()
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+opts.Token)
+	}
+	resp, err := opts.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w; check --endpoint (kubectl port-forward to the operator's metrics port)", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, opts.MaxBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > opts.MaxBytes {
+		return nil, fmt.Errorf("the flight recorder's answer is over %d bytes", opts.MaxBytes)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return nil, errors.New("the operator refused the token (HTTP 401); give a valid one with --token-file (kubectl create token ACCOUNT)")
+	case http.StatusForbidden:
+		return nil, fmt.Errorf("the token's identity may not read the flight recorder (HTTP 403); grant it get on the non-resource URL %s (a ClusterRole with nonResourceURLs)", opts.Path)
+	case http.StatusNotFound:
+		return nil, errors.New(strings.TrimSpace(string(body)))
+	default:
+		return nil, fmt.Errorf("HTTP %d from %s", resp.StatusCode, u.Redacted())
+	}
+	var got struct {
+		Cases []modtest.Case `json:"cases"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		return nil, fmt.Errorf("the answer is not the flight recorder's JSON: %w", err)
+	}
+	return got.Cases, nil
+}
+
+// Write files cases in dir as NNN-KIND-OBJECT.yaml, each written whole or
+// not at all, and returns how many it wrote: all of them, or with
+// failuresOnly only the failed calls.
+func Write(dir string, cases []modtest.Case, failuresOnly bool) (int, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	written := 0
+	for i, c := range cases {
+		if failuresOnly && c.Recorded != nil && c.Recorded.Kind == string(protocol.Success) {
+			continue
+		}
+		b, err := yaml.Marshal(c)
+		if err != nil {
+			return written, err
+		}
+		if err := writeFileAtomic(filepath.Join(dir, fileName(i, c.Recorded)), b); err != nil {
+			return written, err
+		}
+		written++
+	}
+	return written, nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// fileName is the i-th case's file name: its number, kind and object.
+func fileName(i int, r *modtest.Recorded) string {
+	what := "call"
+	if r != nil {
+		what = unsafeChars.ReplaceAllString(strings.ToLower(r.Kind+"-"+r.Object), "-")
+	}
+	return fmt.Sprintf("%03d-%s.yaml", i+1, what)
+}
+
+func writeFileAtomic(dest string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(dest), ".case-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp, dest)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// Result is one recorded call replayed.
+type Result struct {
+	Case       string   // the case's name
+	Changed    bool     // the new version answers otherwise
+	Lines      []string // how it differs (compare.Compare)
+	FuelBefore uint64   // the recorded call's fuel on a fresh instance
+	FuelAfter  uint64   // the replay's
+}
+
+// Report is a replay of recorded cases.
+type Report struct {
+	Results []Result
+	Same    int
+	Changed int
+	Skipped int // cases without a recorded block
+}
+
+// Replay reruns every case with a recorded block on m, each on a fresh
+// instance (opts.Fresh is set), and compares the answer with the recorded
+// one as a shadow does: differences at the paths of allow are expected.
+func Replay(ctx context.Context, m *engine.Module, cases []modtest.Case, opts offline.Options, allow []string) Report {
+	opts.Fresh = true
+	var rep Report
+	for _, c := range cases {
+		r := c.Recorded
+		if r == nil {
+			rep.Skipped++
+			continue
+		}
+		o := offline.Run(ctx, m, c.Input, opts)
+		verdict, lines := compare.Compare(recordedAnswer(r), outcomeAnswer(o), allow)
+		res := Result{Case: c.Name, FuelBefore: r.ReplayFuel, FuelAfter: o.Fuel}
+		if verdict == compare.Agree {
+			rep.Same++
+		} else {
+			rep.Changed++
+			res.Changed, res.Lines = true, lines
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	return rep
+}
+
+// recordedAnswer is what production answered, from a case's recorded block.
+func recordedAnswer(r *modtest.Recorded) compare.Answer {
+	var out []byte
+	if r.Response != nil {
+		out, _ = json.Marshal(r.Response)
+	}
+	return compare.AnswerOf(protocol.Kind(r.Kind), r.Error, out)
+}
+
+// outcomeAnswer is an offline run's answer.
+func outcomeAnswer(o offline.Outcome) compare.Answer {
+	kind := o.Kind()
+	if kind == protocol.ReconcileFailed || kind == protocol.Success {
+		return compare.AnswerOf(kind, "", o.Output)
+	}
+	msg := ""
+	if o.Err != nil {
+		msg = o.Err.Error()
+	}
+	return compare.Answer{Kind: kind, Err: msg}
+}

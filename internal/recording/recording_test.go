@@ -1,0 +1,153 @@
+package recording
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/modtest"
+	"github.com/wasmreconcile/wasmreconcile/host/offline"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testshare.Cleanup()
+	os.Exit(code)
+}
+
+// TestFetch: the recorded cases come back as served, with the token sent;
+// each refusal of the operator's is an error that says what to do.
+func TestFetch(t *testing.T) {
+	cases := []modtest.Case{
+		{Name: "a", Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/a"}},
+		{Name: "b", Recorded: &modtest.Recorded{Kind: "FuelExhausted", Object: "ns/b"}},
+	}
+	body, _ := json.Marshal(map[string]any{"cases": cases})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != "/records":
+			http.NotFound(w, r)
+		case r.Header.Get("Authorization") != "Bearer good":
+			http.Error(w, "no", http.StatusUnauthorized)
+		case r.URL.Query().Get("module") == "secret":
+			http.Error(w, "no", http.StatusForbidden)
+		case r.URL.Query().Get("module") == "gone":
+			http.Error(w, "module gone is not running", http.StatusNotFound)
+		case r.URL.Query().Get("module") == "junk":
+			_, _ = w.Write([]byte("<html>"))
+		case r.URL.Query().Get("module") == "huge":
+			_, _ = w.Write([]byte(strings.Repeat(" ", 2048)))
+		default:
+			_, _ = w.Write(body)
+		}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	opts := func(module, token string) FetchOptions {
+		return FetchOptions{Endpoint: srv.URL + "/", Path: "/records", Module: module, Token: token, MaxBytes: 1024}
+	}
+	got, err := Fetch(ctx, opts("widget", "good"))
+	if err != nil || len(got) != 2 || got[1].Recorded.Kind != "FuelExhausted" {
+		t.Fatalf("Fetch: %+v, %v", got, err)
+	}
+	for _, c := range []struct {
+		opts FetchOptions
+		want string
+	}{
+		{opts("widget", "bad"), "HTTP 401"},
+		{opts("secret", "good"), "HTTP 403"},
+		{opts("gone", "good"), "module gone is not running"},
+		{opts("junk", "good"), "not the flight recorder's JSON"},
+		{opts("huge", "good"), "over 1024 bytes"},
+		{FetchOptions{Endpoint: "ftp://x", Path: "/records", Module: "m"}, "not an http(s) URL"},
+		{FetchOptions{Endpoint: srv.URL, Module: "m"}, "required"},
+	} {
+		if _, err := Fetch(ctx, c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Fetch %s: %v, want an error containing %q", c.opts.Module, err, c.want)
+		}
+	}
+}
+
+// TestWrite: every case is written, or only the failures, under names
+// that say the kind and the object and are safe as file names.
+func TestWrite(t *testing.T) {
+	in := offline.Input{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}}}
+	cases := []modtest.Case{
+		{Name: "a", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/a"}},
+		{Name: "b", Input: in, Recorded: &modtest.Recorded{Kind: "FuelExhausted", Object: "ns/b*c"}},
+	}
+	dir := t.TempDir()
+	if n, err := Write(dir, cases, false); err != nil || n != 2 {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "002-fuelexhausted-ns-b-c.yaml")); err != nil {
+		t.Error(err)
+	}
+	loaded, err := modtest.LoadDir(dir)
+	if err != nil || len(loaded) != 2 {
+		t.Fatalf("the written cases do not load: %d, %v", len(loaded), err)
+	}
+	only := t.TempDir()
+	if n, err := Write(only, cases, true); err != nil || n != 1 {
+		t.Errorf("Write failures only: %d, %v", n, err)
+	}
+}
+
+// TestReplay: a recorded answer the module gives again is the same; one it
+// no longer gives is changed, with the difference; a case with no recorded
+// block is skipped.
+func TestReplay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles a guest")
+	}
+	dir, err := testshare.CompilationCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := engine.New(engine.Options{CompilationCacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	m, err := e.Load(ctx, "widget", testwasm.Build(t, "./widget"), engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := offline.Input{Object: map[string]any{"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w", "namespace": "ns", "generation": 1}, "spec": map[string]any{"size": 3, "color": "red"}},
+		Now: "2026-01-01T00:00:00Z"}
+	o := offline.Run(ctx, m, in, offline.Options{Fresh: true})
+	var resp map[string]any
+	if err := json.Unmarshal(o.Output, &resp); err != nil || o.Err != nil {
+		t.Fatalf("the widget's answer: %v %v", err, o.Err)
+	}
+	changed := map[string]any{}
+	for k, v := range resp {
+		changed[k] = v
+	}
+	changed["status"] = map[string]any{"summary": "something else"}
+	cases := []modtest.Case{
+		{Name: "same", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Response: resp, ReplayFuel: o.Fuel}},
+		{Name: "changed", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Response: changed}},
+		{Name: "plain", Input: in},
+	}
+	rep := Replay(ctx, m, cases, offline.Options{}, nil)
+	if rep.Same != 1 || rep.Changed != 1 || rep.Skipped != 1 || len(rep.Results) != 2 {
+		t.Fatalf("report: %+v", rep)
+	}
+	if r := rep.Results[0]; r.Changed || r.FuelBefore != o.Fuel || r.FuelAfter != o.Fuel {
+		t.Errorf("the same answer: %+v (fuel %d)", r, o.Fuel)
+	}
+	if r := rep.Results[1]; !r.Changed || !strings.Contains(strings.Join(r.Lines, "\n"), "status") {
+		t.Errorf("a changed answer: %+v", r)
+	}
+}
