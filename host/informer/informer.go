@@ -89,12 +89,18 @@ type Options struct {
 	Scheme *runtime.Scheme
 }
 
+// Defaults of Options.
+const (
+	DefaultPageSize    = 500
+	DefaultListTimeout = 60 * time.Second
+)
+
 func (o Options) withDefaults() Options {
 	if o.PageSize <= 0 {
-		o.PageSize = 500
+		o.PageSize = DefaultPageSize
 	}
 	if o.ListTimeout <= 0 {
-		o.ListTimeout = 60 * time.Second
+		o.ListTimeout = DefaultListTimeout
 	}
 	if o.WatchTimeoutMargin <= 0 {
 		o.WatchTimeoutMargin = 30 * time.Second

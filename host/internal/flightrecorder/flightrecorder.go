@@ -57,21 +57,30 @@ type Options struct {
 	QueueSize int
 }
 
+// Defaults of Options.
+const (
+	DefaultFailures    = 20
+	DefaultSuccesses   = 20
+	DefaultSampleEvery = 100
+	DefaultMaxBytes    = 8 << 20
+	DefaultQueueSize   = 64
+)
+
 func (o Options) withDefaults() Options {
 	if o.Failures <= 0 {
-		o.Failures = 20
+		o.Failures = DefaultFailures
 	}
 	if o.Successes <= 0 {
-		o.Successes = 20
+		o.Successes = DefaultSuccesses
 	}
 	if o.SampleEvery <= 0 {
-		o.SampleEvery = 100
+		o.SampleEvery = DefaultSampleEvery
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 8 << 20
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 64
+		o.QueueSize = DefaultQueueSize
 	}
 	return o
 }

@@ -52,6 +52,12 @@ type Options struct {
 	Workers int
 }
 
+// Defaults of Options.
+const (
+	DefaultStatusInterval = 30 * time.Second
+	DefaultWorkers        = 4
+)
+
 func (o Options) withDefaults() Options {
 	if o.MaxModuleBytes <= 0 {
 		o.MaxModuleBytes = source.DefaultMaxBytes
@@ -60,10 +66,10 @@ func (o Options) withDefaults() Options {
 		o.FetchTimeout = source.DefaultURLTimeout
 	}
 	if o.StatusInterval <= 0 {
-		o.StatusInterval = 30 * time.Second
+		o.StatusInterval = DefaultStatusInterval
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = DefaultWorkers
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = source.NewHTTPClient(o.URLPolicy)

@@ -25,18 +25,26 @@ type Options struct {
 	Burst int
 }
 
+// Defaults of Options.
+const (
+	DefaultBaseDelay = 5 * time.Millisecond
+	DefaultMaxDelay  = 1000 * time.Second
+	DefaultQPS       = 10
+	DefaultBurst     = 100
+)
+
 func (o Options) withDefaults() Options {
 	if o.BaseDelay <= 0 {
-		o.BaseDelay = 5 * time.Millisecond
+		o.BaseDelay = DefaultBaseDelay
 	}
 	if o.MaxDelay <= 0 {
-		o.MaxDelay = 1000 * time.Second
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.QPS <= 0 {
-		o.QPS = 10
+		o.QPS = DefaultQPS
 	}
 	if o.Burst <= 0 {
-		o.Burst = 100
+		o.Burst = DefaultBurst
 	}
 	return o
 }

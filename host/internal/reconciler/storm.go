@@ -23,15 +23,22 @@ type StormOptions struct {
 	Disabled bool
 }
 
+// Defaults of StormOptions.
+const (
+	DefaultStormThreshold = 20
+	DefaultStormWindow    = 10 * time.Second
+	DefaultStormBackoff   = time.Minute
+)
+
 func (o StormOptions) withDefaults() StormOptions {
 	if o.Threshold <= 0 {
-		o.Threshold = 20
+		o.Threshold = DefaultStormThreshold
 	}
 	if o.Window <= 0 {
-		o.Window = 10 * time.Second
+		o.Window = DefaultStormWindow
 	}
 	if o.Backoff <= 0 {
-		o.Backoff = time.Minute
+		o.Backoff = DefaultStormBackoff
 	}
 	return o
 }

@@ -114,21 +114,29 @@ type Options struct {
 	FlightRecorder *flightrecorder.Recorder
 }
 
+// Defaults of Options.
+const (
+	DefaultKeepVersions   = 3
+	DefaultHealthInterval = 10 * time.Second
+	DefaultSyncTimeout    = 2 * time.Minute
+	DefaultStaleAfter     = 10 * time.Minute
+)
+
 func (o Options) withDefaults() Options {
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = 10 * time.Second
 	}
 	if o.KeepVersions <= 0 {
-		o.KeepVersions = 3
+		o.KeepVersions = DefaultKeepVersions
 	}
 	if o.HealthInterval <= 0 {
-		o.HealthInterval = 10 * time.Second
+		o.HealthInterval = DefaultHealthInterval
 	}
 	if o.SyncTimeout <= 0 {
-		o.SyncTimeout = 2 * time.Minute
+		o.SyncTimeout = DefaultSyncTimeout
 	}
 	if o.StaleAfter <= 0 {
-		o.StaleAfter = 10 * time.Minute
+		o.StaleAfter = DefaultStaleAfter
 	}
 	if o.QuiescentAfter <= 0 {
 		o.QuiescentAfter = time.Minute

@@ -1,0 +1,50 @@
+package operator
+
+import (
+	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
+)
+
+// Defaults of Options and ManagerOptions: what a zero field takes. The
+// operator binary's flags take their defaults from these, so a flag and
+// the library cannot disagree.
+const (
+	DefaultKeepVersions         = supervisor.DefaultKeepVersions
+	DefaultMaxModuleBytes       = source.DefaultMaxBytes
+	DefaultModuleDirSettle      = source.Settle
+	DefaultModuleFetchTimeout   = source.DefaultURLTimeout
+	DefaultModuleStatusInterval = modulecontroller.DefaultStatusInterval
+	DefaultModuleLoadWorkers    = modulecontroller.DefaultWorkers
+	DefaultHealthInterval       = supervisor.DefaultHealthInterval
+	DefaultSyncTimeout          = supervisor.DefaultSyncTimeout
+	DefaultStaleAfter           = supervisor.DefaultStaleAfter
+
+	DefaultStormThreshold   = reconciler.DefaultStormThreshold
+	DefaultStormWindow      = reconciler.DefaultStormWindow
+	DefaultStormBackoff     = reconciler.DefaultStormBackoff
+	DefaultTriggerMaxFanOut = reconciler.DefaultTriggerMaxFanOut
+
+	DefaultRetryBaseDelay = ratelimit.DefaultBaseDelay
+	DefaultRetryMaxDelay  = ratelimit.DefaultMaxDelay
+	DefaultQueueQPS       = ratelimit.DefaultQPS
+	DefaultQueueBurst     = ratelimit.DefaultBurst
+
+	DefaultFlightRecorderFailures    = flightrecorder.DefaultFailures
+	DefaultFlightRecorderSuccesses   = flightrecorder.DefaultSuccesses
+	DefaultFlightRecorderSampleEvery = flightrecorder.DefaultSampleEvery
+	DefaultFlightRecorderMaxBytes    = flightrecorder.DefaultMaxBytes
+	DefaultFlightRecorderQueueSize   = flightrecorder.DefaultQueueSize
+
+	DefaultListPageSize  = informer.DefaultPageSize
+	DefaultListTimeout   = informer.DefaultListTimeout
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
