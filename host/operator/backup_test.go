@@ -34,6 +34,7 @@ import (
 //     garbage collector, by their owner references: the module has no
 //     finalizer.
 func TestBackupTriggerAndCascade(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	testenv.Shared(t).RequireControllerManager(t)
 	e := newEnv(t)
 	ctx := context.Background()

@@ -79,6 +79,7 @@ func deleteAndWaitGone(t *testing.T, e env, name string) {
 // TestFinalizerDrainOnRemove: a module with a finalizer is removed; its
 // finalizer is removed from its objects, so deleting one completes.
 func TestFinalizerDrainOnRemove(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{claimFile(t, "fin")}})
 	if err := e.c.Create(context.Background(), responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "up"}})); err != nil {
@@ -96,6 +97,7 @@ func TestFinalizerDrainOnRemove(t *testing.T) {
 // longer declares the finalizer; the old finalizer is drained, deleting an
 // object completes, and the new version serves.
 func TestFinalizerDrainOnDroppedFinalizer(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	fin, nofin := testwasm.BuildVersion(t, "./internal/testguests/claim", "fin"), testwasm.BuildVersion(t, "./internal/testguests/claim", "nofin")
@@ -137,6 +139,7 @@ func TestFinalizerDrainOnDroppedFinalizer(t *testing.T) {
 // stops and the ReconcileModule goes only once the module's finalizer is
 // off its objects; deleting an object then completes.
 func TestReconcileModuleDrainsOnDelete(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second,

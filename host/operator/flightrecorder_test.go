@@ -39,6 +39,7 @@ import (
 // checks offline with exactly the fuel the recorder measured on a fresh
 // instance.
 func TestFlightRecorder(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	wasm := testwasm.BuildFile(t, "./widget")

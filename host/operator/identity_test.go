@@ -92,6 +92,7 @@ func waitObjectEvent(t *testing.T, c client.Client, ns, name, reason string, wan
 // ApplyFailed Warning naming the account, and still no status. Allowed
 // that too, the Widget converges.
 func TestModuleIdentityWrites(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	serviceAccount(t, e.c, e.ns, "widget")
@@ -133,6 +134,7 @@ func TestModuleIdentityWrites(t *testing.T) {
 // granted, the read returns the ConfigMap and the Events are posted as
 // the account's.
 func TestModuleIdentityReadsAndEvents(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	serviceAccount(t, e.c, e.ns, "misbehave")
@@ -204,6 +206,7 @@ func TestModuleIdentityReadsAndEvents(t *testing.T) {
 // with no account, which writes as the operator from the start, as
 // before identities existed.
 func TestModuleIdentityOfReconcileModules(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	serviceAccount(t, e.c, e.ns, "widget-module")

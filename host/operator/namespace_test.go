@@ -25,6 +25,7 @@ import (
 // A create the API server refuses because the namespace is terminating is
 // not a failure: no apply failure is counted.
 func TestNamespaceDeletion(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	testenv.Shared(t).RequireControllerManager(t)
 	e := newEnv(t)
 	ctx := context.Background()

@@ -27,6 +27,7 @@ import (
 // are reported with clear errors, the good one reconciles, and the metrics
 // and probe endpoints serve.
 func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "broken.wasm")
@@ -132,6 +133,7 @@ func waitHTTP(t *testing.T, url string, status int, want string) {
 // healthy. The tck module is unready by itself, saying which CRD is
 // missing; the operator is ready, for its other module serves.
 func TestFileModuleLoadHealth(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{

@@ -155,6 +155,7 @@ func getCM(t *testing.T, e env, name string) (*corev1.ConfigMap, bool) {
 // its controller, counts it, and tells the guest in its next request; the
 // guest's status is written only once it has seen the conflict.
 func TestOwnershipNeverAdopts(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	user := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "taken"}, Data: map[string]string{"owner": "user"}}
@@ -206,6 +207,7 @@ func TestOwnershipNeverAdopts(t *testing.T) {
 // mark: made by a user, another module or another tool) is neither passed
 // to the guest as a child nor pruned.
 func TestOwnershipPrunesOnlyOwn(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	startClaim(t, e)
@@ -249,6 +251,7 @@ func TestOwnershipPrunesOnlyOwn(t *testing.T) {
 // only, {}, or children: null) leaves the children as they are; an empty
 // list deletes them.
 func TestChildrenAbsentLeavesThemAlone(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	startClaim(t, e)
@@ -284,6 +287,7 @@ func TestChildrenAbsentLeavesThemAlone(t *testing.T) {
 // guest's next request; the status the guest wrote without knowing of it
 // (Ready) is never written.
 func TestApplyFailureIsLoud(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := startClaim(t, e)
@@ -313,6 +317,7 @@ func TestApplyFailureIsLoud(t *testing.T) {
 // kind, and a namespaced kind owning a cluster-scoped one (asked of the
 // API server's REST mapper, not a list of names).
 func TestImpossibleDeclarationsRefused(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	op, err := operator.New(e.cfg, e.operatorOptions(), operator.Options{
 		Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
@@ -349,6 +354,7 @@ func TestImpossibleDeclarationsRefused(t *testing.T) {
 // operator grants that namespace (--module-read-namespaces; a
 // ReconcileModule's spec.readNamespaces).
 func TestReadsAreScoped(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	other := testenv.Namespace(t, e.c)
@@ -442,6 +448,7 @@ func (b *watchBody) Close() error {
 // TestRemovedModuleLeavesNoInformer: removing a module stops the watches
 // of its kinds (its own, owned and read kinds) that no other module uses.
 func TestRemovedModuleLeavesNoInformer(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	watches := &watchCounter{open: map[string]int{}}

@@ -245,6 +245,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 // converging throughout. The time to the first reconcile on the new code is
 // logged, to compare with TestHotReloadUnderLoad's compiler-only figure.
 func TestHotReloadInterpreterFirst(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	v1, v3 := testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "3")
 	dir := t.TempDir()

@@ -33,6 +33,7 @@ import (
 // until the module's calls reach the count the steps so far produce, so
 // that no such call is pending when the next related object appears.
 func TestTriggerMappings(t *testing.T) {
+	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
