@@ -24,6 +24,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/linmem"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -75,6 +76,20 @@ func (bl *baseline) call(ctx context.Context, req []byte) ([]byte, error) {
 
 func benchLoad(b testing.TB, wasm []byte, opts Options, limits Limits) *Module {
 	ctx := context.Background()
+	if _, test := b.(*testing.T); test && opts.CompilationCacheDir == "" {
+		// A test compiles the guest once for the run (testshare); a
+		// benchmark keeps its engine's own, cold cache.
+		dir, err := testshare.CompilationCacheDir()
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts.CompilationCacheDir = dir
+		if opts.Compile.Worker == nil && !opts.Interpreter {
+			if opts.Compile.Worker, err = SelfCompileWorker(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	e, err := New(opts)
 	if err != nil {
 		b.Fatal(err)

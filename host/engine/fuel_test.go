@@ -84,7 +84,7 @@ func TestMain(m *testing.M) {
 		wasm, err := os.ReadFile(path)
 		if err == nil {
 			var seq []uint64
-			if seq, err = fuelSequence(wasm, engine.Options{}); err == nil {
+			if seq, err = fuelSequence(wasm, engine.Options{CompilationCacheDir: os.Getenv("WASMRECONCILE_FUEL_CACHE")}); err == nil {
 				fmt.Printf("FUEL %v\n", seq)
 				os.Exit(0)
 			}
@@ -99,7 +99,13 @@ func TestMain(m *testing.M) {
 
 // TestFuelIsDeterministic runs the same calls on new engines, on the
 // interpreter, and in another process, and requires identical fuel counts.
+// The first engine compiles the guest itself; the others may take its code
+// from the tests' compilation cache (compiling is seconds under -race).
 func TestFuelIsDeterministic(t *testing.T) {
+	cache, err := testshare.CompilationCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := mustFuelSequence(t, engine.Options{})
 	for i, f := range a {
 		if f == 0 {
@@ -109,18 +115,18 @@ func TestFuelIsDeterministic(t *testing.T) {
 	if a[3] != a[4] {
 		t.Errorf("two fresh instances used different fuel for the same request: %d vs %d", a[3], a[4])
 	}
-	if b := mustFuelSequence(t, engine.Options{}); fmt.Sprint(a) != fmt.Sprint(b) {
+	if b := mustFuelSequence(t, engine.Options{CompilationCacheDir: cache}); fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Errorf("second engine: %v, first: %v", b, a)
 	}
 	if c := mustFuelSequence(t, engine.Options{Interpreter: true}); fmt.Sprint(a) != fmt.Sprint(c) {
 		t.Errorf("interpreter: %v, compiler: %v", c, a)
 	}
-	if d := mustFuelSequence(t, engine.Options{FuelSlice: 1000}); fmt.Sprint(a) != fmt.Sprint(d) {
+	if d := mustFuelSequence(t, engine.Options{FuelSlice: 1000, CompilationCacheDir: cache}); fmt.Sprint(a) != fmt.Sprint(d) {
 		t.Errorf("with a 1000-unit slice (many refuels): %v, default slice: %v", d, a)
 	}
 
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "WASMRECONCILE_FUEL_CHILD="+testwasm.BuildFile(t, "./widget"))
+	cmd.Env = append(os.Environ(), "WASMRECONCILE_FUEL_CHILD="+testwasm.BuildFile(t, "./widget"), "WASMRECONCILE_FUEL_CACHE="+cache)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child process: %v\n%s", err, out)
