@@ -27,7 +27,6 @@ import (
 // TestReconcileModuleLimitsSchema: the API server refuses spec.limits over
 // the CRD's absolute maxima.
 func TestReconcileModuleLimitsSchema(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	for _, bad := range []struct {
 		limits v1alpha1.Limits
@@ -64,7 +63,6 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 // by a reload that clamps the same, and its calls run under the clamped
 // limits. Limits within the ceilings clear the condition.
 func TestReconcileModuleCeilings(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ceilings := engine.Limits{Fuel: 100_000, Timeout: 2 * time.Second, MemoryLimitPages: 512}
 	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second, Ceilings: ceilings})

@@ -139,7 +139,6 @@ func TestFinalizerDrainOnDroppedFinalizer(t *testing.T) {
 // stops and the ReconcileModule goes only once the module's finalizer is
 // off its objects; deleting an object then completes.
 func TestReconcileModuleDrainsOnDelete(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second,

@@ -85,7 +85,6 @@ func bindClusterRole(t *testing.T, cs kubernetes.Interface, name, ns string, rul
 // The records are served only to an account that may get Gadgets in the
 // namespace: one with only the endpoint's role gets 403.
 func TestNoSecretValueLeaks(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	value := "pw-" + e.ns + "-Xy9!\"quoted\""
@@ -201,7 +200,6 @@ func TestNoSecretValueLeaks(t *testing.T) {
 // nil shadow: 14 panics in 30 s, swallowed, with no Event and no count,
 // and the first successful canary call dropped.
 func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
@@ -386,7 +384,6 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 // stays 200. It used to make the whole operator NotReady ("informer caches
 // have not synced yet").
 func TestUnlistableKindLeavesOtherModulesReady(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	cs, err := kubernetes.NewForConfig(e.cfg)

@@ -206,7 +206,6 @@ func TestModuleIdentityReadsAndEvents(t *testing.T) {
 // with no account, which writes as the operator from the start, as
 // before identities existed.
 func TestModuleIdentityOfReconcileModules(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	serviceAccount(t, e.c, e.ns, "widget-module")

@@ -34,7 +34,6 @@ import (
 // rolls out; a sha256 given beside the digest must match; and with the
 // registry gone, the blob cache still loads a version fetched before.
 func TestReconcileModuleFromOCI(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	reg, err := testregistry.Start(testregistry.Options{Username: "puller", Password: "pull-pw"})

@@ -112,7 +112,6 @@ func gz(t *testing.T, b []byte) []byte {
 // rollback, pause and resume, new controller settings, status statistics,
 // and deletion.
 func TestReconcileModuleLifecycle(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	mo := e.operatorOptions()
 	reg := prometheus.NewRegistry()
@@ -276,7 +275,6 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 // cache cannot sync (here: the conformance module, whose Probe kind has no
 // CRD in this cluster).
 func TestModuleObjectEvents(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	start(t, e.cfg, e.operatorOptions(), operator.Options{
 		ReconcileModules: true, ModuleStatusInterval: 200 * time.Millisecond,
@@ -311,7 +309,6 @@ func TestModuleObjectEvents(t *testing.T) {
 // of the same name: it is refused with LoadFailed, and the first file's
 // module keeps serving.
 func TestModuleNameConflict(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	file := testwasm.BuildFile(t, "./widget")
 	copied := filepath.Join(t.TempDir(), "copy.wasm") // the same module under another path

@@ -78,7 +78,6 @@ func resize(t *testing.T, c client.Client, ns, name string, size int64) {
 // other bytes) is promoted after promote.afterAgreeing agreeing calls,
 // with an Event; removing spec.candidate rolls back to spec.source.
 func TestShadowRollout(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
@@ -226,7 +225,6 @@ func TestShadowRollout(t *testing.T) {
 // only the labelled object is, and the percent's objects go back at once;
 // removing the candidate gives every object back to spec.source.
 func TestCanaryRollout(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond})

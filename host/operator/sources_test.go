@@ -28,7 +28,6 @@ import (
 // LoadFailed=True with reason SourceRefused, and a lastError that says what
 // to do.
 func TestReconcileModuleSourceRefused(t *testing.T) {
-	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	ctx := context.Background()
 	var elsewhereHits atomic.Int32

@@ -34,6 +34,7 @@ func (h *harness) floodEvents(name string) int {
 // once, then one per 10 s), the Event objects stay within the budget of the
 // window, and the rest is counted as dropped.
 func TestEventBudgetInTheCluster(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	spec := map[string]any{"mode": "flood", "events": int64(10)}
 	calls := func(h *harness) float64 {
 		return h.metric(h.metrics.ReconcileTotal.WithLabelValues("misbehave", "Success"))
@@ -89,6 +90,7 @@ func TestEventBudgetInTheCluster(t *testing.T) {
 // refuses notes over 1,024 bytes) whose note holds the head and the tail of
 // its stderr.
 func TestTrapNoteKeepsBothEndsOfStderr(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{})
 	h.create(gadgetGVK, "crash", map[string]any{"mode": "stderr", "bytes": int64(3000)})
 	testenv.Eventually(t, time.Minute, "a GuestTrapped Event", func() error {
@@ -110,6 +112,7 @@ func TestTrapNoteKeepsBothEndsOfStderr(t *testing.T) {
 // TestDroppedGuestLogLinesAreCounted: a guest that logs 12 lines per call
 // under a budget of 5 lines has 7 dropped per call, counted.
 func TestDroppedGuestLogLinesAreCounted(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{limits: engine.Limits{MaxLogLines: 5}})
 	h.create(gadgetGVK, "chatty", map[string]any{"mode": "log", "lines": int64(12)})
 	dropped := h.metrics.GuestLogDropped.WithLabelValues("misbehave")

@@ -24,6 +24,7 @@ var webappGVK = schema.GroupVersionKind{Group: "examples.wasmreconcile.io", Vers
 // manager, a child that is no longer desired is pruned, a deleted child is
 // recreated, and deletion waits for the module's teardown.
 func TestChildrenAndFinalizer(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./webapp", runOptions{})
 	ctx := context.Background()
 	h.create(webappGVK, "shop", map[string]any{"image": "nginx:1.27", "port": int64(8080), "config": map[string]any{"LOG_LEVEL": "debug"}})
@@ -124,6 +125,7 @@ func TestChildrenAndFinalizer(t *testing.T) {
 // InvalidResponse Warning; the Event is recorded after the decision, so once
 // it is there, the child was never applied.
 func TestInvalidChildIsRefused(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{})
 	h.create(gadgetGVK, "kid", map[string]any{"mode": "child"})
 	testenv.Eventually(t, time.Minute, "an InvalidResponse event", func() error {
@@ -142,6 +144,7 @@ func TestInvalidChildIsRefused(t *testing.T) {
 // informer cache, in a real cluster, and is refused a Secret it did not
 // declare.
 func TestCacheReads(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{})
 	ctx := context.Background()
 	for name, team := range map[string]string{"settings": "a", "other": "b"} {

@@ -44,6 +44,7 @@ func (c *countingRecorder) recorded(reason string) []string {
 // recorded. Now the event is answered without a call (unchanged.go), so one
 // failure gives one Event; a new failure (another spec) gives one more.
 func TestTerminalFailureGivesOneEvent(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	rec := &countingRecorder{notes: map[string][]string{}}
 	h := run(t, "./widget", runOptions{recorder: func(r recorder.EventRecorder) recorder.EventRecorder {
 		rec.EventRecorder = r
@@ -103,6 +104,7 @@ func TestTerminalFailureGivesOneEvent(t *testing.T) {
 // way again. The repeat is not a new failure: it records no second
 // Warning. A new generation that fails is a new failure: one more.
 func TestTerminalFailureAfterReadGivesOneEvent(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	rec := &countingRecorder{notes: map[string][]string{}}
 	h := run(t, "./internal/testguests/claim", runOptions{recorder: func(r recorder.EventRecorder) recorder.EventRecorder {
 		rec.EventRecorder = r

@@ -32,6 +32,7 @@ var responderGVK = schema.GroupVersionKind{Group: "test.wasmreconcile.io", Versi
 // Event whose reason is the same kind and whose message is the same; each
 // response it accepts, the cluster applies.
 func TestProtocolParity(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/respond", runOptions{})
 	cases, err := modtest.LoadDir(filepath.Join(testwasm.RepoRoot(), "modules", "internal", "testguests", "respond", "testdata", "cases"))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 )
 
 func TestGuestComputesStatusAndFollowsSpec(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./widget", runOptions{})
 	h.create(widgetGVK, "w1", map[string]any{"size": int64(3), "color": "blue"})
 	testenv.Eventually(t, time.Minute, "status from the guest", func() error {
@@ -72,6 +73,7 @@ func TestGuestComputesStatusAndFollowsSpec(t *testing.T) {
 // sibling Widget changed after the touch converges only after the touched
 // Widget's reconcile has finished, which is the barrier before the check.
 func TestUnchangedStatusIsNotWritten(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./widget", runOptions{workers: 1})
 	h.create(widgetGVK, "w2", map[string]any{"size": int64(1)})
 	h.create(widgetGVK, "sibling", map[string]any{"size": int64(1)})
@@ -120,6 +122,7 @@ func TestUnchangedStatusIsNotWritten(t *testing.T) {
 }
 
 func TestGuestErrorGivesWarningEventAndRetry(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{})
 	h.create(gadgetGVK, "flaky", map[string]any{"mode": "flaky", "failAttempts": int64(3)})
 	testenv.Eventually(t, 2*time.Minute, "recovery after retries", func() error {
@@ -149,6 +152,7 @@ func TestGuestErrorGivesWarningEventAndRetry(t *testing.T) {
 }
 
 func TestDeadlineExceededGivesWarningEvent(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{limits: engine.Limits{Fuel: 1 << 50, Timeout: 200 * time.Millisecond}})
 	h.create(gadgetGVK, "spin", map[string]any{"mode": "spin"})
 	testenv.Eventually(t, time.Minute, "a DeadlineExceeded event", func() error {
@@ -167,6 +171,7 @@ func TestDeadlineExceededGivesWarningEvent(t *testing.T) {
 }
 
 func TestGuestEventsAreRecorded(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{})
 	h.create(gadgetGVK, "ev", map[string]any{"mode": "events"})
 	testenv.Eventually(t, time.Minute, "guest events", func() error {
@@ -179,6 +184,7 @@ func TestGuestEventsAreRecorded(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./widget", runOptions{})
 	if v := h.metric(h.metrics.ReconcileTotal.WithLabelValues("widget", "GuestTrapped")); v != 0 {
 		t.Errorf("GuestTrapped = %v before any reconcile", v)
@@ -221,6 +227,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestModuleConfigReachesTheGuest(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{rec: reconciler.Options{Config: map[string]any{"region": "eu", "replicas": 3.0}}})
 	h.create(gadgetGVK, "cfg", map[string]any{"mode": "config"})
 	testenv.Eventually(t, time.Minute, "the config in the status", func() error {
@@ -236,6 +243,7 @@ func TestModuleConfigReachesTheGuest(t *testing.T) {
 // the object, and nothing changes), expects a ReconcileStorm Event and
 // damping, then changes the spec and expects the object to resume at once.
 func TestReconcileStormIsDamped(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{rec: reconciler.Options{Storm: reconciler.StormOptions{Threshold: 5, Window: time.Minute, Backoff: 10 * time.Minute}}})
 	h.create(gadgetGVK, "churn", map[string]any{})
 	testenv.Eventually(t, time.Minute, "first status", func() error {

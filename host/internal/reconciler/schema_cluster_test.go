@@ -27,6 +27,7 @@ import (
 // not created without the field (a plain create would drop it with only a
 // warning, and every later apply would fail).
 func TestSchemaRefusalIsInvalidResponse(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/respond", runOptions{})
 	response := map[string]any{
 		"status": map[string]any{"phase": "Typo"},

@@ -40,6 +40,7 @@ func (h *harness) reconcileNow(module string, gvk schema.GroupVersionKind, name 
 // is answered without a call, and every change the guest can react to
 // still calls it (unchanged.go lists them).
 func TestUnchangedEventsSkipTheGuest(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./widget", runOptions{workers: 1})
 	h.create(widgetGVK, "w", map[string]any{"size": int64(1)})
 	// The status write makes an update event, which the controller
@@ -117,6 +118,7 @@ func TestUnchangedEventsSkipTheGuest(t *testing.T) {
 // TestCallUnchangedCallsOnEveryEvent: with Options.CallUnchanged, the event
 // of the status write calls the guest again, as before.
 func TestCallUnchangedCallsOnEveryEvent(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./widget", runOptions{workers: 1, rec: reconciler.Options{CallUnchanged: true}})
 	h.create(widgetGVK, "w", map[string]any{"size": int64(1)})
 	testenv.Eventually(t, time.Minute, "the status write's event to call the guest", func() error {
@@ -140,6 +142,7 @@ func TestCallUnchangedCallsOnEveryEvent(t *testing.T) {
 // again when it is due, although nothing changed; the event of its status
 // write, before that, is not a call.
 func TestUnchangedKeepsRequeues(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/respond", runOptions{workers: 1})
 	h.create(responderGVK, "r", map[string]any{"response": map[string]any{
 		"status":              map[string]any{"summary": "polling"},
@@ -163,6 +166,7 @@ func TestUnchangedKeepsRequeues(t *testing.T) {
 // skipped next time, because what it read may have changed without an
 // event for its object.
 func TestCacheReadsAreNotSkipped(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
 	h := run(t, "./internal/testguests/misbehave", runOptions{workers: 1})
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{}
