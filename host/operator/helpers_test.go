@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -109,6 +110,16 @@ func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts oper
 	}
 	if opts.CompilationCacheDir == "" {
 		opts.CompilationCacheDir = compilationCache
+	}
+	if opts.Compile == (engine.CompileOptions{}) && opts.MemoryBudget == 0 {
+		// Guests compile in the compile worker, a build without -race
+		// (testworker), as the operator binary compiles them: several
+		// times faster than in this -race process.
+		w, err := engine.SelfCompileWorker()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Compile.Worker = w
 	}
 	if mo.GracefulShutdownTimeout == 0 {
 		// Under -race on a loaded 2-core machine a compile the stopping
