@@ -65,9 +65,9 @@ func adversarialCache() engine.CacheReader {
 }
 
 // runAdversarial loads one guest and, unless it must be refused at load,
-// calls it once under timeout. It returns the outcome's kind, the error and
-// the time the call took.
-func runAdversarial(t testing.TB, e *engine.Engine, c adversarialCase, timeout time.Duration, cache engine.CacheReader) (protocol.Kind, error, time.Duration) {
+// calls it once under timeout. It returns the outcome's kind, the time the
+// call took and the error.
+func runAdversarial(t testing.TB, e *engine.Engine, c adversarialCase, timeout time.Duration, cache engine.CacheReader) (protocol.Kind, time.Duration, error) {
 	t.Helper()
 	ctx := context.Background()
 	wasm, err := os.ReadFile(filepath.Join("testdata/adversarial", c.Name+".wasm"))
@@ -76,12 +76,12 @@ func runAdversarial(t testing.TB, e *engine.Engine, c adversarialCase, timeout t
 	}
 	m, err := e.Load(ctx, c.Name+".wasm", wasm, engine.Limits{Timeout: timeout, MemoryLimitPages: c.MemoryPages, MaxInstances: 1, InitTimeout: 2 * time.Second})
 	if err != nil {
-		return protocol.KindOf(err), err, 0
+		return protocol.KindOf(err), 0, err
 	}
 	defer m.Close(ctx)
 	start := time.Now()
 	_, err = m.Reconcile(engine.WithCacheReader(ctx, cache), "reconcile default/adv", []byte(`{"object":{}}`))
-	return protocol.KindOf(err), err, time.Since(start)
+	return protocol.KindOf(err), time.Since(start), err
 }
 
 // TestAdversarial runs every guest of testdata/adversarial (see its gen.go):
@@ -103,7 +103,7 @@ func TestAdversarial(t *testing.T) {
 		t.Run(c.Category+"/"+c.Name, func(t *testing.T) {
 			runtimeGC()
 			base := resetPeakRSS(t)
-			kind, err, took := runAdversarial(t, e, c, timeout, cache)
+			kind, took, err := runAdversarial(t, e, c, timeout, cache)
 			if !slices.Contains(c.Expect, string(kind)) {
 				t.Fatalf("kind %s, want one of %v: %v", kind, c.Expect, err)
 			}
@@ -184,7 +184,7 @@ func BenchmarkAdversarialTimeouts(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for r := 0; r < rounds; r++ {
 			for _, c := range cases {
-				kind, err, took := runAdversarial(b, e, c, timeout, cache)
+				kind, took, err := runAdversarial(b, e, c, timeout, cache)
 				if !slices.Contains(c.Expect, string(kind)) {
 					b.Fatalf("%s: kind %s, want one of %v: %v", c.Name, kind, c.Expect, err)
 				}
@@ -407,7 +407,7 @@ func TestAdversarialInterpreter(t *testing.T) {
 			continue
 		}
 		t.Run(c.Category+"/"+c.Name, func(t *testing.T) {
-			kind, err, took := runAdversarial(t, e, c, timeout, cache)
+			kind, took, err := runAdversarial(t, e, c, timeout, cache)
 			if !slices.Contains(c.Expect, string(kind)) {
 				t.Fatalf("kind %s, want one of %v: %v", kind, c.Expect, err)
 			}
