@@ -42,12 +42,17 @@ func budget(t *testing.T, n int64) *MemoryBudget {
 func TestMemoryBudgetWaitsThenServes(t *testing.T) {
 	b := budget(t, 2*capBytes)
 	m := loadCeiling(t, budgetEngine(t, b), Limits{MemoryLimitPages: capPages, Fuel: 1 << 50, Timeout: 2 * time.Second})
+	// The spinners hold the budget until their callers give up, well
+	// inside the waiting call's 2 s: the wait ends by their release, not
+	// by a race between two equal timeouts.
+	spinCtx, stopSpinning := context.WithCancel(context.Background())
+	defer stopSpinning()
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = m.Reconcile(context.Background(), "reconcile spin", []byte("spin!"))
+			_, _ = m.Reconcile(spinCtx, "reconcile spin", []byte("spin!"))
 		}()
 	}
 	waitFor(t, "two instances", func() bool { return b.Stats().Reserved == 2*capBytes && m.PoolStats().Idle == 0 })
@@ -62,6 +67,7 @@ func TestMemoryBudgetWaitsThenServes(t *testing.T) {
 	if r := b.Stats().Reserved; r > b.Limit() {
 		t.Errorf("reserved %d over the budget %d", r, b.Limit())
 	}
+	stopSpinning()
 	<-done
 	wg.Wait()
 	if err != nil {
