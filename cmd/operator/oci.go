@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/source"
+	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
 )
 
 const pushUsage = `Usage: operator push [--registry-config FILE] MODULE.wasm oci://REGISTRY/REPOSITORY:TAG
@@ -177,35 +178,11 @@ func runPull(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		if err := writeFileAtomic(dest, wasm); err != nil {
+		if err := atomicfile.Write(dest, wasm); err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, resolved.String())
 	}
 	fmt.Fprintf(stderr, "pulled %d bytes (sha256:%s) to %s\n", len(wasm), hex.EncodeToString(sum[:]), dest)
 	return nil
-}
-
-// writeFileAtomic writes b to dest through a temporary file in the same
-// directory, so that an interrupted pull leaves no half module behind.
-func writeFileAtomic(dest string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(dest), ".pull-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, dest)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
 }

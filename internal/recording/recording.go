@@ -25,6 +25,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
 	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 )
 
@@ -133,7 +134,7 @@ func Write(dir string, cases []modtest.Case, failuresOnly bool) (int, error) {
 		if err != nil {
 			return written, err
 		}
-		if err := writeFileAtomic(filepath.Join(dir, fileName(i, c.Recorded)), b); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, fileName(i, c.Recorded)), b); err != nil {
 			return written, err
 		}
 		written++
@@ -150,28 +151,6 @@ func fileName(i int, r *modtest.Recorded) string {
 		what = unsafeChars.ReplaceAllString(strings.ToLower(r.Kind+"-"+r.Object), "-")
 	}
 	return fmt.Sprintf("%03d-%s.yaml", i+1, what)
-}
-
-func writeFileAtomic(dest string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(dest), ".case-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, dest)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
 }
 
 // Result is one recorded call replayed.
