@@ -64,6 +64,26 @@ func (s *objects) update(key types.NamespacedName, f func(st *objectState)) {
 	}
 }
 
+// clear runs f on key's state when there is one: for changes that only
+// clear, so that an object with no state (most, on the hot path) costs a
+// lookup and no allocation.
+func (s *objects) clear(key types.NamespacedName, f func(st *objectState)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.m[key]
+	if st == nil {
+		return
+	}
+	before := st.attempts > 0
+	f(st)
+	if before && st.attempts == 0 {
+		s.failing--
+	}
+	if st.idle() {
+		delete(s.m, key)
+	}
+}
+
 // read runs f on key's state (the zero state when there is none).
 func (s *objects) read(key types.NamespacedName, f func(st *objectState)) {
 	s.mu.Lock()
@@ -88,7 +108,7 @@ func (s *objects) failed(key types.NamespacedName) {
 
 // succeeded resets key's attempts and its last Warning.
 func (s *objects) succeeded(key types.NamespacedName) {
-	s.update(key, func(st *objectState) { st.attempts, st.warned = 0, "" })
+	s.clear(key, func(st *objectState) { st.attempts, st.warned = 0, "" })
 }
 
 // failuresOf are the child failures the guest is told of next.
@@ -112,7 +132,7 @@ func (s *objects) setMemo(key types.NamespacedName, m memo) {
 }
 
 func (s *objects) forgetMemo(key types.NamespacedName) {
-	s.update(key, func(st *objectState) { st.memo, st.hasMemo = memo{}, false })
+	s.clear(key, func(st *objectState) { st.memo, st.hasMemo = memo{}, false })
 }
 
 // markTriggered notes that a trigger enqueued key, and drops its memo: a
@@ -124,7 +144,7 @@ func (s *objects) markTriggered(key types.NamespacedName) {
 // takeTriggered reports whether a trigger enqueued key since its last
 // call, and clears the mark.
 func (s *objects) takeTriggered(key types.NamespacedName) (ok bool) {
-	s.update(key, func(st *objectState) { ok, st.triggered = st.triggered, false })
+	s.clear(key, func(st *objectState) { ok, st.triggered = st.triggered, false })
 	return ok
 }
 
@@ -147,13 +167,13 @@ func (s *objects) newWarning(key types.NamespacedName, terminal bool, sig string
 
 // forget drops everything about key: the object is deleted.
 func (s *objects) forget(key types.NamespacedName) {
-	s.update(key, func(st *objectState) { *st = objectState{} })
+	s.clear(key, func(st *objectState) { *st = objectState{} })
 }
 
 // notOurs drops what a reconcile of key would build on: the object is
 // being deleted, and no finalizer of ours holds it.
 func (s *objects) notOurs(key types.NamespacedName) {
-	s.update(key, func(st *objectState) { st.attempts, st.warned, st.memo, st.hasMemo = 0, "", memo{}, false })
+	s.clear(key, func(st *objectState) { st.attempts, st.warned, st.memo, st.hasMemo = 0, "", memo{}, false })
 }
 
 // failingCount is the number of objects whose last reconcile failed.
@@ -170,8 +190,8 @@ func (s *objects) admitStorm(key types.NamespacedName, fingerprint string, now t
 	if s.storm.Disabled {
 		return true, 0
 	}
-	ok = true
-	s.update(key, func(st *objectState) { ok, wait = st.storm.admit(s.storm, fingerprint, now) })
+	ok = true // an object with no state is not quiescent
+	s.clear(key, func(st *objectState) { ok, wait = st.storm.admit(s.storm, fingerprint, now) })
 	return ok, wait
 }
 
