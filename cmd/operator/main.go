@@ -209,7 +209,7 @@ Flags:
 	var memLimit uint
 	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default %d; a module's manifest may ask for less, never more)", engine.DefaultMemoryLimitPages))
 	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
-	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules across restarts (default: in memory)")
+	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules and their metered rewrites across restarts; keep it private to the operator (default: in memory)")
 	fs.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (failing until the informer caches have synced and while a module waits for a CRD; /readyz/wasmreconcile says which); "0" disables them`)
 	fs.StringVar(&mo.PprofBindAddress, "pprof-bind-address", "", `address of net/http/pprof; "" (the default) disables it`)

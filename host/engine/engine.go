@@ -28,8 +28,13 @@ import (
 type Options struct {
 	// CompilationCacheDir, when set, persists compiled machine code in that
 	// directory so that a restart, or a load of bytes no open module was
-	// loaded from, skips compilation. Defaults to "": modules loaded from
-	// the same bytes share their code in memory, and nothing is persisted.
+	// loaded from, skips compilation, and the instrumenter's output beside
+	// it (in wasmreconcile-rewrites/, keyed by the input's digest, the
+	// limits the instrumenter reads and this executable's sha256), so that
+	// such a load skips instrumenting and validating too. Whoever can write
+	// the directory can change what guests run: keep it private to the
+	// operator. Defaults to "": modules loaded from the same bytes share
+	// their code in memory, and nothing is persisted.
 	CompilationCacheDir string
 
 	// FuelSlice is how much fuel a guest receives per refuel. Between two
@@ -86,6 +91,7 @@ type Engine struct {
 	budget       *MemoryBudget
 	workers      chan struct{} // a token per compile worker running (CompileWorker.MaxConcurrent)
 	tempCacheDir string        // the cache directory the engine made itself, removed by Close
+	rewrites     rewriteCache  // the instrumenter's output, beside the compiled code
 
 	mu             sync.Mutex
 	validated      map[string]bool       // digests of input bytes wazero validated
@@ -150,6 +156,7 @@ func New(opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("engine: compilation cache %q: %w; fix the directory or leave it unset", e.cacheDir, err)
 		}
 		_ = c.Close(context.Background())
+		e.rewrites = newRewriteCache(e.cacheDir)
 	}
 	return e, nil
 }
@@ -218,23 +225,29 @@ func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Con
 	}, nil
 }
 
-// instrument returns the metered rewrite of wasm. Nothing of it is kept:
-// after compiling, neither the input nor the rewrite is needed (wazero
-// decodes what it keeps), and a cache of rewrites would hold megabytes per
-// module version for the life of the Engine. The rewrite is deterministic,
-// so loading the same bytes again instruments them again (about 0.1-0.3 s
-// for the 3 MB widget guest) and hits the same compiled code; only the
-// digest of bytes that passed wazero's validation is remembered, so that
-// they skip it (another 0.2-0.4 s) when they come back.
+// instrument returns the metered rewrite of wasm. Nothing of it is kept in
+// memory: after compiling, neither the input nor the rewrite is needed
+// (wazero decodes what it keeps), and a cache of rewrites would hold
+// megabytes per module version for the life of the Engine. With a
+// compilation cache directory the rewrite is kept on disk beside the
+// compiled code (rewriteCache), so loading the same bytes again reads it
+// back; without one they are instrumented again (about 0.1-0.3 s for the
+// 3 MB widget guest), and only the digest of bytes that passed wazero's
+// validation is remembered, so that they skip it (another 0.2-0.4 s).
 func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) ([]byte, error) {
+	opts := instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true,
+		MaxFunctionComplexity: e.compile.MaxFunctionComplexity, MaxModuleComplexity: e.compile.MaxModuleComplexity}
+	cached := e.rewrites.path(digest, opts)
+	if out, ok := e.rewrites.get(cached); ok {
+		return out, nil // instrumented and validated when it was written
+	}
 	// The instrumenter runs first: it refuses malformed bytes in
 	// microseconds, some of which take wazero's decoder seconds and
 	// gigabytes (a huge LEB count; see docs/metering.md). Then wazero
 	// validates the input itself, so that the rewrite, which decodes only
 	// what it must change, can never turn an invalid module into a valid
 	// one.
-	out, err := instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true,
-		MaxFunctionComplexity: e.compile.MaxFunctionComplexity, MaxModuleComplexity: e.compile.MaxModuleComplexity}.Instrument(wasm)
+	out, err := opts.Instrument(wasm)
 	if err != nil {
 		return nil, err
 	}
@@ -244,21 +257,21 @@ func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l L
 	e.mu.Lock()
 	valid := e.validated[digest]
 	e.mu.Unlock()
-	if valid {
-		return out, nil
-	}
-	if err := validate(ctx, wasm); err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.validated) >= maxValidated {
-		for k := range e.validated { // forget one arbitrary entry
-			delete(e.validated, k)
-			break
+	if !valid {
+		if err := validate(ctx, wasm); err != nil {
+			return nil, err
 		}
+		e.mu.Lock()
+		if len(e.validated) >= maxValidated {
+			for k := range e.validated { // forget one arbitrary entry
+				delete(e.validated, k)
+				break
+			}
+		}
+		e.validated[digest] = true
+		e.mu.Unlock()
 	}
-	e.validated[digest] = true
+	e.rewrites.put(cached, out)
 	return out, nil
 }
 

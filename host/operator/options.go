@@ -118,7 +118,9 @@ type Options struct {
 	// while the compiler works, then switches to the compiled code.
 	// Defaults to false.
 	InterpreterFirst bool
-	// CompilationCacheDir persists compiled modules across restarts.
+	// CompilationCacheDir persists compiled modules, and the metered
+	// rewrites they were compiled from, across restarts (see
+	// engine.Options.CompilationCacheDir); keep it private to the operator.
 	// Defaults to "" (in memory only; with a Compile.Worker, a directory
 	// of the engine's own under os.TempDir, removed on close).
 	CompilationCacheDir string
