@@ -101,20 +101,17 @@ func (e env) operatorOptions() operator.ManagerOptions {
 	}
 }
 
-// start runs an operator against cfg until the test ends. Its metrics go
-// to a registry of the test's own unless opts names one.
-func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) *operator.Operator {
+// newOperator is operator.New with the tests' defaults: the shared
+// compilation cache, and guests compiled in the compile worker, a build
+// without -race (testworker), as the operator binary compiles them: several
+// times faster than in this -race process. A test that sets Compile or a
+// MemoryBudget keeps its own.
+func newOperator(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) (*operator.Operator, error) {
 	t.Helper()
-	if opts.Registerer == nil {
-		opts.Registerer = prometheus.NewRegistry()
-	}
 	if opts.CompilationCacheDir == "" {
 		opts.CompilationCacheDir = compilationCache
 	}
 	if opts.Compile == (engine.CompileOptions{}) && opts.MemoryBudget == 0 {
-		// Guests compile in the compile worker, a build without -race
-		// (testworker), as the operator binary compiles them: several
-		// times faster than in this -race process.
 		w, err := engine.SelfCompileWorker()
 		if err != nil {
 			t.Fatal(err)
@@ -126,7 +123,17 @@ func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts oper
 		// operator cannot interrupt outlasts the default 30 s.
 		mo.GracefulShutdownTimeout = 2 * time.Minute
 	}
-	op, err := operator.New(cfg, mo, opts)
+	return operator.New(cfg, mo, opts)
+}
+
+// start runs an operator against cfg until the test ends. Its metrics go
+// to a registry of the test's own unless opts names one.
+func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) *operator.Operator {
+	t.Helper()
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
+	op, err := newOperator(t, cfg, mo, opts)
 	if err != nil {
 		t.Fatalf("operator.New: %v", err)
 	}

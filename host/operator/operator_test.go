@@ -45,7 +45,7 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 
 	mo := e.operatorOptions()
 	mo.MetricsBindAddress, mo.HealthProbeBindAddress = freeAddr(t), freeAddr(t)
-	op, err := operator.New(e.cfg, mo, operator.Options{
+	op, err := newOperator(t, e.cfg, mo, operator.Options{
 		Modules: []string{bad, missing, wrongPin, rightPin}, QuiescentAfter: 3 * time.Second, CompilationCacheDir: compilationCache,
 	})
 	if err != nil {

@@ -319,7 +319,7 @@ func TestApplyFailureIsLoud(t *testing.T) {
 func TestImpossibleDeclarationsRefused(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
-	op, err := operator.New(e.cfg, e.operatorOptions(), operator.Options{
+	op, err := newOperator(t, e.cfg, e.operatorOptions(), operator.Options{
 		Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
 		Modules: []string{claimFile(t, ""), claimFile(t, "second"), claimFile(t, "self"), claimFile(t, "cluster"),
 			testwasm.BuildFile(t, "./internal/testguests/respond")},

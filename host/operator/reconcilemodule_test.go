@@ -319,7 +319,7 @@ func TestModuleNameConflict(t *testing.T) {
 	if err := os.WriteFile(copied, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	op, err := operator.New(e.cfg, e.operatorOptions(), operator.Options{
+	op, err := newOperator(t, e.cfg, e.operatorOptions(), operator.Options{
 		Modules: []string{file, copied}, ReconcileModules: true, Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
 	})
 	if err != nil {
