@@ -14,9 +14,9 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/schemacheck"
 	"github.com/wasmreconcile/wasmreconcile/internal/rbacgen"
 )
 
@@ -73,12 +73,15 @@ func runRBAC(args []string, stdout, stderr io.Writer) error {
 	}
 	opts.Namespaces = namespaces
 	if crds != "" {
-		objs, err := offline.ReadObjectDir(crds)
+		schemas, err := schemacheck.LoadDir(crds)
 		if err != nil {
 			return fmt.Errorf("--crds: %w", err)
 		}
-		opts.Plurals = crdPlurals(objs)
-		opts.Scopes = protocol.CRDScopes(objs)
+		opts.Plurals = map[schema.GroupKind]string{}
+		for _, gk := range schemas.Kinds() {
+			opts.Plurals[gk], _ = schemas.Plural(gk)
+		}
+		opts.Scopes = schemas
 	}
 	m, err := readManifest(context.Background(), pos[0])
 	if err != nil {
@@ -111,26 +114,6 @@ func readManifest(ctx context.Context, path string) (abi.Manifest, error) {
 	}
 	defer m.Close(ctx)
 	return m.Manifest(), nil
-}
-
-// crdPlurals maps each kind a CustomResourceDefinition of objs defines to
-// its spec.names.plural; other objects are ignored.
-func crdPlurals(objs []map[string]any) map[schema.GroupKind]string {
-	out := map[schema.GroupKind]string{}
-	for _, o := range objs {
-		if o["kind"] != "CustomResourceDefinition" {
-			continue
-		}
-		spec, _ := o["spec"].(map[string]any)
-		names, _ := spec["names"].(map[string]any)
-		group, _ := spec["group"].(string)
-		kind, _ := names["kind"].(string)
-		plural, _ := names["plural"].(string)
-		if kind != "" && plural != "" {
-			out[schema.GroupKind{Group: group, Kind: kind}] = plural
-		}
-	}
-	return out
 }
 
 // rbacOptions are operator rbac's flags: what rbacgen.Options takes, with

@@ -36,8 +36,8 @@ type Input = abi.Request
 type Options struct {
 	// Scopes tells which kinds are namespaced, for the children rules.
 	// Defaults to protocol.Builtin: the built-in kinds are known, and any
-	// other kind is taken as namespaced (give CRDs with protocol.CRDScopes
-	// to know theirs).
+	// other kind is taken as namespaced (chain a schemacheck.Checker, which
+	// knows its CRDs' scopes).
 	Scopes protocol.Scopes
 	// Limits bound the response, as in the cluster; see protocol.Limits
 	// for the defaults.

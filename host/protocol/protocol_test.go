@@ -192,9 +192,8 @@ func TestChildrenAreCompleted(t *testing.T) {
 		t.Errorf("ScopeUnknown = %v, want %v", resp.ScopeUnknown, want)
 	}
 	// With its CRD, Thing is known: cluster-scoped, so refused.
-	crd := map[string]any{"kind": "CustomResourceDefinition", "spec": map[string]any{"group": "example.io", "scope": "Cluster", "names": map[string]any{"kind": "Thing"}}}
 	r := rules
-	r.Scopes = protocol.Chain(protocol.Builtin, protocol.CRDScopes([]map[string]any{crd}))
+	r.Scopes = protocol.Chain(protocol.Builtin, clusterScoped{{Group: "example.io", Kind: "Thing"}: true})
 	if _, err := r.Decode("reconcile ns/o", owner("ns"), 0, []byte(`{"children":[{"apiVersion":"example.io/v1","kind":"Thing","metadata":{"name":"t"}}]}`)); err == nil || !strings.Contains(err.Error(), "cluster-scoped") {
 		t.Errorf("a cluster-scoped CRD child of a namespaced owner: %v", err)
 	}
@@ -344,3 +343,9 @@ func TestNoteKeepsBothEndsOfAStderr(t *testing.T) {
 		t.Errorf("another error's note: %d bytes", len(got))
 	}
 }
+
+// clusterScoped knows its kinds as cluster-scoped, as a CRD with scope
+// Cluster makes them.
+type clusterScoped map[schema.GroupKind]bool
+
+func (c clusterScoped) Namespaced(gk schema.GroupKind) (namespaced, known bool) { return false, c[gk] }

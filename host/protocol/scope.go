@@ -114,34 +114,6 @@ var clusterScoped = map[schema.GroupKind]bool{
 	{Group: "storagemigration.k8s.io", Kind: "StorageVersionMigration"}:               true,
 }
 
-// CRDScopes knows the scope of the kinds defined by CustomResourceDefinition
-// objects, as read from YAML (`operator test --crds DIR`). Other objects are
-// ignored.
-func CRDScopes(objs []map[string]any) Scopes {
-	s := mapScopes{}
-	for _, o := range objs {
-		if o["kind"] != "CustomResourceDefinition" {
-			continue
-		}
-		spec, _ := o["spec"].(map[string]any)
-		names, _ := spec["names"].(map[string]any)
-		group, _ := spec["group"].(string)
-		kind, _ := names["kind"].(string)
-		scope, _ := spec["scope"].(string)
-		if kind != "" {
-			s[schema.GroupKind{Group: group, Kind: kind}] = scope != "Cluster"
-		}
-	}
-	return s
-}
-
-type mapScopes map[schema.GroupKind]bool
-
-func (m mapScopes) Namespaced(gk schema.GroupKind) (bool, bool) {
-	ns, ok := m[gk]
-	return ns, ok
-}
-
 // MapperScopes asks a RESTMapper, as the cluster reconciler does; a kind the
 // mapper cannot map is unknown.
 func MapperScopes(m meta.RESTMapper) Scopes { return mapperScopes{m} }

@@ -83,6 +83,7 @@ type Checker struct {
 // customKind is a kind defined by a CRD.
 type customKind struct {
 	crd        string // the CRD's name
+	plural     string // spec.names.plural
 	source     string // where it was read
 	namespaced bool
 	converter  managedfields.TypeConverter
@@ -139,6 +140,7 @@ func newCustomKind(crd *apiextensionsv1.CustomResourceDefinition) (*customKind, 
 	}
 	k := &customKind{
 		crd:        crd.Name,
+		plural:     crd.Spec.Names.Plural,
 		namespaced: crd.Spec.Scope != apiextensionsv1.ClusterScoped,
 		versions:   map[string]*customVersion{},
 	}
@@ -215,6 +217,19 @@ func (c *Checker) Namespaced(gk schema.GroupKind) (namespaced, known bool) {
 		return false, false
 	}
 	return k.namespaced, true
+}
+
+// Plural returns spec.names.plural of the CRD that defines gk, the resource
+// name RBAC rules and REST paths use; ok is false for other kinds.
+func (c *Checker) Plural(gk schema.GroupKind) (plural string, ok bool) {
+	if c == nil {
+		return "", false
+	}
+	k, ok := c.kinds[gk]
+	if !ok {
+		return "", false
+	}
+	return k.plural, true
 }
 
 // Kinds lists the kinds defined by the CRDs, sorted.

@@ -285,4 +285,13 @@ func TestExamples(t *testing.T) {
 	if len(c.Kinds()) == 0 {
 		t.Error("no kinds")
 	}
+	// operator rbac --crds takes resource names from here.
+	for _, gk := range c.Kinds() {
+		if p, ok := c.Plural(gk); !ok || p != strings.ToLower(gk.Kind)+"s" {
+			t.Errorf("Plural(%s) = %q, %v; want %q (examples/crds)", gk, p, ok, strings.ToLower(gk.Kind)+"s")
+		}
+	}
+	if p, ok := c.Plural(schema.GroupKind{Group: "apps", Kind: "Deployment"}); ok {
+		t.Errorf("Plural(Deployment) = %q, true; want false: not a CRD of the directory", p)
+	}
 }
