@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -99,11 +101,20 @@ type Options struct {
 	// allowed, documents of other kinds ignored. Start returns once every
 	// one is Established. Default: none.
 	CRDDirs []string
+	// CRDs are CustomResourceDefinitions to install, as objects, after
+	// those of CRDDirs. Default: none.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
 	// NoControllerManager leaves kube-controller-manager out. Default
 	// false: it runs, and Start returns once its controllers work (the
 	// default namespace has its ServiceAccount). Without it no garbage
 	// collection, namespace deletion or ServiceAccount happens.
 	NoControllerManager bool
+	// Controllers are the controllers kube-controller-manager runs (its
+	// --controllers). Default: every controller on by default ("*"). A
+	// list without "serviceaccount-controller" is not waited for: Start
+	// returns once the process runs, and its controllers start within
+	// seconds.
+	Controllers []string
 	// Progress is called with a line before each step that takes seconds.
 	// Default: nil, nothing is reported.
 	Progress func(line string)
@@ -158,7 +169,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 				bin, assets, from, EtcdVersion, KubernetesVersion, CacheAssets())
 		}
 	}
-	dir, err := os.MkdirTemp("", "wasmreconcile-controlplane-")
+	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -212,16 +223,20 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, progress func(s
 		return fmt.Errorf("starting etcd and kube-apiserver from %s: %w%s%s", cp.assets, err,
 			logTail(etcdLog.Name()), logTail(apiLog.Name()))
 	}
-	if err := writeKubeconfig(cp.config, cp.kubeconfig); err != nil {
+	if err := WriteKubeconfig(cp.config, cp.kubeconfig); err != nil {
 		return err
 	}
 
-	if len(opts.CRDDirs) > 0 {
+	if len(opts.CRDDirs) > 0 || len(opts.CRDs) > 0 {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		progress(fmt.Sprintf("installing the CRDs of %s", strings.Join(opts.CRDDirs, ", ")))
-		if err := cp.installCRDs(ctx, opts.CRDDirs, opts.StartTimeout); err != nil {
+		what := fmt.Sprintf("%d CRDs", len(opts.CRDs))
+		if len(opts.CRDDirs) > 0 {
+			what = "the CRDs of " + strings.Join(opts.CRDDirs, ", ")
+		}
+		progress("installing " + what)
+		if err := cp.installCRDs(ctx, opts, what); err != nil {
 			return err
 		}
 	}
@@ -231,26 +246,28 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, progress func(s
 			return err
 		}
 		progress("starting kube-controller-manager (garbage collector, namespace controller and the other default controllers)")
-		if err := cp.startControllerManager(ctx, opts.StartTimeout); err != nil {
+		if err := cp.startControllerManager(ctx, opts.Controllers, opts.StartTimeout); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// installCRDs installs the CRDs of dirs and waits until each is
-// Established. CRDs are installed before kube-controller-manager starts, so
-// that the garbage collector's first discovery sees their kinds (it
-// rediscovers every 30 seconds).
-func (cp *ControlPlane) installCRDs(ctx context.Context, dirs []string, timeout time.Duration) error {
+// installCRDs installs the CRDs of opts.CRDDirs and opts.CRDs and waits
+// until each is Established. CRDs are installed before
+// kube-controller-manager starts, so that the garbage collector's first
+// discovery sees their kinds (it rediscovers every 30 seconds).
+func (cp *ControlPlane) installCRDs(ctx context.Context, opts Options, what string) error {
+	timeout := opts.StartTimeout
 	crds, err := envtest.InstallCRDs(cp.config, envtest.CRDInstallOptions{
-		Paths:              dirs,
+		Paths:              opts.CRDDirs,
+		CRDs:               opts.CRDs,
 		ErrorIfPathMissing: true,
 		MaxTime:            timeout,
 		PollInterval:       100 * time.Millisecond,
 	})
 	if err != nil {
-		return fmt.Errorf("installing the CRDs of %s: %w", strings.Join(dirs, ", "), err)
+		return fmt.Errorf("installing %s: %w", what, err)
 	}
 	dyn, err := dynamic.NewForConfig(cp.config)
 	if err != nil {
@@ -282,20 +299,25 @@ func (cp *ControlPlane) installCRDs(ctx context.Context, dirs []string, timeout 
 }
 
 // startControllerManager starts kube-controller-manager with the admin
-// kubeconfig and waits until its controllers work: the ServiceAccount
-// controller has given the default namespace its ServiceAccount.
-func (cp *ControlPlane) startControllerManager(ctx context.Context, timeout time.Duration) error {
+// kubeconfig running controllers (nil: all) and, when the ServiceAccount
+// controller is among them, waits until its controllers work: it has given
+// the default namespace its ServiceAccount.
+func (cp *ControlPlane) startControllerManager(ctx context.Context, controllers []string, timeout time.Duration) error {
 	logf, err := cp.logFile(KubeControllerManager)
 	if err != nil {
 		return err
 	}
+	if len(controllers) == 0 {
+		controllers = []string{"*"}
+	}
 	args := []string{
 		"--kubeconfig=" + cp.kubeconfig,
 		"--leader-elect=false",
-		// Every controller on by default. Those that need what a local
-		// control plane lacks disable themselves (the CSR signer without a
-		// signing CA, the cloud controllers without a cloud provider).
-		"--controllers=*",
+		// By default every controller on by default. Those that need what
+		// a local control plane lacks disable themselves (the CSR signer
+		// without a signing CA, the cloud controllers without a cloud
+		// provider).
+		"--controllers=" + strings.Join(controllers, ","),
 		"--use-service-account-credentials=false", // every controller acts as the admin user
 		"--secure-port=0",                         // no serving: no port to allocate
 	}
@@ -327,6 +349,9 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, timeout time
 	}
 	cp.kcm, cp.kcmDone = cmd, done
 
+	if !slices.Contains(controllers, "*") && !slices.Contains(controllers, "serviceaccount-controller") {
+		return nil // nothing it does is quick to see
+	}
 	client, err := kubernetes.NewForConfig(cp.config)
 	if err != nil {
 		return err
@@ -395,6 +420,139 @@ func (cp *ControlPlane) Stop() error {
 	return cp.stopErr
 }
 
+// ControllerManagerRunning reports whether kube-controller-manager was
+// started and has not exited.
+func (cp *ControlPlane) ControllerManagerRunning() bool {
+	if cp.kcm == nil {
+		return false
+	}
+	select {
+	case <-cp.kcmDone:
+		return false
+	default:
+		return true
+	}
+}
+
+// Log returns what the component (Etcd, KubeAPIServer,
+// KubeControllerManager) has logged so far, for a failure message.
+func (cp *ControlPlane) Log(component string) string {
+	b, _ := os.ReadFile(filepath.Join(cp.dir, component+".log"))
+	return string(b)
+}
+
+// KillAPIServer kills the kube-apiserver process with SIGKILL, as a crash
+// or an OOM kill would, and reaps it; etcd keeps running. (A graceful stop
+// drains in-flight requests for up to a minute.)
+func (cp *ControlPlane) KillAPIServer() error {
+	api := cp.env.ControlPlane.APIServer
+	if err := killProcessWithArg("--cert-dir=" + api.CertDir); err != nil {
+		return err
+	}
+	return api.Stop()
+}
+
+// StartAPIServer starts kube-apiserver again on the same port and
+// certificates, so clients of RESTConfig keep working. It returns once the
+// server reports healthy.
+func (cp *ControlPlane) StartAPIServer() error { return cp.env.ControlPlane.APIServer.Start() }
+
+// KillEtcd kills the etcd process with SIGKILL and reaps it; kube-apiserver
+// keeps running and answers with errors until etcd is back.
+func (cp *ControlPlane) KillEtcd() error {
+	etcd := cp.env.ControlPlane.Etcd
+	if err := killProcessWithArg("--data-dir=" + etcd.DataDir); err != nil {
+		return err
+	}
+	return etcd.Stop()
+}
+
+// StartEtcd starts etcd again on the same URL and data directory, so every
+// object stored before is there.
+func (cp *ControlPlane) StartEtcd() error { return cp.env.ControlPlane.Etcd.Start() }
+
+// killProcessWithArg sends SIGKILL to the one process whose command line
+// holds arg (a directory unique to this control plane).
+func killProcessWithArg(arg string) error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range bytes.Split(cmdline, []byte{0}) {
+			if string(a) == arg {
+				return syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	return fmt.Errorf("no process with argument %s", arg)
+}
+
+// dirPrefix names the directory of every control plane Start makes; its
+// processes carry it in their arguments (ReapOrphans).
+const dirPrefix = "wasmreconcile-controlplane-"
+
+// ReapOrphans kills the processes of control planes whose starter died
+// without stopping them (their parent is now init: a starter killed before
+// the parent-death signal was set, or a machine without setpriv) and
+// removes their directories. A control plane in use has a live parent and
+// is never touched.
+func ReapOrphans(report func(line string)) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ")".
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) < 2 || fields[1] != "1" {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range bytes.Split(cmdline, []byte{0}) {
+			arg := string(a)
+			if !strings.HasPrefix(arg, "--data-dir=") && !strings.HasPrefix(arg, "--cert-dir=") && !strings.HasPrefix(arg, "--kubeconfig=") {
+				continue
+			}
+			val := arg[strings.IndexByte(arg, '=')+1:]
+			i := strings.Index(val, "/"+dirPrefix)
+			if i < 0 {
+				continue
+			}
+			rest := val[i+1:] // wasmreconcile-controlplane-N/etcd
+			if j := strings.IndexByte(rest, '/'); j >= 0 {
+				rest = rest[:j]
+			}
+			dir := val[:i+1] + rest
+			if report != nil {
+				report(fmt.Sprintf("killing pid %d, left behind by a control plane whose starter died (%s)", pid, dir))
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			_ = os.RemoveAll(dir)
+			break
+		}
+	}
+}
+
 // ProcessesUsing returns the processes whose command line names a path
 // under dir: a control plane's, for its Dir, until Stop has returned.
 func ProcessesUsing(dir string) []int {
@@ -449,9 +607,9 @@ func wrapAssets(assets, dir string, progress func(string)) (string, error) {
 	return dir, nil
 }
 
-// writeKubeconfig writes a kubeconfig for cfg (a client certificate) to
+// WriteKubeconfig writes a kubeconfig for cfg (a client certificate) to
 // path.
-func writeKubeconfig(cfg *rest.Config, path string) error {
+func WriteKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["wasmreconcile-dev"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}

@@ -1,4 +1,4 @@
-package testenv
+package controlplane
 
 import (
 	"os"
@@ -39,18 +39,18 @@ func TestReapOrphans(t *testing.T) {
 	defer func() { _ = alive.Process.Kill(); _ = alive.Wait() }()
 	waitParent := time.Now().Add(10 * time.Second)
 	// Wait for the orphan to have exec'd (until then its command line is
-	// the outer shell's, which reapOrphans rightly ignores: under load the
+	// the outer shell's, which ReapOrphans rightly ignores: under load the
 	// outer shell can exit first) and for its parent to be init.
 	for ppid(orphan) != "1" || !hasArg(orphan, arg) {
 		if time.Now().After(waitParent) {
 			if hasArg(orphan, arg) {
-				t.Skipf("the orphan's parent is %s, not init: this machine has a subreaper, and reapOrphans cannot tell orphans", ppid(orphan))
+				t.Skipf("the orphan's parent is %s, not init: this machine has a subreaper, and ReapOrphans cannot tell orphans", ppid(orphan))
 			}
 			t.Fatalf("the orphan (pid %d) did not exec its command within 10 s", orphan)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	reapOrphans()
+	ReapOrphans(nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for ppid(orphan) != "" {
 		if time.Now().After(deadline) {
