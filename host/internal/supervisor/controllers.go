@@ -57,7 +57,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 		}
 		next.rec, next.spec = rec, spec
 		s.holdKinds(version.Module.Manifest())
-		s.cancelDrainsFor(spec.Name, version.Module.Manifest())
+		s.drainer.cancelFor(spec.Name, version.Module.Manifest())
 		if r != nil {
 			// The old controller stops; its running calls finish on the
 			// versions they hold. Its slot is closed so that its workers
@@ -78,11 +78,10 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			// kind) is drained from the old kind's objects once the old
 			// controller has stopped; the old kinds are released then.
 			old := r.rec.Manifest()
-			release := func() { s.releaseKinds(old) }
 			if m := version.Module.Manifest(); m.Finalizer && r.rec.Kind() == gvkOf(m.For) {
-				release()
-			} else {
-				s.drainAfter(spec.Name, r.rec, stopped, release)
+				s.releaseKinds(old)
+			} else if !s.drainer.after(spec.Name, r.rec, stopped, s.releaser(old)) {
+				s.releaseKinds(old)
 			}
 		}
 		s.modules[spec.Name] = next

@@ -2,30 +2,56 @@ package supervisor
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 )
 
-// Drain timing: a pass is bounded by drainPassTimeout; failed passes are
-// retried with exponential backoff from drainBackoff to drainMaxBackoff; a
-// pass that released objects is confirmed by another after drainConfirm,
-// so that a finalizer the informer cache had not seen yet is not missed.
-var (
-	drainPassTimeout = time.Minute
-	drainBackoff     = 500 * time.Millisecond
-	drainMaxBackoff  = 30 * time.Second
-	drainConfirm     = time.Second
-)
+// drainTiming paces a drain: a pass is bounded by pass; failed passes are
+// retried with exponential backoff from backoff to maxBackoff; a pass that
+// released objects is confirmed by another after confirm, so that a
+// finalizer the informer cache had not seen yet is not missed. A replica
+// that does not lead checks again every confirm.
+type drainTiming struct {
+	pass, backoff, maxBackoff, confirm time.Duration
+}
 
-// drain removes a removed (or replaced) module's finalizer from the
-// objects of its kind, in the background.
+var defaultDrainTiming = drainTiming{pass: time.Minute, backoff: 500 * time.Millisecond, maxBackoff: 30 * time.Second, confirm: time.Second}
+
+// finalizerHolder is what a drain needs of the reconciler of a module that
+// left: its finalizer, its kind, and one pass that removes the finalizer
+// from every object of the kind (reconciler.Reconciler.DrainFinalizer).
+type finalizerHolder interface {
+	Finalizer() string
+	Kind() schema.GroupVersionKind
+	DrainFinalizer(ctx context.Context) (released, remaining int, err error)
+}
+
+// drainer removes the finalizers of modules that left (removed, or replaced
+// by a version that does not declare the finalizer for the same kind) from
+// the objects of their kinds, in the background, so that no deletion waits
+// for a module that is gone. Only the leader writes; a drain in another
+// replica waits until it leads. It has a lock of its own, and calls nothing
+// of the supervisor's but leading and the release each drain is given.
+type drainer struct {
+	log        logr.Logger
+	leading    func() bool     // whether this replica writes
+	closing    context.Context // ends every drain
+	goroutines *sync.WaitGroup // counts each drain's goroutine
+	timing     drainTiming
+
+	mu     sync.Mutex
+	drains map[string][]*drain // by module name, oldest first
+}
+
+// drain is one finalizer being removed.
 type drain struct {
 	finalizer string
 	kind      schema.GroupVersionKind
@@ -54,10 +80,13 @@ type DrainStatus struct {
 
 // Draining reports the pending drain of module name's finalizer, if any
 // (the latest, when the module left several).
-func (s *Supervisor) Draining(name string) (DrainStatus, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ds := s.drains[name]
+func (s *Supervisor) Draining(name string) (DrainStatus, bool) { return s.drainer.status(name) }
+
+// status reports the latest pending drain of module name.
+func (dr *drainer) status(name string) (DrainStatus, bool) {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	ds := dr.drains[name]
 	if len(ds) == 0 {
 		return DrainStatus{}, false
 	}
@@ -65,38 +94,35 @@ func (s *Supervisor) Draining(name string) (DrainStatus, bool) {
 	return DrainStatus{Finalizer: d.finalizer, Kind: d.kind, Remaining: int(d.remaining.Load()), Released: int(d.released.Load()), Done: d.done}, true
 }
 
-// drainAfter drains the finalizer of old, a module's reconciler whose
-// controller stops (stopped is closed when it has; nil when it did not
-// run), and then calls release (with s.mu held; nil: nothing to call),
-// which ends old's use of its kinds' informers: they are kept meanwhile,
-// so that the informer cache the drain lists from stays. A module without
-// a finalizer calls release at once. A drain of the same name and kind
-// still pending is superseded. s.mu is held.
-func (s *Supervisor) drainAfter(name string, old *reconciler.Reconciler, stopped <-chan struct{}, release func()) {
-	if release == nil {
-		release = func() {}
-	}
+// after drains the finalizer of old, a module's reconciler whose controller
+// stops (stopped is closed when it has; nil when it did not run), and then
+// calls release on the drain's goroutine, which ends old's use of its
+// kinds' informers: they are kept meanwhile, so that the informer cache the
+// drain lists from stays. A drain of the same name and kind still pending
+// is superseded. For a module without a finalizer it does nothing, does not
+// call release, and returns false.
+func (dr *drainer) after(name string, old finalizerHolder, stopped <-chan struct{}, release func()) (draining bool) {
 	if old.Finalizer() == "" {
-		release()
-		return
+		return false
 	}
-	s.cancelDrains(name, old.Kind())
-	ctx, cancel := context.WithCancel(s.closing)
+	dr.cancel(name, old.Kind())
+	ctx, cancel := context.WithCancel(dr.closing)
 	d := &drain{finalizer: old.Finalizer(), kind: old.Kind(), cancel: cancel, done: make(chan struct{})}
 	d.remaining.Store(-1)
-	if s.drains == nil {
-		s.drains = map[string][]*drain{}
+	dr.mu.Lock()
+	if dr.drains == nil {
+		dr.drains = map[string][]*drain{}
 	}
-	s.drains[name] = append(s.drains[name], d)
-	s.goroutines.Add(1)
+	dr.drains[name] = append(dr.drains[name], d)
+	dr.mu.Unlock()
+	dr.goroutines.Add(1)
 	go func() {
-		defer s.goroutines.Done()
+		defer dr.goroutines.Done()
 		defer close(d.done)
 		defer cancel()
-		s.runDrain(ctx, name, old, d, stopped)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		ds := s.drains[name]
+		dr.run(ctx, name, old, d, stopped)
+		dr.mu.Lock()
+		ds := dr.drains[name]
 		for i, x := range ds {
 			if x == d {
 				ds = append(ds[:i:i], ds[i+1:]...)
@@ -104,35 +130,35 @@ func (s *Supervisor) drainAfter(name string, old *reconciler.Reconciler, stopped
 			}
 		}
 		if len(ds) == 0 {
-			delete(s.drains, name)
+			delete(dr.drains, name)
 		} else {
-			s.drains[name] = ds
+			dr.drains[name] = ds
 		}
-		if !s.closed {
-			release()
-		}
+		dr.mu.Unlock()
+		release()
 	}()
+	return true
 }
 
-// cancelDrains ends the pending drains of module name's finalizer on
-// objects of kind: a version of the module that declares it again serves
-// them. s.mu is held.
-func (s *Supervisor) cancelDrains(name string, kind schema.GroupVersionKind) {
-	for _, d := range s.drains[name] {
+// cancel ends the pending drains of module name's finalizer on objects of
+// kind: a version of the module that declares it again serves them.
+func (dr *drainer) cancel(name string, kind schema.GroupVersionKind) {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	for _, d := range dr.drains[name] {
 		if d.kind == kind {
 			d.cancel()
 		}
 	}
 }
 
-// cancelDrainsFor ends the pending drains a new version of module name
-// makes moot: the version declares the same finalizer for the same kind.
-// s.mu is held.
-func (s *Supervisor) cancelDrainsFor(name string, m abi.Manifest) {
+// cancelFor ends the pending drains a new version of module name makes
+// moot: the version declares the same finalizer for the same kind.
+func (dr *drainer) cancelFor(name string, m abi.Manifest) {
 	if !m.Finalizer {
 		return
 	}
-	s.cancelDrains(name, gvkOf(m.For))
+	dr.cancel(name, gvkOf(m.For))
 }
 
 func gvkOf(g abi.GroupVersionKind) schema.GroupVersionKind {
@@ -146,12 +172,13 @@ func (s *Supervisor) leading() bool {
 	return s.ctx != nil && s.ctx.Err() == nil
 }
 
-// runDrain removes d's finalizer from every object of its kind with old's
+// run removes d's finalizer from every object of its kind with old's
 // clients, in the leader, once old's controller has stopped: passes until
 // one finds nothing left to release, failed passes retried with backoff,
 // until done or ctx ends.
-func (s *Supervisor) runDrain(ctx context.Context, name string, old *reconciler.Reconciler, d *drain, stopped <-chan struct{}) {
-	log := s.opts.Log.WithValues("module", name, "finalizer", d.finalizer, "kind", d.kind.String())
+func (dr *drainer) run(ctx context.Context, name string, old finalizerHolder, d *drain, stopped <-chan struct{}) {
+	t := dr.timing
+	log := dr.log.WithValues("module", name, "finalizer", d.finalizer, "kind", d.kind.String())
 	if stopped != nil {
 		select {
 		case <-stopped: // nothing adds the finalizer any more
@@ -160,7 +187,7 @@ func (s *Supervisor) runDrain(ctx context.Context, name string, old *reconciler.
 		}
 	}
 	log.Info("draining finalizer: removing it from every object of the module's kind")
-	backoff := drainBackoff
+	backoff := t.backoff
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -172,13 +199,13 @@ func (s *Supervisor) runDrain(ctx context.Context, name string, old *reconciler.
 		}
 	}
 	for {
-		if !s.leading() { // only the leader writes; a new leader drains
-			if !wait(drainConfirm) {
+		if !dr.leading() { // only the leader writes; a new leader drains
+			if !wait(t.confirm) {
 				return
 			}
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, drainPassTimeout)
+		pctx, cancel := context.WithTimeout(ctx, t.pass)
 		released, remaining, err := old.DrainFinalizer(pctx)
 		cancel()
 		if ctx.Err() != nil {
@@ -198,10 +225,10 @@ func (s *Supervisor) runDrain(ctx context.Context, name string, old *reconciler.
 			if !wait(backoff) {
 				return
 			}
-			backoff = min(2*backoff, drainMaxBackoff)
+			backoff = min(2*backoff, t.maxBackoff)
 		case released > 0:
 			log.Info("finalizer drain progress", "released", released, "remaining", remaining)
-			if !wait(drainConfirm) {
+			if !wait(t.confirm) {
 				return
 			}
 		default:

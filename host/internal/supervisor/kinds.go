@@ -49,3 +49,16 @@ func (s *Supervisor) releaseKinds(m abi.Manifest) {
 		}
 	}
 }
+
+// releaser returns the release of a drain of a module with manifest m: it
+// ends the module's use of its kinds' informers (releaseKinds) once the
+// drain ends, unless the supervisor has closed meanwhile.
+func (s *Supervisor) releaser(m abi.Manifest) func() {
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.closed {
+			s.releaseKinds(m)
+		}
+	}
+}

@@ -57,7 +57,7 @@ type Supervisor struct {
 	closed  bool
 	kinds   map[schema.GroupVersionKind]int // modules using each kind's informer
 
-	drains map[string][]*drain // finalizers of removed or replaced modules being drained, by module name
+	drainer *drainer // finalizers of removed or replaced modules (drain.go)
 
 	closing     context.Context // ends when Close is called: bounds background compiles and drains
 	closeCancel context.CancelFunc
@@ -101,9 +101,11 @@ func New(opts Options) (*Supervisor, error) {
 	}
 	opts = opts.withDefaults()
 	closing, cancel := context.WithCancel(context.Background())
-	return &Supervisor{opts: opts, modules: map[string]*running{}, kinds: map[schema.GroupVersionKind]int{},
+	s := &Supervisor{opts: opts, modules: map[string]*running{}, kinds: map[schema.GroupVersionKind]int{},
 		loader:  loader{engine: opts.Engine, interpreter: opts.Interpreter, limits: opts.Limits, metrics: opts.Metrics, log: opts.Log},
-		closing: closing, closeCancel: cancel}, nil
+		closing: closing, closeCancel: cancel}
+	s.drainer = &drainer{log: opts.Log, leading: s.leading, closing: closing, goroutines: &s.goroutines, timing: defaultDrainTiming}
+	return s, nil
 }
 
 // NeedLeaderElection makes module controllers run only in the leader.
@@ -199,7 +201,9 @@ func (s *Supervisor) Remove(name string) bool {
 	// the background, see Draining), which keeps its kinds' informers
 	// until then.
 	old := r.rec.Manifest()
-	s.drainAfter(name, r.rec, stopped, func() { s.releaseKinds(old) })
+	if !s.drainer.after(name, r.rec, stopped, s.releaser(old)) {
+		s.releaseKinds(old)
+	}
 	s.opts.Log.Info("module removed", "module", name)
 	return true
 }
