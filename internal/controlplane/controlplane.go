@@ -319,7 +319,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, controllers 
 		// provider).
 		"--controllers=" + strings.Join(controllers, ","),
 		"--use-service-account-credentials=false", // every controller acts as the admin user
-		"--secure-port=0",                         // no serving: no port to allocate
+		"--secure-port=0", // no serving: no port to allocate
 	}
 	// envtest signs ServiceAccount tokens with this key: with it, the token
 	// controller runs too and fills legacy token Secrets.

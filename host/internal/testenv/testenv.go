@@ -119,7 +119,9 @@ func (cp *ControlPlane) ControllerManagerLog() string {
 
 // WriteKubeconfig writes a kubeconfig for cfg (envtest's admin client
 // certificate) to path, for tests that run the operator binary.
-func WriteKubeconfig(cfg *rest.Config, path string) error { return controlplane.WriteKubeconfig(cfg, path) }
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	return controlplane.WriteKubeconfig(cfg, path)
+}
 
 // shared is the package's control plane, set by Main; nil under -short.
 var shared *ControlPlane
