@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/csaupgrade"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -374,16 +375,48 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 }
 
 // patchFinalizer adds or removes the module's finalizer, with optimistic
-// locking so that no other finalizer is lost.
+// locking so that no other finalizer is lost. A conflict (anyone changed
+// the object since it was read: the namespace controller, another
+// finalizer's owner) is retried on the object read again from the API
+// server, as long as it is the same object (its UID) and the change still
+// applies: a finalizer is not added to an object being deleted. obj ends
+// as the API server last returned it.
 func (r *Reconciler) patchFinalizer(ctx context.Context, obj *unstructured.Unstructured, add bool) error {
-	patch := client.MergeFromWithOptions(obj.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if add {
-		controllerutil.AddFinalizer(obj, r.finalizer)
-	} else {
-		controllerutil.RemoveFinalizer(obj, r.finalizer)
+	cur := obj
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if add {
+			controllerutil.AddFinalizer(cur, r.finalizer)
+		} else {
+			controllerutil.RemoveFinalizer(cur, r.finalizer)
+		}
+		err := r.opts.Writer.Patch(ctx, cur, patch)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh := &unstructured.Unstructured{}
+		fresh.SetGroupVersionKind(obj.GroupVersionKind())
+		if gerr := r.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); gerr != nil {
+			return gerr // NotFound: gone, nothing to do (below)
+		}
+		if fresh.GetUID() != obj.GetUID() {
+			if add { // not a conflict: retrying cannot help
+				return fmt.Errorf("%s was deleted and created again while its finalizer was added; the new object is reconciled on its own event", client.ObjectKeyFromObject(obj))
+			}
+			return nil // the object that held it is gone
+		}
+		if (add && fresh.GetDeletionTimestamp() != nil) || controllerutil.ContainsFinalizer(fresh, r.finalizer) == add {
+			cur = fresh
+			return nil // nothing left to change
+		}
+		cur = fresh
+		return err // retried on fresh
+	})
+	if cur != obj {
+		obj.Object = cur.Object
 	}
-	if err := r.opts.Writer.Patch(ctx, obj, patch); err != nil && !apierrors.IsNotFound(err) {
-		return err
+	if apierrors.IsNotFound(err) {
+		return nil
 	}
-	return nil
+	return err
 }

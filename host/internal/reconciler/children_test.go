@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
@@ -165,4 +167,86 @@ func TestCacheReads(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestFinalizerConflictsAreRetried: another writer changes the WebApp just
+// before each finalizer patch (adding it, then removing it once the
+// module has torn down), so that the optimistic lock fails. Each is
+// retried on the object read again: the finalizer is added, the WebApp
+// goes, and no apply failure or ApplyFailed Warning is counted.
+func TestFinalizerConflictsAreRetried(t *testing.T) {
+	t.Parallel() // isolated: a namespace and a manager of its own
+	var h *harness
+	var conflicts atomic.Int32
+	var interfered [2]atomic.Bool // before adding, before removing
+	ready := make(chan struct{})
+	h = run(t, "./webapp", runOptions{writer: func(c client.Client) client.Client {
+		return patchHook{Client: c, hook: func(ctx context.Context, c client.Client, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			<-ready
+			phase := 0
+			if obj.GetDeletionTimestamp() != nil {
+				phase = 1
+			}
+			if _, ok := obj.(*unstructured.Unstructured); ok && patch.Type() == types.MergePatchType && !interfered[phase].Swap(true) {
+				// Another writer first: a label bumps the resourceVersion.
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(webappGVK)
+				if err := h.k8s.Get(ctx, client.ObjectKeyFromObject(obj), u); err != nil {
+					return err
+				}
+				u.SetLabels(map[string]string{"interfered": fmt.Sprint(phase)})
+				if err := h.k8s.Update(ctx, u); err != nil {
+					return err
+				}
+			}
+			err := c.Patch(ctx, obj, patch, opts...)
+			if apierrors.IsConflict(err) {
+				conflicts.Add(1)
+			}
+			return err
+		}}
+	}})
+	close(ready)
+	ctx := context.Background()
+	h.create(webappGVK, "shop", map[string]any{"image": "nginx:1.27"})
+	testenv.Eventually(t, time.Minute, "the finalizer added and the WebApp Ready", func() error {
+		app := h.get(webappGVK, "shop")
+		if fins := app.GetFinalizers(); len(fins) != 1 || fins[0] != reconciler.FinalizerPrefix+"webapp" {
+			return fmt.Errorf("finalizers %v", fins)
+		}
+		if c := readyCondition(app); c == nil || c["status"] != "True" {
+			return fmt.Errorf("Ready condition %v", c)
+		}
+		return nil
+	})
+	if err := h.k8s.Delete(ctx, h.get(webappGVK, "shop")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the WebApp gone", func() error {
+		err := h.k8s.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: "shop"}, newObject(webappGVK, h.ns, "shop", nil))
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("WebApp still there (err %v)", err)
+		}
+		return nil
+	})
+	if got := conflicts.Load(); got < 2 {
+		t.Fatalf("finalizer patches that conflicted: %d, want 2 (adding and removing): the test did not make the conflicts it checks", got)
+	}
+	if got := h.metric(h.metrics.ApplyFailures.WithLabelValues("webapp", "finalizer", "Conflict")); got != 0 {
+		t.Errorf("finalizer apply failures counted: %v, want 0 (conflicts are retried)", got)
+	}
+	if ev, err := h.findEvent("shop", corev1.EventTypeWarning, "ApplyFailed"); err == nil {
+		t.Errorf("an ApplyFailed Warning: %s", ev.Note)
+	}
+}
+
+// patchHook is a client whose Patch calls hook, with the client to patch
+// with.
+type patchHook struct {
+	client.Client
+	hook func(ctx context.Context, c client.Client, obj client.Object, patch client.Patch, opts ...client.PatchOption) error
+}
+
+func (p patchHook) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	return p.hook(ctx, p.Client, obj, patch, opts...)
 }

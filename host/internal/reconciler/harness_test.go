@@ -98,6 +98,8 @@ type runOptions struct {
 	workers int
 	// recorder, when set, wraps the manager's Event recorder.
 	recorder func(recorder.EventRecorder) recorder.EventRecorder
+	// writer, when set, wraps the client the reconciler writes with.
+	writer func(client.Client) client.Client
 }
 
 // run starts pkg's module in a fresh namespace and returns the harness.
@@ -134,6 +136,9 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	o.Scopes = protocol.MapperScopes(mgr.GetRESTMapper())
 	if ro.recorder != nil {
 		o.Recorder = ro.recorder(o.Recorder)
+	}
+	if ro.writer != nil {
+		o.Writer = ro.writer(o.Client)
 	}
 	if h.rec, err = reconciler.New(o); err != nil {
 		t.Fatal(err)
