@@ -69,8 +69,8 @@ tools: ## Build the pinned tools (staticcheck, goimports, gotestsum) into bin/to
 	$(GO) build -modfile=hack/tools/go.mod -o $(TOOLS)/ honnef.co/go/tools/cmd/staticcheck golang.org/x/tools/cmd/goimports gotest.tools/gotestsum
 
 .PHONY: operator
-operator: ## Build the operator binary to bin/operator.
-	$(GO) build -o $(BIN)/operator ./cmd/operator
+operator: ## Build the operator binary to bin/operator (static: CGO_ENABLED=0, as the image and the tests build it, so they share its compiled packages).
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/operator ./cmd/operator
 
 .PHONY: image
 image: ## Build the operator image without Docker (go-containerregistry) into bin/image, an OCI layout; IMAGE=oci://REGISTRY/REPO:TAG pushes it instead.
@@ -99,6 +99,8 @@ test: controlplane registry modules modules-c operator tools ## Run all tests: u
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/tck-c/testdata/cases
 	@echo "-- modules/widget-c (the widget's logic in C, on the Go widget's cases)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/widget-c.wasm modules/widget/testdata/cases
+	@echo "== the WebAssembly spec suite through the instrumenter (without -race: it is single-threaded; host/internal/instrument/spectest)"
+	$(GO) test $(SPEC_PKG)
 	@echo "== host (with a real kube-apiserver and etcd: one per test package)"
 	@# The test processes share built guests, the test compile worker and
 	@# compiled code (internal/testshare); the builds are redone every run,
@@ -122,7 +124,9 @@ TEST_FLAGS   ?= -parallel 3
 # The host packages, the slowest first: go test starts packages in the
 # order given (ok lines print in that order too), and the longest one
 # started last ends the run alone.
-TEST_PKGS    ?= ./host/operator/ ./cmd/operator/ ./host/engine/ ./...
+# The spec suite is left out: it runs without -race, before.
+SPEC_PKG     := ./host/internal/instrument/spectest/
+TEST_PKGS    ?= ./host/operator/ ./cmd/operator/ ./host/engine/ $(shell $(GO) list ./... | grep -v '/host/internal/instrument/spectest$$')
 # Where the test processes of one run share what is costly to make.
 TEST_SHARE   := $(BIN)/test-share
 

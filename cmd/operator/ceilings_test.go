@@ -58,6 +58,7 @@ func TestCeilingFlags(t *testing.T) {
 // TestCeilingFlagsOffline: invoke and test take the ceilings and say what
 // they clamped; the clamped fuel is the budget of the call.
 func TestCeilingFlagsOffline(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	widget := testwasm.BuildFile(t, "./widget")
 	dir := t.TempDir()
 	obj := filepath.Join(dir, "w.yaml")

@@ -40,6 +40,7 @@ func goTool(t *testing.T, dir string, env []string, args ...string) {
 // through operator test's code, and rbac.yaml regenerated from the built
 // module. It needs the Go toolchain and takes about a minute.
 func TestInitScaffold(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	if testing.Short() {
 		t.Skip("builds scaffolded modules with the go command; skipped with -short")
 	}

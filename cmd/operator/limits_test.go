@@ -82,6 +82,7 @@ func TestGuestLimitFlags(t *testing.T) {
 // within --max-log-lines, with the line saying how many were dropped;
 // test prints them only with -v, named by case.
 func TestGuestLogsOffline(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	mb := testwasm.BuildFile(t, "./internal/testguests/misbehave")
 	dir := t.TempDir()
 	obj := filepath.Join(dir, "g.yaml")

@@ -46,6 +46,7 @@ func TestCLI(t *testing.T) {
 }
 
 func TestInvokeAndTestOffline(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	widget := testwasm.BuildFile(t, "./widget")
 	dir := t.TempDir()
 	obj := filepath.Join(dir, "w.yaml")

@@ -57,6 +57,7 @@ func rule(group string, resources []string, verbs ...string) rbacv1.PolicyRule {
 // wasm: exactly the rules its manifest (for WebApp, owns ConfigMap and
 // Service, a finalizer) needs, and the binding to its account.
 func TestRBACWebapp(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	wasm := testwasm.BuildFile(t, "./webapp")
 	crds := filepath.Join(testwasm.RepoRoot(), "examples", "crds")
 	var out, errOut bytes.Buffer

@@ -25,6 +25,7 @@ import (
 // them with operator replay on the same version (same) and on another
 // (changed, naming the field).
 func TestRecordReplay(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	dir := t.TempDir()
 	v1 := filepath.Join(dir, "v1.wasm")
 	v2 := filepath.Join(dir, "v2.wasm")
@@ -36,7 +37,7 @@ func TestRecordReplay(t *testing.T) {
 	}
 	// What the recorder would serve: two calls of v1, replayed fresh.
 	ctx := context.Background()
-	eng, _ := engine.New(engine.Options{})
+	eng, _ := engine.New(engine.Options{CompilationCacheDir: compiled})
 	defer eng.Close(ctx)
 	b, _ := os.ReadFile(v1)
 	m, err := eng.Load(ctx, "widget", b, engine.Limits{})

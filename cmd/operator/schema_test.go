@@ -16,6 +16,7 @@ import (
 // examples/, and fail with the API server's message against a CRD whose
 // status schema lacks a field the module writes.
 func TestSchemaChecks(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
 	webapp := testwasm.BuildFile(t, "./webapp")
 	root := testwasm.RepoRoot()
 	crds := filepath.Join(root, "examples", "crds")

@@ -22,6 +22,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
@@ -69,11 +70,9 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	if err := testenv.WriteKubeconfig(e.cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "operator")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/operator")
-	build.Dir = testwasm.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
+	bin, err := testshare.GoBinary("operator", "./cmd/operator", "")
+	if err != nil {
+		t.Fatalf("building the operator: %v", err)
 	}
 	module := testwasm.BuildFile(t, "./widget")
 	webapp := testwasm.BuildFile(t, "./webapp") // run through a ReconcileModule

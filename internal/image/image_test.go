@@ -19,7 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/wasmreconcile/wasmreconcile/internal/testregistry"
-	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 )
 
 // TestImagePushedRunsVersion builds the operator statically, builds its
@@ -32,12 +32,9 @@ func TestImagePushedRunsVersion(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is a Linux image")
 	}
-	bin := filepath.Join(t.TempDir(), "operator")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./cmd/operator")
-	build.Dir = testwasm.RepoRoot()
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOWORK=off")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the operator: %v\n%s", err, out)
+	bin, err := testshare.GoBinary("operator", "./cmd/operator", "") // static, as make image builds it
+	if err != nil {
+		t.Fatalf("building the operator: %v", err)
 	}
 	b, err := os.ReadFile(bin)
 	if err != nil {

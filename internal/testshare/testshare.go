@@ -13,7 +13,10 @@ package testshare
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 )
@@ -82,6 +85,35 @@ func Build(sub, name string, build func(path string) error) (string, error) {
 		return "", fmt.Errorf("test share: %w", err)
 	}
 	return path, nil
+}
+
+// GoBinary returns a build of the Go main package pkg (relative to the
+// module root, such as "./cmd/operator") under name in Dir("bin"), built
+// once per run: statically (CGO_ENABLED=0), without the test's -race or any
+// other GOFLAGS, with ldflags. Every binary a test builds this way shares
+// the compiled packages of `make operator`, which builds the same way.
+func GoBinary(name, pkg, ldflags string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return Build("bin", name, func(out string) error {
+		args := []string{"build", "-o", out}
+		if ldflags != "" {
+			args = append(args, "-ldflags="+ldflags)
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Dir = root
+		env := []string{}
+		for _, e := range os.Environ() {
+			if !strings.HasPrefix(e, "GOFLAGS=") && !strings.HasPrefix(e, "CGO_ENABLED=") {
+				env = append(env, e)
+			}
+		}
+		cmd.Env = append(env, "GOWORK=off", "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", pkg, err, msg)
+		}
+		return nil
+	})
 }
 
 // CompilationCacheDir is the compilation cache (engine.Options'

@@ -6,6 +6,7 @@
 package testwasm
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +138,27 @@ func BuildPath(pkg string) (string, error) {
 		return "", err
 	}
 	return outPath(pkg), nil
+}
+
+// SpecRoot returns wazero's internal/integration_test/spectest directory in
+// the module cache, for the wazero version in go.mod: the WebAssembly spec
+// suite, as JSON commands and .wasm files per proposal.
+func SpecRoot(t testing.TB) string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/tetratelabs/wazero")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m github.com/tetratelabs/wazero: %v\n%s", err, stderr.String())
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		t.Fatalf("go list -m github.com/tetratelabs/wazero reported no directory (vendored or not downloaded?)")
+	}
+	root := filepath.Join(dir, "internal", "integration_test", "spectest")
+	if _, err := os.Stat(root); err != nil {
+		t.Fatalf("wazero spec test suite not found: %v", err)
+	}
+	return root
 }

@@ -8,9 +8,6 @@ package testworker
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -28,27 +25,11 @@ var (
 // testshare) and returns its path.
 func Build() (string, error) {
 	once.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		path, err = testshare.Build("bin", "compile-worker-"+engine.WazeroVersion(), func(out string) error {
-			// The worker must file its code in the compilation cache under
-			// the test binary's wazero version, which a test binary, having
-			// no module information, reports as "dev".
-			cmd := exec.Command("go", "build", "-o", out,
-				"-ldflags=-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion(), "./internal/testworker/worker")
-			cmd.Dir = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-			// Not the test's flags (-race), whatever GOFLAGS says.
-			env := []string{}
-			for _, e := range os.Environ() {
-				if !strings.HasPrefix(e, "GOFLAGS=") {
-					env = append(env, e)
-				}
-			}
-			cmd.Env = append(env, "GOWORK=off")
-			if msg, e := cmd.CombinedOutput(); e != nil {
-				return &buildError{err: e, out: string(msg)}
-			}
-			return nil
-		})
+		// The worker must file its code in the compilation cache under the
+		// test binary's wazero version, which a test binary, having no
+		// module information, reports as "dev".
+		path, err = testshare.GoBinary("compile-worker-"+engine.WazeroVersion(), "./internal/testworker/worker",
+			"-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion())
 	})
 	return path, err
 }

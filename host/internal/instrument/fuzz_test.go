@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // FuzzInstrument checks, for any bytes that wazero accepts as a module, that
@@ -25,7 +26,7 @@ import (
 // The seed corpus (every 7th module of the spec suite, plus the engine's test
 // guests) runs in `go test`; `make fuzz` explores further.
 func FuzzInstrument(f *testing.F) {
-	root := wazeroSpecRoot(f)
+	root := testwasm.SpecRoot(f)
 	for _, dir := range []string{"v1", "v2"} {
 		matches, _ := filepath.Glob(filepath.Join(root, dir, "testdata", "*.wasm"))
 		sort.Strings(matches)

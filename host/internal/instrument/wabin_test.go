@@ -9,6 +9,8 @@ import (
 
 	"github.com/tetratelabs/wabin/binary"
 	"github.com/tetratelabs/wabin/wasm"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // TestWabinCannotReencodeV2Modules documents why the instrumenter uses only
@@ -19,7 +21,7 @@ import (
 // with wabin and re-encoding it cannot work for valid modules. If a future
 // wabin round-trips these modules, this test fails: reconsider then.
 func TestWabinCannotReencodeV2Modules(t *testing.T) {
-	root := wazeroSpecRoot(t)
+	root := testwasm.SpecRoot(t)
 	files, _ := filepath.Glob(filepath.Join(root, "v2", "testdata", "elem.*.wasm"))
 	if len(files) == 0 {
 		t.Fatal("no elem.*.wasm in the v2 spec suite")

@@ -1,4 +1,4 @@
-package instrument_test
+package spectest_test
 
 // TestSpecSuite runs the official WebAssembly spec test suite (core v1 and v2,
 // as shipped in wazero's module zip) against modules rewritten by
@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // fuelBudget is the budget of every metered instantiation and call: large
@@ -65,7 +65,7 @@ var specExceptions = map[specKey]string{
 }
 
 func TestSpecSuite(t *testing.T) {
-	root := wazeroSpecRoot(t)
+	root := testwasm.SpecRoot(t)
 	spectestWasm, err := os.ReadFile(filepath.Join(root, "testdata", "spectest.wasm"))
 	if err != nil {
 		t.Fatalf("read spectest host module: %v", err)
@@ -85,28 +85,6 @@ func TestSpecSuite(t *testing.T) {
 			runSpecDir(t, tc.dir, filepath.Join(root, tc.dir, "testdata"), spectestWasm, config)
 		})
 	}
-}
-
-// wazeroSpecRoot returns wazero's internal/integration_test/spectest
-// directory in the module cache, for the wazero version in go.mod.
-func wazeroSpecRoot(t testing.TB) string {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/tetratelabs/wazero")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -m github.com/tetratelabs/wazero: %v\n%s", err, stderr.String())
-	}
-	dir := strings.TrimSpace(string(out))
-	if dir == "" {
-		t.Fatalf("go list -m github.com/tetratelabs/wazero reported no directory (vendored or not downloaded?)")
-	}
-	root := filepath.Join(dir, "internal", "integration_test", "spectest")
-	if _, err := os.Stat(root); err != nil {
-		t.Fatalf("wazero spec test suite not found: %v", err)
-	}
-	return root
 }
 
 type specCounts struct {

@@ -1,4 +1,4 @@
-package instrument_test
+package spectest_test
 
 // Value parsing and comparison helpers for the spec test runner in
 // spectest_test.go.
