@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // guestLimitFlags are the per-call limits on a guest's logs and tables,
@@ -59,10 +59,10 @@ func (g *guestLimitFlags) apply(l *engine.Limits) error {
 
 // registerEventBudget registers the budget of the guests' Events (operator
 // run only: offline, nothing is recorded).
-func registerEventBudget(fs *flag.FlagSet, b *operator.EventBudget) {
-	fs.Float64Var(&b.ObjectQPS, "event-object-qps", operator.DefaultEventObjectQPS, "refill rate, in Events per second, of each object's Event bucket: a guest's Events over it are dropped and counted (wasmreconcile_events_dropped_total{reason=\"object\"})")
-	fs.IntVar(&b.ObjectBurst, "event-object-burst", operator.DefaultEventObjectBurst, "size of each object's Event bucket: the Events an object that has recorded none for a while may record at once")
-	fs.Float64Var(&b.ModuleQPS, "event-module-qps", operator.DefaultEventModuleQPS, "refill rate, in Events per second, of each module's Event bucket, shared by its objects (reason=\"module\")")
-	fs.IntVar(&b.ModuleBurst, "event-module-burst", operator.DefaultEventModuleBurst, "size of each module's Event bucket")
+func registerEventBudget(fs *flag.FlagSet, b *policy.Events) {
+	fs.Float64Var(&b.ObjectQPS, "event-object-qps", policy.DefaultEventObjectQPS, "refill rate, in Events per second, of each object's Event bucket: a guest's Events over it are dropped and counted (wasmreconcile_events_dropped_total{reason=\"object\"})")
+	fs.IntVar(&b.ObjectBurst, "event-object-burst", policy.DefaultEventObjectBurst, "size of each object's Event bucket: the Events an object that has recorded none for a while may record at once")
+	fs.Float64Var(&b.ModuleQPS, "event-module-qps", policy.DefaultEventModuleQPS, "refill rate, in Events per second, of each module's Event bucket, shared by its objects (reason=\"module\")")
+	fs.IntVar(&b.ModuleBurst, "event-module-burst", policy.DefaultEventModuleBurst, "size of each module's Event bucket")
 	fs.BoolVar(&b.Disabled, "no-event-budget", false, "record every Event a guest returns")
 }

@@ -43,6 +43,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 const usage = `operator runs Kubernetes reconcile logic compiled to WebAssembly.
@@ -204,11 +205,11 @@ Flags:
 	opts.ModuleReadNamespaces = registerModuleReadNamespaces(fs)
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
-	fs.Uint64Var(&opts.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default %d; a module's manifest may ask for less, never more)", engine.DefaultFuel))
-	fs.DurationVar(&opts.Limits.Timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of one reconcile call (default %s; a module's manifest may ask for less, never more)", engine.DefaultTimeout))
+	fs.Uint64Var(&opts.Policy.Limits.Fuel, "fuel", 0, fmt.Sprintf("fuel budget of one reconcile call, about one unit per executed wasm instruction (default %d; a module's manifest may ask for less, never more)", engine.DefaultFuel))
+	fs.DurationVar(&opts.Policy.Limits.Timeout, "timeout", 0, fmt.Sprintf("wall-clock limit of one reconcile call (default %s; a module's manifest may ask for less, never more)", engine.DefaultTimeout))
 	var memLimit uint
 	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default %d; a module's manifest may ask for less, never more)", engine.DefaultMemoryLimitPages))
-	fs.IntVar(&opts.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
+	fs.IntVar(&opts.Policy.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
 	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules and their metered rewrites across restarts; keep it private to the operator (default: in memory)")
 	fs.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (failing until the informer caches have synced and while a module waits for a CRD; /readyz/wasmreconcile says which); "0" disables them`)
@@ -218,21 +219,21 @@ Flags:
 	var namespaces stringList
 	fs.Var(&namespaces, "namespace", "watch only the objects of this namespace (repeatable; default: every namespace); cluster-scoped objects are always watched")
 	fs.BoolVar(&mo.Informers.UseWatchList, "use-watch-list", false, "let client-go stream initial lists (WatchList) instead of paginated LISTs")
-	fs.DurationVar(&opts.RateLimit.BaseDelay, "retry-base-delay", operator.DefaultRetryBaseDelay, "first retry delay of a failing object; doubles per failure")
-	fs.DurationVar(&opts.RateLimit.MaxDelay, "retry-max-delay", operator.DefaultRetryMaxDelay, "cap of the per-object retry delay")
-	fs.Float64Var(&opts.RateLimit.QPS, "queue-qps", operator.DefaultQueueQPS, "overall reconcile rate per module (token bucket)")
-	fs.IntVar(&opts.RateLimit.Burst, "queue-burst", operator.DefaultQueueBurst, "token bucket size per module")
-	fs.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 0, "concurrent reconciles per module (default: --max-instances)")
-	fs.IntVar(&opts.Storm.Threshold, "storm-threshold", operator.DefaultStormThreshold, "unchanged reconciles of one object within --storm-window that make a storm")
-	fs.DurationVar(&opts.Storm.Window, "storm-window", operator.DefaultStormWindow, "window of --storm-threshold")
-	fs.DurationVar(&opts.Storm.Backoff, "storm-backoff", operator.DefaultStormBackoff, "while an object is quiescent, call its guest at most this often until it changes")
-	fs.BoolVar(&opts.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
-	fs.IntVar(&opts.TriggerMaxFanOut, "trigger-max-fanout", operator.DefaultTriggerMaxFanOut, "most objects one event of a related object reconciles through a trigger; the rest are dropped and counted (wasmreconcile_trigger_fanout_dropped_total)")
-	fs.BoolVar(&opts.CallUnchanged, "call-unchanged", false, "call the guest for every event, even one that carries nothing it can react to (such as the host's own status write); by default such events are answered without a call (docs/abi.md)")
-	registerResponseLimits(fs, &opts.ResponseLimits)
+	fs.DurationVar(&opts.Policy.RateLimit.BaseDelay, "retry-base-delay", policy.DefaultRetryBaseDelay, "first retry delay of a failing object; doubles per failure")
+	fs.DurationVar(&opts.Policy.RateLimit.MaxDelay, "retry-max-delay", policy.DefaultRetryMaxDelay, "cap of the per-object retry delay")
+	fs.Float64Var(&opts.Policy.RateLimit.QPS, "queue-qps", policy.DefaultQueueQPS, "overall reconcile rate per module (token bucket)")
+	fs.IntVar(&opts.Policy.RateLimit.Burst, "queue-burst", policy.DefaultQueueBurst, "token bucket size per module")
+	fs.IntVar(&opts.Policy.MaxConcurrentReconciles, "max-concurrent-reconciles", 0, "concurrent reconciles per module (default: --max-instances)")
+	fs.IntVar(&opts.Policy.Storm.Threshold, "storm-threshold", policy.DefaultStormThreshold, "unchanged reconciles of one object within --storm-window that make a storm")
+	fs.DurationVar(&opts.Policy.Storm.Window, "storm-window", policy.DefaultStormWindow, "window of --storm-threshold")
+	fs.DurationVar(&opts.Policy.Storm.Backoff, "storm-backoff", policy.DefaultStormBackoff, "while an object is quiescent, call its guest at most this often until it changes")
+	fs.BoolVar(&opts.Policy.Storm.Disabled, "no-storm-damping", false, "never damp reconcile storms")
+	fs.IntVar(&opts.Policy.TriggerMaxFanOut, "trigger-max-fanout", policy.DefaultTriggerMaxFanOut, "most objects one event of a related object reconciles through a trigger; the rest are dropped and counted (wasmreconcile_trigger_fanout_dropped_total)")
+	fs.BoolVar(&opts.Policy.CallUnchanged, "call-unchanged", false, "call the guest for every event, even one that carries nothing it can react to (such as the host's own status write); by default such events are answered without a call (docs/abi.md)")
+	registerResponseLimits(fs, &opts.Policy.Response)
 	var guestLimits guestLimitFlags
 	guestLimits.register(fs)
-	registerEventBudget(fs, &opts.Events)
+	registerEventBudget(fs, &opts.Policy.Events)
 	var ceilings ceilingFlags
 	ceilings.register(fs)
 	var compile compileFlags
@@ -262,8 +263,8 @@ Flags:
 	}
 	opts.Modules = modules
 	mo.Namespaces = namespaces
-	opts.Limits.MemoryLimitPages = uint32(memLimit)
-	if err := guestLimits.apply(&opts.Limits); err != nil {
+	opts.Policy.Limits.MemoryLimitPages = uint32(memLimit)
+	if err := guestLimits.apply(&opts.Policy.Limits); err != nil {
 		return err
 	}
 	var err error

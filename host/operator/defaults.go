@@ -6,15 +6,13 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
-// Defaults of Options and ManagerOptions: what a zero field takes. The
-// operator binary's flags take their defaults from these, so a flag and
-// the library cannot disagree.
+// Defaults of Options and ManagerOptions: what a zero field takes (those of
+// Options.Policy are package policy's). The operator binary's flags take
+// their defaults from these, so a flag and the library cannot disagree.
 const (
 	DefaultKeepVersions         = supervisor.DefaultKeepVersions
 	DefaultMaxModuleBytes       = source.DefaultMaxBytes
@@ -25,16 +23,6 @@ const (
 	DefaultHealthInterval       = supervisor.DefaultHealthInterval
 	DefaultSyncTimeout          = supervisor.DefaultSyncTimeout
 	DefaultStaleAfter           = supervisor.DefaultStaleAfter
-
-	DefaultStormThreshold   = reconciler.DefaultStormThreshold
-	DefaultStormWindow      = reconciler.DefaultStormWindow
-	DefaultStormBackoff     = reconciler.DefaultStormBackoff
-	DefaultTriggerMaxFanOut = reconciler.DefaultTriggerMaxFanOut
-
-	DefaultRetryBaseDelay = ratelimit.DefaultBaseDelay
-	DefaultRetryMaxDelay  = ratelimit.DefaultMaxDelay
-	DefaultQueueQPS       = ratelimit.DefaultQPS
-	DefaultQueueBurst     = ratelimit.DefaultBurst
 
 	DefaultFlightRecorderFailures    = flightrecorder.DefaultFailures
 	DefaultFlightRecorderSuccesses   = flightrecorder.DefaultSuccesses

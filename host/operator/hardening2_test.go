@@ -28,6 +28,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -287,7 +288,7 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	const threshold = 5
 	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./internal/testguests/triggered")}, Registerer: reg,
-		Storm: operator.StormOptions{Threshold: threshold, Window: 5 * time.Minute, Backoff: 5 * time.Minute}})
+		Policy: policy.Policy{Storm: policy.Storm{Threshold: threshold, Window: 5 * time.Minute, Backoff: 5 * time.Minute}}})
 	owners := []string{"web-1", "web-2", "web-3"}
 	for _, n := range owners {
 		r := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "test.wasmreconcile.io/v1", "kind": "Responder",

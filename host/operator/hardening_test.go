@@ -24,6 +24,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -233,7 +234,7 @@ func TestMemoryBudgetHoldsAManifestAsking4GiB(t *testing.T) {
 	}
 	const budget = 384 << 20
 	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{hog}, Registerer: reg, MemoryBudget: budget,
-		Limits: engine.Limits{MemoryLimitPages: 4096, Timeout: 3 * time.Second}})
+		Policy: policy.Policy{Limits: engine.Limits{MemoryLimitPages: 4096, Timeout: 3 * time.Second}}})
 	runtimeGC()
 	base := resetPeakRSS(t)
 	for i := range 3 {

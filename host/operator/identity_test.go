@@ -21,6 +21,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -101,7 +102,7 @@ func TestModuleIdentityWrites(t *testing.T) {
 		DefaultServiceAccount: e.ns + "/widget",
 		// Short, so that each grant is used soon.
 		AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond,
-		RateLimit: operator.RateLimit{MaxDelay: 2 * time.Second},
+		Policy: policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
 	})
 	if err := e.c.Create(ctx, widget(e.ns, "w", 3)); err != nil {
 		t.Fatal(err)
@@ -145,7 +146,7 @@ func TestModuleIdentityReadsAndEvents(t *testing.T) {
 		Modules:               []string{testwasm.BuildFile(t, "./internal/testguests/misbehave")},
 		DefaultServiceAccount: e.ns + "/misbehave",
 		AuthorizationTTL:      time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond,
-		RateLimit: operator.RateLimit{MaxDelay: 2 * time.Second},
+		Policy: policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
 	})
 	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "cfg"}, Data: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
@@ -214,7 +215,7 @@ func TestModuleIdentityOfReconcileModules(t *testing.T) {
 		ReconcileModules: true, ServiceAccountNamespace: e.ns, ModuleStatusInterval: time.Second,
 		Modules:          []string{testwasm.BuildFile(t, "./internal/testguests/misbehave")},
 		AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond,
-		RateLimit: operator.RateLimit{MaxDelay: 2 * time.Second},
+		Policy: policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
 	})
 	wasm := testwasm.BuildFile(t, "./widget")
 	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{

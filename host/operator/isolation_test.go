@@ -15,6 +15,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -90,7 +91,7 @@ func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptio
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true, Namespaces: []string{ns},
 	}, operator.Options{
 		Modules:    []string{testwasm.BuildFile(tb, "./widget"), testwasm.BuildFile(tb, "./internal/testguests/misbehave")},
-		Limits:     engine.Limits{Timeout: 200 * time.Millisecond},
+		Policy:     policy.Policy{Limits: engine.Limits{Timeout: 200 * time.Millisecond}},
 		Registerer: reg,
 	})
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -142,7 +143,7 @@ func TestLifecycleVersionSwaps(t *testing.T) {
 		t.Helper()
 		if err := op.Apply(ctx, operator.Module{
 			Name: "widget", Source: source.Bytes(fmt.Sprintf("widget v%d", i%2+1), builds[i%2]),
-			Limits: engine.Limits{Fuel: engine.DefaultFuel - uint64(i)}, // another version at each swap
+			Policy: policy.Policy{Limits: engine.Limits{Fuel: engine.DefaultFuel - uint64(i)}}, // another version at each swap
 		}); err != nil {
 			t.Fatalf("swap %d: %v", i, err)
 		}
@@ -253,7 +254,7 @@ func TestLifecycleControllerRestarts(t *testing.T) {
 func TestLifecycleRemovalsWithBacklog(t *testing.T) {
 	e := newEnv(t)
 	const workers = 4
-	op, reg := lifecycleOperator(t, e, operator.Options{MaxConcurrentReconciles: workers})
+	op, reg := lifecycleOperator(t, e, operator.Options{Policy: policy.Policy{MaxConcurrentReconciles: workers}})
 	wasm := testwasm.Build(t, "./internal/testguests/misbehave")
 	ctx := context.Background()
 	const backlog = 300
@@ -272,7 +273,7 @@ func TestLifecycleRemovalsWithBacklog(t *testing.T) {
 		t.Helper()
 		if err := op.Apply(ctx, operator.Module{
 			Name: "misbehave", Source: source.Bytes("misbehave", wasm),
-			Limits: engine.Limits{Timeout: 100 * time.Millisecond}, // every call spins until this deadline
+			Policy: policy.Policy{Limits: engine.Limits{Timeout: 100 * time.Millisecond}}, // every call spins until this deadline
 		}); err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}

@@ -35,8 +35,6 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
@@ -158,9 +156,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		FlightRecorder: h.recorder,
 		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
-		Limits: opts.Limits, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
-		Storm: reconciler.StormOptions(opts.Storm), TriggerMaxFanOut: opts.TriggerMaxFanOut, CallUnchanged: opts.CallUnchanged, ResponseLimits: opts.ResponseLimits, Events: reconciler.EventBudget(opts.Events),
-		RateLimit: ratelimit.Options(opts.RateLimit), MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		Policy: opts.Policy, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
 		LastEvent: lastEvent, LastError: lastError, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
 		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,
 	})
@@ -311,7 +307,7 @@ func (h *Host) Apply(ctx context.Context, m Module) error {
 		account = h.account
 	}
 	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
-		Name: m.Name, Source: m.Source, SHA256: m.SHA256, Limits: m.Limits, Config: m.Config, Owner: "the program",
+		Name: m.Name, Source: m.Source, SHA256: m.SHA256, Policy: m.Policy, Config: m.Config, Owner: "the program",
 		ServiceAccount: account,
 		Check:          func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})

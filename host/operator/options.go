@@ -8,8 +8,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
-	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
@@ -144,11 +143,16 @@ type Options struct {
 	// DefaultMemoryBudgetPercent of DetectMemoryLimit (--memory-budget).
 	MemoryBudget int64
 
-	// Limits apply to every module. Zero fields take the module's manifest
-	// defaults, then the engine's.
-	Limits engine.Limits
+	// Policy is every module's policy (package policy): the limits of
+	// each call, storm damping, the Event budget, the response limits, the
+	// workqueue's rate limit, concurrency, read scope, the trigger fan-out
+	// cap and whether unchanged events call the guest. A module's own
+	// layer (Module.Policy, a ReconcileModule's spec) overrides it field
+	// by field, and its manifest may lower the Limits. Zero fields take
+	// policy's defaults, and Limits' the manifest's, then the engine's.
+	Policy policy.Policy
 	// Ceilings cap the Fuel, Timeout and MemoryLimitPages of every module:
-	// no Limits, Module.Limits, ReconcileModule spec.limits or manifest can
+	// no Policy.Limits, Module.Policy.Limits, ReconcileModule spec.limits or manifest can
 	// exceed them. A limit over its ceiling is clamped to it, and reported
 	// (a ReconcileModule's status and a Warning Event; a log line for
 	// files). Its other fields are ignored. Zero fields take
@@ -161,36 +165,11 @@ type Options struct {
 	ModuleConfig map[string]map[string]any
 	// ModuleReadNamespaces are, by module name, the namespaces beyond the
 	// reconciled object's own whose objects the module's guest may read
-	// through cache_read ("*": every namespace); a ReconcileModule's
-	// spec.readNamespaces takes their place. Defaults to none: a guest
+	// through cache_read ("*": every namespace): the ReadNamespaces of
+	// those modules' policy unless their own layer sets it (a
+	// ReconcileModule's spec.readNamespaces). Defaults to none: a guest
 	// reads its object's namespace, and cluster-scoped kinds.
 	ModuleReadNamespaces map[string][]string
-	// Storm configures reconcile-storm damping for every module: of each
-	// object, and of each related object a trigger maps.
-	Storm StormOptions
-	// TriggerMaxFanOut caps the objects one event of a related object
-	// reconciles through a selector or all trigger (the others are
-	// dropped and counted in wasmreconcile_trigger_fanout_dropped_total).
-	// Defaults to 1000.
-	TriggerMaxFanOut int
-	// CallUnchanged calls every module's guest for every event, even one
-	// that carries nothing the guest can react to, such as the event of
-	// the host's own status write (docs/abi.md, "When the guest is
-	// called"). Defaults to false: such events are answered without a
-	// call.
-	CallUnchanged bool
-	// Events is the budget of every module's guest Events (docs/abi.md,
-	// "Events and logs"): token buckets per object and per module.
-	Events EventBudget
-	// ResponseLimits bound every module's responses (docs/abi.md, "Response
-	// rules"); `operator test` takes the same limits. See protocol.Limits
-	// for the defaults.
-	ResponseLimits protocol.Limits
-	// RateLimit configures every module's workqueue rate limiter.
-	RateLimit RateLimit
-	// MaxConcurrentReconciles per module. Defaults to the module's
-	// MaxInstances, so no worker waits for an instance.
-	MaxConcurrentReconciles int
 
 	// QuiescentAfter is how long a converged module must write nothing to
 	// be reported quiescent. Defaults to 1 minute.
@@ -217,62 +196,6 @@ type Options struct {
 	Informers *informer.Informers
 }
 
-// StormOptions configure storm damping: an object reconciled more than
-// Threshold times within Window without any change is quiescent; its guest
-// is then called at most once per Backoff until it changes.
-type StormOptions struct {
-	// Threshold defaults to 20.
-	Threshold int
-	// Window defaults to 10 seconds.
-	Window time.Duration
-	// Backoff defaults to 1 minute.
-	Backoff time.Duration
-	// Disabled turns damping off. Defaults to false.
-	Disabled bool
-}
-
-// EventBudget bounds the Events a module's guest records: every Event takes
-// a token from its object's bucket and one from the module's, and an Event
-// either cannot pay for is dropped and counted
-// (wasmreconcile_events_dropped_total). The host's own Warning Events are
-// not budgeted. Zero fields take the stated defaults.
-type EventBudget struct {
-	// ObjectQPS is the refill rate of each object's bucket, in Events per
-	// second. Defaults to 0.1 (one per 10 s).
-	ObjectQPS float64
-	// ObjectBurst is the size of each object's bucket. Defaults to 10.
-	ObjectBurst int
-	// ModuleQPS is the refill rate of the module's bucket. Defaults to 10.
-	ModuleQPS float64
-	// ModuleBurst is the size of the module's bucket. Defaults to 100.
-	ModuleBurst int
-	// Disabled records every Event. Defaults to false.
-	Disabled bool
-}
-
-// Defaults of EventBudget.
-const (
-	DefaultEventObjectQPS   = reconciler.DefaultEventObjectQPS
-	DefaultEventObjectBurst = reconciler.DefaultEventObjectBurst
-	DefaultEventModuleQPS   = reconciler.DefaultEventModuleQPS
-	DefaultEventModuleBurst = reconciler.DefaultEventModuleBurst
-)
-
-// RateLimit configures a module's workqueue: per-object exponential backoff
-// for failures, combined (the slower wins) with an overall token bucket.
-// The defaults are controller-runtime's.
-type RateLimit struct {
-	// BaseDelay is the first retry delay; it doubles per failure.
-	// Defaults to 5 ms.
-	BaseDelay time.Duration
-	// MaxDelay caps the per-object delay. Defaults to 1000 s.
-	MaxDelay time.Duration
-	// QPS is the bucket's rate. Defaults to 10.
-	QPS float64
-	// Burst is the bucket's size. Defaults to 100.
-	Burst int
-}
-
 // Module is a module a program adds with Host.Apply.
 type Module struct {
 	// Name must match the module's manifest. Defaults to the manifest's.
@@ -281,8 +204,9 @@ type Module struct {
 	Source source.Fetcher
 	// SHA256, when set, pins the bytes (hex, optionally "sha256:"-prefixed).
 	SHA256 string
-	// Limits override Options.Limits where non-zero.
-	Limits engine.Limits
+	// Policy is the module's own layer over Options.Policy: the fields it
+	// sets override Options.Policy's (policy.Policy.Merge).
+	Policy policy.Policy
 	// Config is passed to the guest as Request.Config. Defaults to
 	// Options.ModuleConfig[Name].
 	Config map[string]any

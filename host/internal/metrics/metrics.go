@@ -48,7 +48,7 @@ type Metrics struct {
 	Damped *prometheus.CounterVec
 	// Unchanged counts reconciles answered without a call because the
 	// object, its children and the module were as the last successful
-	// call left them (reconciler.Options.CallUnchanged).
+	// call left them (policy.Policy.CallUnchanged).
 	Unchanged *prometheus.CounterVec
 	// Reloads counts module loads by result.
 	Reloads *prometheus.CounterVec

@@ -11,8 +11,8 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
@@ -39,10 +39,6 @@ func (c *Controller) loadFrom(ctx context.Context, obj *v1alpha1.ReconcileModule
 			return loadResult{}, ReasonInvalidModule, fmt.Errorf("module[%s]: spec.config: %w", obj.Name, err)
 		}
 	}
-	var timeout time.Duration
-	if spec.Limits.Timeout != nil {
-		timeout = spec.Limits.Timeout.Duration
-	}
 	account, err := c.serviceAccount(spec)
 	if err != nil {
 		return loadResult{}, ReasonInvalidModule, fmt.Errorf("module[%s]: %w", obj.Name, err)
@@ -51,13 +47,10 @@ func (c *Controller) loadFrom(ctx context.Context, obj *v1alpha1.ReconcileModule
 	var served loadResult // what Check saw of the version about to serve
 	l, err := c.supervisor.Apply(ctx, supervisor.Spec{
 		Name: name, Source: fetcher, SHA256: src.SHA256, Owner: "the ReconcileModule " + name,
-		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
-		Config:                  cfg,
-		Paused:                  spec.Paused,
-		ReadNamespaces:          spec.ReadNamespaces,
-		ServiceAccount:          account,
-		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
-		RateLimit:               ratelimit.Options{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
+		Policy:         specPolicy(spec),
+		Config:         cfg,
+		Paused:         spec.Paused,
+		ServiceAccount: account,
 		Check: func(m *engine.Module) error {
 			served.limits, served.clamped = m.Limits(), m.Clamped()
 			return checkKinds(spec, m)
@@ -175,4 +168,20 @@ func checkKinds(spec v1alpha1.ReconcileModuleSpec, m *engine.Module) error {
 		return &KindsMismatchError{Module: m.Name(), Field: "reads", Spec: toABI(spec.Reads), Declared: man.Reads}
 	}
 	return nil
+}
+
+// specPolicy is the policy a ReconcileModule's spec sets: the module's own
+// layer, over the operator's (policy.Policy.Merge). spec.readNamespaces
+// unset is nil: the operator's --module-read-namespaces apply.
+func specPolicy(spec v1alpha1.ReconcileModuleSpec) policy.Policy {
+	var timeout time.Duration
+	if spec.Limits.Timeout != nil {
+		timeout = spec.Limits.Timeout.Duration
+	}
+	return policy.Policy{
+		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
+		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
+		RateLimit:               policy.RateLimit{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
+		ReadNamespaces:          spec.ReadNamespaces,
+	}
 }

@@ -6,10 +6,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 func TestExponentialPerItemAndBucket(t *testing.T) {
-	rl := New(Options{BaseDelay: 10 * time.Millisecond, MaxDelay: 80 * time.Millisecond, QPS: 1000, Burst: 1000})
+	rl := New(policy.RateLimit{BaseDelay: 10 * time.Millisecond, MaxDelay: 80 * time.Millisecond, QPS: 1000, Burst: 1000})
 	a := reconcile.Request{NamespacedName: types.NamespacedName{Name: "a"}}
 	b := reconcile.Request{NamespacedName: types.NamespacedName{Name: "b"}}
 	for i, want := range []time.Duration{10, 20, 40, 80, 80} {
@@ -26,7 +28,7 @@ func TestExponentialPerItemAndBucket(t *testing.T) {
 	}
 
 	// A bucket of 2 at 1 qps: the third immediate request waits about a second.
-	slow := New(Options{BaseDelay: time.Nanosecond, QPS: 1, Burst: 2})
+	slow := New(policy.RateLimit{BaseDelay: time.Nanosecond, QPS: 1, Burst: 2})
 	c := func(n string) reconcile.Request {
 		return reconcile.Request{NamespacedName: types.NamespacedName{Name: n}}
 	}
@@ -38,7 +40,7 @@ func TestExponentialPerItemAndBucket(t *testing.T) {
 }
 
 func TestDefaultsAreControllerRuntimes(t *testing.T) {
-	if o := (Options{}).withDefaults(); o.BaseDelay != 5*time.Millisecond || o.MaxDelay != 1000*time.Second || o.QPS != 10 || o.Burst != 100 {
+	if o := (policy.RateLimit{}).WithDefaults(); o.BaseDelay != 5*time.Millisecond || o.MaxDelay != 1000*time.Second || o.QPS != 10 || o.Burst != 100 {
 		t.Errorf("defaults %+v", o)
 	}
 }

@@ -45,7 +45,7 @@ type applied struct {
 //     failed that told (the request's ChildFailures) does not list: a
 //     status computed without knowing of the failure could claim success
 //     over it, so it waits for the next call, which lists the failure;
-//   - the guest's Events, those within the Event budget (EventBudget);
+//   - the guest's Events, those within the Event budget (policy.Events);
 //   - the finalizer's removal, when the object is being deleted, the guest
 //     answered Finalized without error, and every child was written.
 //

@@ -12,6 +12,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -41,7 +42,7 @@ func TestEventBudgetInTheCluster(t *testing.T) {
 	}
 
 	// Before: no budget.
-	before := run(t, "./internal/testguests/misbehave", runOptions{workers: 1, rec: reconciler.Options{Events: reconciler.EventBudget{Disabled: true}}})
+	before := run(t, "./internal/testguests/misbehave", runOptions{workers: 1, rec: reconciler.Options{Policy: policy.Policy{Events: policy.Events{Disabled: true}}}})
 	start := time.Now()
 	before.create(gadgetGVK, "flood", spec)
 	testenv.Eventually(t, 2*time.Minute, "100 Event objects without a budget", func() error {
@@ -63,14 +64,14 @@ func TestEventBudgetInTheCluster(t *testing.T) {
 		return nil
 	})
 	testenv.Eventually(t, time.Minute, "the burst of 10 recorded", func() error {
-		if n := h.floodEvents("flood"); n < reconciler.DefaultEventObjectBurst {
+		if n := h.floodEvents("flood"); n < policy.DefaultEventObjectBurst {
 			return fmt.Errorf("%d Event objects", n)
 		}
 		return nil
 	})
 	n, asked := h.floodEvents("flood"), 10*calls(h)
 	window := time.Since(start) // every Event counted was recorded within it
-	budget := reconciler.DefaultEventObjectBurst + int(math.Ceil(window.Seconds()*reconciler.DefaultEventObjectQPS))
+	budget := policy.DefaultEventObjectBurst + int(math.Ceil(window.Seconds()*policy.DefaultEventObjectQPS))
 	t.Logf("with the default budget: %d Event objects on one object after %v reconciles (%v Events asked for) in %s; budget %d",
 		n, asked/10, asked, window.Round(100*time.Millisecond), budget)
 	if n > budget {

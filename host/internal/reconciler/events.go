@@ -7,58 +7,12 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/lru"
-)
 
-// EventBudget bounds the Events a module's guest records (Response.events):
-// every Event takes a token from its object's bucket and one from the
-// module's, and an Event either bucket cannot pay for is dropped and
-// counted (wasmreconcile_events_dropped_total). The host's own Warning
-// Events (a failed reconcile, a storm) are not budgeted: the workqueue's
-// retry backoff already paces them, and a guest that spends its budget must
-// not hide its own failures. Zero fields take the stated defaults.
-type EventBudget struct {
-	// ObjectQPS is the rate at which an object's bucket refills, in Events
-	// per second. Defaults to 0.1: one Event per 10 seconds.
-	ObjectQPS float64
-	// ObjectBurst is the size of an object's bucket: the Events an object
-	// that recorded none for a while may record at once. Defaults to 10,
-	// the most one response may ask for (protocol.DefaultMaxEvents).
-	ObjectBurst int
-	// ModuleQPS is the rate at which the module's bucket refills.
-	// Defaults to 10 Events per second.
-	ModuleQPS float64
-	// ModuleBurst is the size of the module's bucket. Defaults to 100.
-	ModuleBurst int
-	// Disabled records every Event. Defaults to false.
-	Disabled bool
-}
-
-// Defaults of EventBudget.
-const (
-	DefaultEventObjectQPS   = 0.1
-	DefaultEventObjectBurst = 10
-	DefaultEventModuleQPS   = 10
-	DefaultEventModuleBurst = 100
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // maxEventBuckets caps the per-object buckets kept, whatever the budget.
 const maxEventBuckets = 100_000
-
-func (b EventBudget) withDefaults() EventBudget {
-	if b.ObjectQPS <= 0 {
-		b.ObjectQPS = DefaultEventObjectQPS
-	}
-	if b.ObjectBurst <= 0 {
-		b.ObjectBurst = DefaultEventObjectBurst
-	}
-	if b.ModuleQPS <= 0 {
-		b.ModuleQPS = DefaultEventModuleQPS
-	}
-	if b.ModuleBurst <= 0 {
-		b.ModuleBurst = DefaultEventModuleBurst
-	}
-	return b
-}
 
 // Drop reasons, the reason label of wasmreconcile_events_dropped_total.
 const (
@@ -80,15 +34,15 @@ const (
 // ago than a refill, so it is full, the same as a new one: evicting it
 // loses nothing. An absurd budget is still capped at maxEventBuckets.
 type eventLimiter struct {
-	budget EventBudget
+	budget policy.Events
 
 	mu      sync.Mutex // makes each decision atomic over both buckets
 	module  *rate.Limiter
 	objects *lru.Cache // types.NamespacedName -> *rate.Limiter
 }
 
-func newEventLimiter(b EventBudget) *eventLimiter {
-	b = b.withDefaults()
+func newEventLimiter(b policy.Events) *eventLimiter {
+	b = b.WithDefaults()
 	refill := float64(b.ObjectBurst) / b.ObjectQPS // seconds for an empty object bucket to fill
 	size := float64(b.ModuleBurst) + b.ModuleQPS*refill + 1
 	return &eventLimiter{

@@ -8,10 +8,12 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/lru"
+
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 func TestEventBudgetPerObject(t *testing.T) {
-	l := newEventLimiter(EventBudget{ObjectQPS: 0.1, ObjectBurst: 10, ModuleQPS: 1000, ModuleBurst: 1000})
+	l := newEventLimiter(policy.Events{ObjectQPS: 0.1, ObjectBurst: 10, ModuleQPS: 1000, ModuleBurst: 1000})
 	a := types.NamespacedName{Namespace: "n", Name: "a"}
 	b := types.NamespacedName{Namespace: "n", Name: "b"}
 	t0 := time.Unix(1000, 0)
@@ -49,7 +51,7 @@ func TestEventBudgetPerObject(t *testing.T) {
 }
 
 func TestEventBudgetPerModule(t *testing.T) {
-	l := newEventLimiter(EventBudget{ObjectQPS: 1, ObjectBurst: 2, ModuleQPS: 10, ModuleBurst: 5})
+	l := newEventLimiter(policy.Events{ObjectQPS: 1, ObjectBurst: 2, ModuleQPS: 10, ModuleBurst: 5})
 	t0 := time.Unix(1000, 0)
 	obj := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "n", Name: fmt.Sprint(i)} }
 	for i := 0; i < 5; i++ {
@@ -80,7 +82,7 @@ func TestEventBudgetPerModule(t *testing.T) {
 			t.Fatalf("the module's bucket lost tokens to events its object refused: object %d dropped (%s)", 100+i, r)
 		}
 	}
-	if r := (newEventLimiter(EventBudget{Disabled: true})).allow(obj(0), t0); r != "" {
+	if r := (newEventLimiter(policy.Events{Disabled: true})).allow(obj(0), t0); r != "" {
 		t.Errorf("a disabled budget dropped an Event")
 	}
 }
@@ -89,7 +91,7 @@ func TestEventBudgetPerModule(t *testing.T) {
 // kept stay within the bound derived from the budget, and every bucket the
 // LRU forgets is full, so forgetting it gives no object an early burst.
 func TestEventBucketsAreBounded(t *testing.T) {
-	b := EventBudget{ObjectQPS: 0.1, ObjectBurst: 10, ModuleQPS: 10, ModuleBurst: 100}
+	b := policy.Events{ObjectQPS: 0.1, ObjectBurst: 10, ModuleQPS: 10, ModuleBurst: 100}
 	l := newEventLimiter(b)
 	bound := 100 + 10*100 + 1 // ModuleBurst + ModuleQPS x refill (100 s), + 1
 	t0 := time.Unix(1000, 0)

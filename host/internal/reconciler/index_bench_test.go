@@ -25,6 +25,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -82,7 +83,7 @@ func BenchmarkChildIndex(b *testing.B) {
 	rec, err := reconciler.New(reconciler.Options{
 		Slot: versionslot.NewSlot(versionslot.New(module)), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("bench/claim"), Metrics: m, Scopes: protocol.MapperScopes(mgr.GetRESTMapper()),
-		Storm: reconciler.StormOptions{Disabled: true}, // every call below reaches the guest
+		Policy: policy.Policy{Storm: policy.Storm{Disabled: true}}, // every call below reaches the guest
 	})
 	if err != nil {
 		b.Fatal(err)

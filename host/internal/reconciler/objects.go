@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // objectState is everything the reconciler keeps about one object between
@@ -31,14 +32,14 @@ func (s *objectState) idle() bool {
 // objects holds the objectState of every object the reconciler has seen
 // and not forgotten (a deleted object is forgotten).
 type objects struct {
-	storm   StormOptions // with defaults
+	storm   policy.Storm // with defaults
 	mu      sync.Mutex
 	m       map[types.NamespacedName]*objectState
 	failing int // objects whose attempts > 0
 }
 
-func newObjects(storm StormOptions) *objects {
-	return &objects{storm: storm.withDefaults(), m: map[types.NamespacedName]*objectState{}}
+func newObjects(storm policy.Storm) *objects {
+	return &objects{storm: storm.WithDefaults(), m: map[types.NamespacedName]*objectState{}}
 }
 
 // update runs f on key's state, creating it, and drops the state again if

@@ -7,13 +7,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // TestObjectStateIsDroppedWhenIdle: clearing what an object never had
 // creates no state; state that becomes idle is dropped; the failing count
 // follows attempts; forget drops everything.
 func TestObjectStateIsDroppedWhenIdle(t *testing.T) {
-	s := newObjects(StormOptions{})
+	s := newObjects(policy.Storm{})
 	k := types.NamespacedName{Namespace: "ns", Name: "o"}
 	now := time.Unix(1000, 0)
 	s.forgetMemo(k)

@@ -157,7 +157,7 @@ func (r *Reconciler) route(_ context.Context, p *pass) bool {
 func (r *Reconciler) admit(_ context.Context, p *pass) bool {
 	key, digest := p.o.key, p.module.Digest()
 	p.o.fingerprint = fmt.Sprintf("%d|%s|%s", p.o.obj.GetGeneration(), p.childFP, digest)
-	if !r.opts.CallUnchanged && !p.deleting {
+	if !r.opts.Policy.CallUnchanged && !p.deleting {
 		if m, ok := r.objects.memoOf(key); ok {
 			if same, wait := m.unchanged(digest, p.o.obj, p.childFP, r.opts.Now()); same {
 				p.o.skip, p.o.requeueAfter = skipUnchanged, wait

@@ -52,6 +52,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/redact"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/compare"
 )
@@ -60,9 +61,6 @@ import (
 // in a reconcile storm; the other Warning reasons are protocol.Kinds and
 // ReasonMemoryBudgetWait.
 const ReasonReconcileStorm = "ReconcileStorm"
-
-// DefaultTriggerMaxFanOut is the default of Options.TriggerMaxFanOut.
-const DefaultTriggerMaxFanOut = 1000
 
 // ReasonMemoryBudgetWait is the reason of the Warning Event on an object
 // whose call waited for memory within the operator's guest memory budget
@@ -94,10 +92,6 @@ type Options struct {
 	APIReader client.Reader
 	// Recorder records Events on reconciled objects. Required.
 	Recorder recorder.EventRecorder
-	// ReadNamespaces are the namespaces beyond the reconciled object's own
-	// that the guest may read through cache_read ("*": every namespace).
-	// Defaults to none.
-	ReadNamespaces []string
 	// Authorize, when set, authorizes each of the guest's cache reads for
 	// the module's identity; see cacheread.Options.Authorize. Defaults to
 	// nil: the operator's identity, which reads every kind it watches.
@@ -114,32 +108,19 @@ type Options struct {
 	// Scopes tells which kinds are namespaced, for the children rules.
 	// Defaults to protocol.Builtin; the operator passes its RESTMapper's.
 	Scopes protocol.Scopes
-	// ResponseLimits bound each response; see protocol.Limits for the
-	// defaults.
-	ResponseLimits protocol.Limits
 	// Config is passed to the guest as Request.Config on every call.
 	// Defaults to nil: no configuration.
 	Config map[string]any
 	// Paused, when set and true, makes reconciles return at once without
 	// calling the guest. Defaults to nil: never paused.
 	Paused func() bool
-	// Storm configures storm damping, of each object and of each trigger
-	// source (triggerdamp.go); see StormOptions for the defaults.
-	Storm StormOptions
-	// TriggerMaxFanOut caps the objects one event of a related object
-	// reconciles through a trigger; the rest are dropped and counted
-	// (wasmreconcile_trigger_fanout_dropped_total). Defaults to
-	// DefaultTriggerMaxFanOut.
-	TriggerMaxFanOut int
-	// Events is the budget of the guest's Events; see EventBudget for the
-	// defaults.
-	Events EventBudget
-	// CallUnchanged calls the guest for every event, even one that carries
-	// nothing it can react to, such as the event of the host's own status
-	// write (see memo in unchanged.go for the exact rule). Defaults to
-	// false: such events are answered without a call, and counted in
-	// wasmreconcile_reconciles_unchanged_total.
-	CallUnchanged bool
+	// Policy is the module's policy: storm damping, the Event budget,
+	// the response limits, what the guest may read, the trigger fan-out
+	// cap and whether unchanged events call the guest (see package
+	// policy). Its Limits, RateLimit and MaxConcurrentReconciles are not
+	// the reconciler's: the module's engine and controller take them. Zero
+	// fields take policy's defaults.
+	Policy policy.Policy
 	// Now returns the wall clock passed to guests as Request.Now.
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -221,21 +202,19 @@ func New(opts Options) (*Reconciler, error) {
 	if opts.Scopes == nil {
 		opts.Scopes = protocol.Builtin
 	}
-	if opts.TriggerMaxFanOut <= 0 {
-		opts.TriggerMaxFanOut = DefaultTriggerMaxFanOut
-	}
+	opts.Policy = opts.Policy.WithDefaults()
 	m := v.Module.Manifest()
 	r := &Reconciler{
 		declared: declared{
 			name:     v.Module.Name(),
 			manifest: m,
 			gvk:      gvkOf(m.For),
-			rules:    protocol.RulesFor(m, opts.Scopes, opts.ResponseLimits),
+			rules:    protocol.RulesFor(m, opts.Scopes, opts.Policy.Response),
 		},
 		opts:    opts,
-		objects: newObjects(opts.Storm),
-		sources: newSourceDamper(opts.Storm),
-		events:  newEventLimiter(opts.Events),
+		objects: newObjects(opts.Policy.Storm),
+		sources: newSourceDamper(opts.Policy.Storm),
+		events:  newEventLimiter(opts.Policy.Events),
 		calls:   callGate{penalty: make(chan struct{}, 1)},
 	}
 	for _, g := range m.Owns {
@@ -245,7 +224,7 @@ func New(opts Options) (*Reconciler, error) {
 		r.finalizer = FinalizerPrefix + r.name
 	}
 	r.reads = cacheread.New(m, cacheread.ClientBackend{Reader: opts.Client},
-		cacheread.Options{Namespaces: opts.ReadNamespaces, Scopes: opts.Scopes, Authorize: opts.Authorize})
+		cacheread.Options{Namespaces: opts.Policy.ReadNamespaces, Scopes: opts.Scopes, Authorize: opts.Authorize})
 	opts.Metrics.Init(r.name)
 	return r, nil
 }
@@ -468,7 +447,7 @@ func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), k
 	in.ChildFailures = append([]abi.ChildFailure(nil), in.ChildFailures...)
 	fr.Offer(flightrecorder.Call{Module: module, Object: key.String(), Input: in, Reads: reads.objects(),
 		Output: append([]byte(nil), res.Output...), Err: err, Fuel: res.Fuel, Duration: res.Duration,
-		ReadNamespaces: r.opts.ReadNamespaces, Scopes: r.opts.Scopes, Release: release})
+		ReadNamespaces: r.opts.Policy.ReadNamespaces, Scopes: r.opts.Scopes, Release: release})
 }
 
 // call calls the guest. While the module is suspect (its last finished call

@@ -14,6 +14,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -244,7 +245,7 @@ func TestModuleConfigReachesTheGuest(t *testing.T) {
 // damping, then changes the spec and expects the object to resume at once.
 func TestReconcileStormIsDamped(t *testing.T) {
 	t.Parallel() // isolated: a namespace and a manager of its own
-	h := run(t, "./internal/testguests/misbehave", runOptions{rec: reconciler.Options{Storm: reconciler.StormOptions{Threshold: 5, Window: time.Minute, Backoff: 10 * time.Minute}}})
+	h := run(t, "./internal/testguests/misbehave", runOptions{rec: reconciler.Options{Policy: policy.Policy{Storm: policy.Storm{Threshold: 5, Window: time.Minute, Backoff: 10 * time.Minute}}}})
 	h.create(gadgetGVK, "churn", map[string]any{})
 	testenv.Eventually(t, time.Minute, "first status", func() error {
 		if statusString(h.get(gadgetGVK, "churn"), "summary") != "ok" {

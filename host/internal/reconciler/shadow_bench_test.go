@@ -22,6 +22,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -70,8 +71,8 @@ func BenchmarkShadowOverhead(b *testing.B) {
 	rec, err := reconciler.New(reconciler.Options{
 		Slot: versionslot.NewSlot(versionslot.New(module)), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("bench/claim"), Metrics: m, Scopes: protocol.MapperScopes(mgr.GetRESTMapper()),
-		Storm:         reconciler.StormOptions{Disabled: true},
-		CallUnchanged: true, // every reconcile below calls the guest, and so the candidate
+		// Every reconcile below calls the guest, and so the candidate.
+		Policy: policy.Policy{Storm: policy.Storm{Disabled: true}, CallUnchanged: true},
 	})
 	if err != nil {
 		b.Fatal(err)

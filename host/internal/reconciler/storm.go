@@ -2,46 +2,9 @@ package reconciler
 
 import (
 	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
-
-// StormOptions configure storm damping: an object reconciled more than
-// Threshold times within Window without any change (same generation, same
-// children, same module version, and nothing written) is quiescent. Its
-// guest is then called at most once per Backoff until the object's
-// generation, its children or the module's version change.
-// Zero fields take the stated defaults.
-type StormOptions struct {
-	// Threshold is the number of unchanged reconciles that make a storm.
-	// Defaults to 20.
-	Threshold int
-	// Window is the period they must fall in. Defaults to 10 seconds.
-	Window time.Duration
-	// Backoff is the interval between guest calls while quiescent.
-	// Defaults to 1 minute.
-	Backoff time.Duration
-	// Disabled turns damping off. Defaults to false.
-	Disabled bool
-}
-
-// Defaults of StormOptions.
-const (
-	DefaultStormThreshold = 20
-	DefaultStormWindow    = 10 * time.Second
-	DefaultStormBackoff   = time.Minute
-)
-
-func (o StormOptions) withDefaults() StormOptions {
-	if o.Threshold <= 0 {
-		o.Threshold = DefaultStormThreshold
-	}
-	if o.Window <= 0 {
-		o.Window = DefaultStormWindow
-	}
-	if o.Backoff <= 0 {
-		o.Backoff = DefaultStormBackoff
-	}
-	return o
-}
 
 // stormState is one object's storm damping, kept in its objectState.
 type stormState struct {
@@ -54,7 +17,7 @@ type stormState struct {
 // admit decides whether to call the guest now. While quiescent with the same
 // fingerprint it returns false and how long to wait; a change ends
 // quiescence.
-func (st *stormState) admit(opts StormOptions, fingerprint string, now time.Time) (bool, time.Duration) {
+func (st *stormState) admit(opts policy.Storm, fingerprint string, now time.Time) (bool, time.Duration) {
 	if !st.quiescent {
 		return true, 0
 	}
@@ -69,7 +32,7 @@ func (st *stormState) admit(opts StormOptions, fingerprint string, now time.Time
 }
 
 // record notes a guest call's outcome and reports whether it starts a storm.
-func (st *stormState) record(opts StormOptions, fingerprint string, changed bool, now time.Time) (storm bool, count int) {
+func (st *stormState) record(opts policy.Storm, fingerprint string, changed bool, now time.Time) (storm bool, count int) {
 	st.lastCall = now
 	if changed || st.fingerprint != fingerprint {
 		st.fingerprint, st.noops, st.quiescent = fingerprint, nil, false

@@ -5,10 +5,12 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 func TestStormTracker(t *testing.T) {
-	s := newObjects(StormOptions{Threshold: 3, Window: time.Second, Backoff: 10 * time.Second})
+	s := newObjects(policy.Storm{Threshold: 3, Window: time.Second, Backoff: 10 * time.Second})
 	k := types.NamespacedName{Namespace: "n", Name: "x"}
 	t0 := time.Unix(1000, 0)
 	if ok, _ := s.admitStorm(k, "1c", t0); !ok {
@@ -41,7 +43,7 @@ func TestStormTracker(t *testing.T) {
 		}
 	}
 	// Disabled never damps.
-	d := newObjects(StormOptions{Disabled: true})
+	d := newObjects(policy.Storm{Disabled: true})
 	for i := 0; i < 50; i++ {
 		if storm, _ := d.recordStorm(k, "1", false, t0); storm {
 			t.Fatal("disabled tracker reported a storm")

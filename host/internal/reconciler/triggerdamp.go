@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // Damping per trigger source. A trigger-caused call is charged to the
@@ -20,7 +22,7 @@ import (
 
 // sourceDamper keeps the fan-out history of each trigger source.
 type sourceDamper struct {
-	opts StormOptions
+	opts policy.Storm
 	mu   sync.Mutex
 	srcs map[string]*sourceState
 }
@@ -33,8 +35,8 @@ type sourceState struct {
 	latest    []client.Object // the objects of the last event damped: the deferred fan-out maps them
 }
 
-func newSourceDamper(opts StormOptions) *sourceDamper {
-	return &sourceDamper{opts: opts.withDefaults(), srcs: map[string]*sourceState{}}
+func newSourceDamper(opts policy.Storm) *sourceDamper {
+	return &sourceDamper{opts: opts.WithDefaults(), srcs: map[string]*sourceState{}}
 }
 
 // admit decides what to do with an event of source at now: fan out now;

@@ -6,6 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // TestSourceDamperDampsOneSourceOnly: a related object that fans out more
@@ -13,7 +15,7 @@ import (
 // Backoff, carrying its latest objects; another related object still fans
 // out at once; a source quiet for a window and a backoff starts afresh.
 func TestSourceDamperDampsOneSourceOnly(t *testing.T) {
-	d := newSourceDamper(StormOptions{Threshold: 3, Window: 10 * time.Second, Backoff: time.Minute})
+	d := newSourceDamper(policy.Storm{Threshold: 3, Window: 10 * time.Second, Backoff: time.Minute})
 	t0 := time.Unix(1000, 0)
 	for i := range 3 {
 		if now, _, _, _ := d.admit("sa", t0.Add(time.Duration(i)*time.Second), nil); !now {
@@ -46,7 +48,7 @@ func TestSourceDamperDampsOneSourceOnly(t *testing.T) {
 // TestTriggeredMarkIsTakenOnce: a trigger's mark is seen by the owner's
 // next call only.
 func TestTriggeredMarkIsTakenOnce(t *testing.T) {
-	s := newObjects(StormOptions{})
+	s := newObjects(policy.Storm{})
 	k := types.NamespacedName{Namespace: "ns", Name: "owner"}
 	if s.takeTriggered(k) {
 		t.Fatal("an unmarked owner is marked")

@@ -216,7 +216,7 @@ func selectorAt(obj map[string]any, path []string) labels.Selector {
 // handler enqueues the targets of every related object an event carries
 // (both sides of an update: a related object that stops matching is as
 // much a change to its former owners as one that starts), at most
-// Options.TriggerMaxFanOut of them, each marked as triggered (its call is
+// Options.Policy.TriggerMaxFanOut of them, each marked as triggered (its call is
 // neither damped nor counted by its owner's storm). A related object that
 // fans out too often is damped by itself (sourceDamper): its further
 // events are coalesced into one fan-out per Storm.Backoff.
@@ -238,7 +238,7 @@ func (t *trigger) handler() handler.EventHandler {
 				if seen[k] {
 					continue
 				}
-				if len(seen) >= t.r.opts.TriggerMaxFanOut {
+				if len(seen) >= t.r.opts.Policy.TriggerMaxFanOut {
 					dropped++
 					continue
 				}
@@ -251,7 +251,7 @@ func (t *trigger) handler() handler.EventHandler {
 			t.r.opts.Metrics.TriggerFanOutDropped.WithLabelValues(t.r.name).Add(float64(dropped))
 			if t.warnedFanOut.CompareAndSwap(false, true) {
 				log.FromContext(ctx).Info("WARNING: a trigger's related object maps to more objects than --trigger-max-fanout; the rest are not reconciled for this change (counted in wasmreconcile_trigger_fanout_dropped_total); use a field or selector trigger that maps to fewer, or raise the limit",
-					"module", t.r.name, "trigger", t.num, "maxFanOut", t.r.opts.TriggerMaxFanOut, "dropped", dropped)
+					"module", t.r.name, "trigger", t.num, "maxFanOut", t.r.opts.Policy.TriggerMaxFanOut, "dropped", dropped)
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -106,7 +107,7 @@ func TestTriggerTargets(t *testing.T) {
 		responder("a", "other-labels", map[string]any{"selector": map[string]any{"app": "db"}}),
 	}
 	r := &Reconciler{declared: declared{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}},
-		objects: newObjects(StormOptions{}), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
+		objects: newObjects(policy.Storm{}), sources: newSourceDamper(policy.Storm{}), opts: Options{Scopes: protocol.Builtin, Policy: policy.Policy{}.WithDefaults()}}
 	owner := func(apiVersion, kind, name string) map[string]any {
 		return map[string]any{"apiVersion": apiVersion, "kind": kind, "name": name, "uid": "u-" + name}
 	}
@@ -166,7 +167,7 @@ func TestTriggerTargets(t *testing.T) {
 func TestTriggerForgetsMemo(t *testing.T) {
 	cm := abi.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 	r := &Reconciler{declared: declared{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}},
-		objects: newObjects(StormOptions{}), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: DefaultTriggerMaxFanOut}}
+		objects: newObjects(policy.Storm{}), sources: newSourceDamper(policy.Storm{}), opts: Options{Scopes: protocol.Builtin, Policy: policy.Policy{}.WithDefaults()}}
 	tr := r.newTrigger(nil, 0, abi.Trigger{Kind: cm, Field: "spec.target"})
 	tr.reader = listReader{objs: []*unstructured.Unstructured{
 		responder("a", "old", map[string]any{"target": "cfg-old"}),
@@ -201,14 +202,14 @@ func TestTriggerForgetsMemo(t *testing.T) {
 }
 
 // TestTriggerMaxFanOut: one related object's event reconciles at most
-// Options.TriggerMaxFanOut owners; the rest are counted as dropped.
+// Options.Policy.TriggerMaxFanOut owners; the rest are counted as dropped.
 func TestTriggerMaxFanOut(t *testing.T) {
 	m, err := metrics.New(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &Reconciler{declared: declared{name: "t", gvk: schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}},
-		objects: newObjects(StormOptions{}), sources: newSourceDamper(StormOptions{}), opts: Options{Scopes: protocol.Builtin, TriggerMaxFanOut: 3, Metrics: m}}
+		objects: newObjects(policy.Storm{}), sources: newSourceDamper(policy.Storm{}), opts: Options{Scopes: protocol.Builtin, Policy: policy.Policy{TriggerMaxFanOut: 3}, Metrics: m}}
 	tr := r.newTrigger(nil, 0, abi.Trigger{Kind: abi.GroupVersionKind{Version: "v1", Kind: "ServiceAccount"}, All: true})
 	var owners []*unstructured.Unstructured
 	for i := range 5 {

@@ -17,7 +17,7 @@ import (
 // changed, and the status is the one that call produced. The guest is a
 // deterministic function of its request, so calling it again would answer
 // what the host has already applied; the host answers the event without a
-// call (Options.CallUnchanged turns this off). The same holds after a
+// call (Options.Policy.CallUnchanged turns this off). The same holds after a
 // terminal guest error, which the guest declares the same input repeats:
 // calling it again would fail again and record a second identical Warning.
 //

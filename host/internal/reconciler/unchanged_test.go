@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 )
 
 // calls is the number of guest calls the harness's module has made.
@@ -115,11 +116,11 @@ func TestUnchangedEventsSkipTheGuest(t *testing.T) {
 	testenv.Update(t, h.k8s, u, func() { u.SetFinalizers(nil) })
 }
 
-// TestCallUnchangedCallsOnEveryEvent: with Options.CallUnchanged, the event
+// TestCallUnchangedCallsOnEveryEvent: with Options.Policy.CallUnchanged, the event
 // of the status write calls the guest again, as before.
 func TestCallUnchangedCallsOnEveryEvent(t *testing.T) {
 	t.Parallel() // isolated: a namespace and a manager of its own
-	h := run(t, "./widget", runOptions{workers: 1, rec: reconciler.Options{CallUnchanged: true}})
+	h := run(t, "./widget", runOptions{workers: 1, rec: reconciler.Options{Policy: policy.Policy{CallUnchanged: true}}})
 	h.create(widgetGVK, "w", map[string]any{"size": int64(1)})
 	testenv.Eventually(t, time.Minute, "the status write's event to call the guest", func() error {
 		if got := statusString(h.get(widgetGVK, "w"), "summary"); got != "1 x grey" {

@@ -84,7 +84,7 @@ func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *Candid
 		s.mu.Unlock()
 		return "", nil
 	}
-	limits := mergeLimits(s.opts.Limits, r.spec.Limits)
+	limits := r.spec.Policy.Limits // merged by Apply
 	s.mu.Unlock()
 
 	fail := func(err error) (string, error) {

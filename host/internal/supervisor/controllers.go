@@ -40,8 +40,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Recorder: s.opts.Manager.GetEventRecorder("wasmreconcile/" + spec.Name),
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
-			Config: spec.Config, Paused: next.paused.Load, Storm: s.opts.Storm, TriggerMaxFanOut: s.opts.TriggerMaxFanOut, CallUnchanged: s.opts.CallUnchanged, ResponseLimits: s.opts.ResponseLimits,
-			Events: s.opts.Events, ReadNamespaces: spec.ReadNamespaces, FlightRecorder: s.opts.FlightRecorder,
+			Config: spec.Config, Paused: next.paused.Load, Policy: spec.Policy, FlightRecorder: s.opts.FlightRecorder,
 		}
 		if spec.ServiceAccount != "" {
 			if err := s.impersonate(&ropts, next, spec, version.Module.Manifest().For); err != nil {
@@ -138,26 +137,9 @@ func (s *Supervisor) requeueAll(r *running) {
 
 // startController starts r's controller under s.ctx. s.mu is held.
 func (s *Supervisor) startController(r *running) {
-	rl := s.opts.RateLimit
-	if r.spec.RateLimit.BaseDelay > 0 {
-		rl.BaseDelay = r.spec.RateLimit.BaseDelay
-	}
-	if r.spec.RateLimit.MaxDelay > 0 {
-		rl.MaxDelay = r.spec.RateLimit.MaxDelay
-	}
-	if r.spec.RateLimit.QPS > 0 {
-		rl.QPS = r.spec.RateLimit.QPS
-	}
-	if r.spec.RateLimit.Burst > 0 {
-		rl.Burst = r.spec.RateLimit.Burst
-	}
-	workers := s.opts.MaxConcurrentReconciles
-	if r.spec.MaxConcurrentReconciles > 0 {
-		workers = r.spec.MaxConcurrentReconciles
-	}
 	newController := func() (crcontroller.Controller, error) {
 		return r.rec.NewController(s.opts.Manager, reconciler.ControllerOptions{
-			MaxConcurrentReconciles: workers, RateLimiter: ratelimit.New(rl), Requeue: r.requeue,
+			MaxConcurrentReconciles: r.spec.Policy.MaxConcurrentReconciles, RateLimiter: ratelimit.New(r.spec.Policy.RateLimit), Requeue: r.requeue,
 		})
 	}
 	c, err := newController()
@@ -264,9 +246,10 @@ func sameKinds(a, b *engine.Module) error {
 }
 
 // controllerSettingsEqual reports whether a and b need the same controller:
-// the same config, concurrency, rate limits, identity and read scope (the
-// bytes may differ).
+// the same config, identity and policy but for its Limits (the bytes and
+// the limits may differ: they make another version, swapped in).
 func controllerSettingsEqual(a, b Spec) bool {
-	return reflect.DeepEqual(a.Config, b.Config) && a.MaxConcurrentReconciles == b.MaxConcurrentReconciles && a.RateLimit == b.RateLimit &&
-		a.ServiceAccount == b.ServiceAccount && reflect.DeepEqual(a.ReadNamespaces, b.ReadNamespaces)
+	pa, pb := a.Policy, b.Policy
+	pa.Limits, pb.Limits = engine.Limits{}, engine.Limits{}
+	return reflect.DeepEqual(a.Config, b.Config) && a.ServiceAccount == b.ServiceAccount && reflect.DeepEqual(pa, pb)
 }

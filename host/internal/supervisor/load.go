@@ -15,6 +15,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
@@ -31,7 +32,7 @@ func Digest(wasm []byte) string {
 type loader struct {
 	engine      *engine.Engine
 	interpreter *engine.Engine // nil: compile at once
-	limits      engine.Limits  // Options.Limits, under each Spec's
+	limits      engine.Limits  // Options.Policy.Limits, under each Spec's
 	metrics     *metrics.Metrics
 	log         logr.Logger
 }
@@ -71,7 +72,7 @@ func (l *loader) fetch(ctx context.Context, spec Spec) (fetched, error) {
 			return f, &DigestMismatchError{Module: f.label, Source: spec.Source.String(), Want: want, Got: f.digest}
 		}
 	}
-	f.limits = mergeLimits(l.limits, spec.Limits)
+	f.limits = policy.MergeLimits(l.limits, spec.Policy.Limits)
 	f.key = fmt.Sprintf("%s/%+v", f.digest, f.limits)
 	return f, nil
 }
@@ -160,9 +161,10 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	if spec.Config == nil {
 		spec.Config = s.opts.ModuleConfig[spec.Name]
 	}
-	if spec.ReadNamespaces == nil {
-		spec.ReadNamespaces = s.opts.ModuleReadNamespaces[spec.Name]
+	if spec.Policy.ReadNamespaces == nil {
+		spec.Policy.ReadNamespaces = s.opts.ModuleReadNamespaces[spec.Name]
 	}
+	spec.Policy = s.opts.Policy.Merge(spec.Policy).WithDefaults() // what serves: defaulted once
 	loaded.Name, loaded.At, loaded.Manifest = spec.Name, time.Now(), version.Module.Manifest()
 	if err := s.install(spec, f, version, reused, interpreted, &loaded); err != nil {
 		return discard(err)

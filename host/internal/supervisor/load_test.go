@@ -12,6 +12,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
@@ -56,7 +57,7 @@ func TestLoaderFetchVerifies(t *testing.T) {
 		}
 	}
 	a, _ := l.fetch(ctx, Spec{Name: "m", Source: source.Bytes("b", b)})
-	c, _ := l.fetch(ctx, Spec{Name: "m", Source: source.Bytes("b", b), Limits: engine.Limits{Fuel: 2000}})
+	c, _ := l.fetch(ctx, Spec{Name: "m", Source: source.Bytes("b", b), Policy: policy.Policy{Limits: engine.Limits{Fuel: 2000}}})
 	if a.key == c.key || a.limits.Fuel != 1000 || c.limits.Fuel != 2000 {
 		t.Errorf("limits: the spec's must override the supervisor's and change the key: %+v / %+v", a, c)
 	}

@@ -13,9 +13,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/ratelimit"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
-	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
@@ -37,30 +35,11 @@ type Options struct {
 	// Metrics receive the per-module metrics. Required.
 	Metrics *metrics.Metrics
 
-	// Limits are the operator-wide limits; a Spec's non-zero limits override
-	// them, and the module's manifest may lower them (never raise them).
-	Limits engine.Limits
-	// Storm configures storm damping for every module; see
-	// reconciler.StormOptions for the defaults.
-	Storm reconciler.StormOptions
-	// TriggerMaxFanOut is reconciler.Options.TriggerMaxFanOut for every
-	// module. Defaults to reconciler.DefaultTriggerMaxFanOut.
-	TriggerMaxFanOut int
-	// CallUnchanged is reconciler.Options.CallUnchanged for every module.
-	// Defaults to false.
-	CallUnchanged bool
-	// Events is the budget of every module's guest Events; see
-	// reconciler.EventBudget for the defaults.
-	Events reconciler.EventBudget
-	// ResponseLimits bound every module's responses; see protocol.Limits
-	// for the defaults.
-	ResponseLimits protocol.Limits
-	// RateLimit is the default workqueue rate limiter of every module; see
-	// package ratelimit for the defaults.
-	RateLimit ratelimit.Options
-	// MaxConcurrentReconciles is the default per module. Defaults to the
-	// module's MaxInstances.
-	MaxConcurrentReconciles int
+	// Policy is every module's policy (package policy); a Spec's Policy
+	// overrides it field by field (policy.Policy.Merge), and the module's
+	// manifest may lower its Limits (never raise them). Zero fields take
+	// policy's defaults.
+	Policy policy.Policy
 	// KeepVersions is how many versions of each module stay compiled,
 	// counting the one serving, so that a rollback is instant. Defaults to 3.
 	KeepVersions int
@@ -73,8 +52,8 @@ type Options struct {
 	// module name. Defaults to none.
 	ModuleConfig map[string]map[string]any
 	// ModuleReadNamespaces are, by module name, the namespaces beyond the
-	// reconciled object's own that a module's guest may read; a Spec's
-	// ReadNamespaces take their place. Defaults to none.
+	// reconciled object's own that a module's guest may read, for modules
+	// whose Spec.Policy.ReadNamespaces is nil. Defaults to none.
 	ModuleReadNamespaces map[string][]string
 	// Interpreter, when set, makes new bytes serve first from this engine
 	// (one built with engine.Options{Interpreter: true}), which loads about
@@ -162,17 +141,14 @@ type Spec struct {
 	// is refused from a second owner, so that two files, or a file and a
 	// ReconcileModule, cannot replace each other. Defaults to "".
 	Owner string
-	// Limits override Options.Limits where non-zero.
-	Limits engine.Limits
+	// Policy overrides Options.Policy where set (policy.Policy.Merge).
+	// Apply keeps the merged, defaulted result as the Spec that serves.
+	Policy policy.Policy
 	// Config is passed to the guest as Request.Config. Defaults to
 	// Options.ModuleConfig[Name].
 	Config map[string]any
 	// Paused stops calling the guest; resuming requeues every object.
 	Paused bool
-	// MaxConcurrentReconciles overrides Options.MaxConcurrentReconciles.
-	MaxConcurrentReconciles int
-	// RateLimit overrides Options.RateLimit where non-zero.
-	RateLimit ratelimit.Options
 	// Check, when set, vets a loaded module before it serves; an error
 	// refuses it and the previous version keeps serving.
 	Check func(*engine.Module) error
@@ -184,10 +160,6 @@ type Spec struct {
 	// and cache reads are made with (impersonated). Defaults to "": the
 	// operator's own identity.
 	ServiceAccount string
-	// ReadNamespaces are the namespaces beyond the reconciled object's own
-	// that the guest may read through cache_read; "*" is every namespace.
-	// Defaults to none.
-	ReadNamespaces []string
 }
 
 // HealthEvent is a change in a module's load health: a Warning when a

@@ -102,7 +102,7 @@ func New(opts Options) (*Supervisor, error) {
 	opts = opts.withDefaults()
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Supervisor{opts: opts, modules: map[string]*running{}, kinds: map[schema.GroupVersionKind]int{},
-		loader:  loader{engine: opts.Engine, interpreter: opts.Interpreter, limits: opts.Limits, metrics: opts.Metrics, log: opts.Log},
+		loader:  loader{engine: opts.Engine, interpreter: opts.Interpreter, limits: opts.Policy.Limits, metrics: opts.Metrics, log: opts.Log},
 		closing: closing, closeCancel: cancel}
 	s.drainer = &drainer{log: opts.Log, leading: s.leading, closing: closing, goroutines: &s.goroutines, timing: defaultDrainTiming}
 	return s, nil

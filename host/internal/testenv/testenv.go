@@ -65,14 +65,15 @@ type ControlPlane struct {
 // ControllerManagerControllers are the controllers the control plane's
 // kube-controller-manager runs: the garbage collector (children of a
 // deleted owner are deleted, as in a cluster), the namespace controller (a
-// deleted namespace is emptied and goes), the PersistentVolumeClaim
+// deleted namespace is emptied and goes) and the PersistentVolumeClaim
 // protection controller (a deleted claim no Pod uses goes: the API server
-// adds its finalizer) and the ServiceAccount controller (every namespace
-// gets its default account, and Start waits for it, so the others run
-// before the first test). The others would only cost CPU in tests that run
-// no Pods.
+// adds its finalizer). The others would only cost CPU in tests that run
+// no Pods, and the ServiceAccount controller would put a default account
+// in every test namespace, which tests that list ServiceAccounts count.
+// Without it Start does not wait for the controllers: they start within
+// seconds, and a test that relies on one waits for the effect it expects.
 var ControllerManagerControllers = []string{"garbage-collector-controller", "namespace-controller",
-	"persistentvolumeclaim-protection-controller", "serviceaccount-controller"}
+	"persistentvolumeclaim-protection-controller"}
 
 // Start starts a control plane with the CRDs in crdPaths (relative to the
 // repository root) installed, keeping its state in a new temporary
