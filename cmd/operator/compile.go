@@ -55,7 +55,7 @@ func (c *compileFlags) register(fs *flag.FlagSet) {
 // apply sets the flags' compile options and budget in opts, and says what
 // the budget is and where it comes from.
 func (c *compileFlags) apply(opts *operator.Options) (string, error) {
-	c.complexity.apply(&opts.Compile)
+	c.complexity.apply(&opts.Engine.Compile)
 	if !c.inProcess {
 		w, err := engine.SelfCompileWorker()
 		if err != nil {
@@ -71,22 +71,22 @@ func (c *compileFlags) apply(opts *operator.Options) (string, error) {
 			return "", fmt.Errorf("--compile-max-cpu, --compile-timeout and --compile-workers must be positive")
 		}
 		w.MaxCPU, w.Timeout, w.MaxConcurrent = c.cpu, c.timeout, c.workers
-		opts.Compile.Worker = w
+		opts.Engine.Compile.Worker = w
 	}
 	switch v := strings.TrimSpace(c.budget); v {
 	case "auto", "":
 		l := operator.DetectMemoryLimit()
-		opts.MemoryBudget = l.Bytes / 100 * operator.DefaultMemoryBudgetPercent
-		return fmt.Sprintf("%d MiB, %d%% of %d MiB (%s)", opts.MemoryBudget>>20, operator.DefaultMemoryBudgetPercent, l.Bytes>>20, l.Source), nil
+		opts.Engine.MemoryBudget = l.Bytes / 100 * operator.DefaultMemoryBudgetPercent
+		return fmt.Sprintf("%d MiB, %d%% of %d MiB (%s)", opts.Engine.MemoryBudget>>20, operator.DefaultMemoryBudgetPercent, l.Bytes>>20, l.Source), nil
 	case "0":
-		opts.MemoryBudget = 0
+		opts.Engine.MemoryBudget = 0
 		return "none (--memory-budget=0)", nil
 	default:
 		b, err := quantityFlag("--memory-budget", v)
 		if err != nil {
 			return "", err
 		}
-		opts.MemoryBudget = b
+		opts.Engine.MemoryBudget = b
 		return fmt.Sprintf("%d MiB (--memory-budget)", b>>20), nil
 	}
 }

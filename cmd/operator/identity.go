@@ -33,7 +33,7 @@ func (f *identityFlags) apply(opts *operator.Options) error {
 	if f.allowedTTL <= 0 || f.deniedTTL <= 0 {
 		return fmt.Errorf("--authorization-cache-ttl and --authorization-cache-denied-ttl must be positive")
 	}
-	opts.DefaultServiceAccount, opts.ServiceAccountNamespace = f.defaultAccount, f.namespace
-	opts.AuthorizationTTL, opts.AuthorizationDeniedTTL = f.allowedTTL, f.deniedTTL
+	opts.Identity.DefaultServiceAccount, opts.Identity.ServiceAccountNamespace = f.defaultAccount, f.namespace
+	opts.Identity.AuthorizationTTL, opts.Identity.AuthorizationDeniedTTL = f.allowedTTL, f.deniedTTL
 	return nil
 }

@@ -174,7 +174,7 @@ Flags:
 		logs    logFlags
 	)
 	fs.Var(&modules, "module", "a reconcile module to run (repeatable): a .wasm file, optionally pinned as FILE.wasm@sha256:HEX, or an OCI reference oci://REGISTRY/REPOSITORY[:TAG]@sha256:DIGEST (operator push prints it)")
-	fs.StringVar(&opts.ModuleRegistryConfig, "module-registry-config", "", `Docker config file ({"auths": ...}) with the credentials of the registries of oci:// --module references; credential helpers it names are never run (default: anonymous)`)
+	fs.StringVar(&opts.Sources.RegistryConfig, "module-registry-config", "", `Docker config file ({"auths": ...}) with the credentials of the registries of oci:// --module references; credential helpers it names are never run (default: anonymous)`)
 	fs.BoolVar(&opts.FlightRecorder.Disabled, "no-flight-recorder", false, "keep no record of guest calls (by default the last failed calls of each module and a sample of its successful ones are kept in memory, served to authorized clients at "+operator.FlightRecorderPath+" on the metrics server for operator record)")
 	fs.IntVar(&opts.FlightRecorder.Failures, "flight-recorder-failures", operator.DefaultFlightRecorderFailures, "failed calls kept per module by the flight recorder, the last ones")
 	fs.IntVar(&opts.FlightRecorder.Successes, "flight-recorder-successes", operator.DefaultFlightRecorderSuccesses, "sampled successful calls kept per module by the flight recorder")
@@ -182,7 +182,7 @@ Flags:
 	fs.IntVar(&opts.FlightRecorder.MaxBytes, "flight-recorder-max-bytes", operator.DefaultFlightRecorderMaxBytes, "bytes of records kept per module by the flight recorder")
 	fs.IntVar(&opts.FlightRecorder.QueueSize, "flight-recorder-queue", operator.DefaultFlightRecorderQueueSize, "kept calls waiting for the flight recorder's replay on a fresh instance (one worker, off the serving path); more are dropped")
 	fs.BoolVar(&opts.FlightRecorder.KeepSecrets, "flight-recorder-keep-secrets", false, "keep Secrets' data in recorded inputs (by default every value is replaced by REDACTED)")
-	fs.StringVar(&opts.ModuleCacheDir, "module-cache-dir", "", "directory where oci:// modules (--module and ReconcileModules) are kept by digest once fetched, so that a restart while the registry is down still loads them (default: none, every load fetches)")
+	fs.StringVar(&opts.Sources.CacheDir, "module-cache-dir", "", "directory where oci:// modules (--module and ReconcileModules) are kept by digest once fetched, so that a restart while the registry is down still loads them (default: none, every load fetches)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
 	fs.BoolVar(&mo.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
@@ -191,17 +191,17 @@ Flags:
 	fs.DurationVar(&mo.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
 	fs.DurationVar(&mo.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&mo.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "how often candidates try to acquire or renew the Lease")
-	fs.BoolVar(&opts.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
-	fs.IntVar(&opts.KeepVersions, "keep-versions", operator.DefaultKeepVersions, "versions of each module kept compiled, so a rollback to one is instant")
-	fs.Int64Var(&opts.MaxModuleBytes, "max-module-bytes", operator.DefaultMaxModuleBytes, "largest module, compressed or not, loaded from any source")
-	fs.DurationVar(&opts.ModuleDirSettle, "module-dir-settle", operator.DefaultModuleDirSettle, "how long a file in --module-dir must see no write before it is loaded")
-	fs.DurationVar(&opts.ModuleFetchTimeout, "module-fetch-timeout", operator.DefaultModuleFetchTimeout, "timeout of fetching a module from a url or oci source")
-	fs.DurationVar(&opts.ModuleStatusInterval, "module-status-interval", operator.DefaultModuleStatusInterval, "how often a ReconcileModule's status statistics are refreshed")
-	fs.IntVar(&opts.ModuleLoadWorkers, "module-load-workers", operator.DefaultModuleLoadWorkers, "ReconcileModules reconciled, and so fetched and compiled, at once: one module's slow load never holds up the others'")
-	fs.DurationVar(&opts.HealthInterval, "module-health-interval", operator.DefaultHealthInterval, "how often each module's caches are checked for the SyncFailed and CacheStale warnings")
-	fs.DurationVar(&opts.QuiescentAfter, "quiescent-after", time.Minute, "how long a converged module must write nothing to be reported quiescent (wasmreconcile_module_state)")
-	fs.DurationVar(&opts.SyncTimeout, "module-sync-timeout", operator.DefaultSyncTimeout, "how long a module's kind may take to sync before a SyncFailed Event")
-	fs.DurationVar(&opts.StaleAfter, "cache-stale-after", operator.DefaultStaleAfter, "how long a module's kind may see no watch event or list before a CacheStale Event")
+	fs.BoolVar(&opts.Engine.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
+	fs.IntVar(&opts.Engine.KeepVersions, "keep-versions", operator.DefaultKeepVersions, "versions of each module kept compiled, so a rollback to one is instant")
+	fs.Int64Var(&opts.Sources.MaxBytes, "max-module-bytes", operator.DefaultMaxModuleBytes, "largest module, compressed or not, loaded from any source")
+	fs.DurationVar(&opts.Sources.DirSettle, "module-dir-settle", operator.DefaultModuleDirSettle, "how long a file in --module-dir must see no write before it is loaded")
+	fs.DurationVar(&opts.Sources.FetchTimeout, "module-fetch-timeout", operator.DefaultModuleFetchTimeout, "timeout of fetching a module from a url or oci source")
+	fs.DurationVar(&opts.ModuleController.StatusInterval, "module-status-interval", operator.DefaultModuleStatusInterval, "how often a ReconcileModule's status statistics are refreshed")
+	fs.IntVar(&opts.ModuleController.LoadWorkers, "module-load-workers", operator.DefaultModuleLoadWorkers, "ReconcileModules reconciled, and so fetched and compiled, at once: one module's slow load never holds up the others'")
+	fs.DurationVar(&opts.Health.Interval, "module-health-interval", operator.DefaultHealthInterval, "how often each module's caches are checked for the SyncFailed and CacheStale warnings")
+	fs.DurationVar(&opts.Health.QuiescentAfter, "quiescent-after", time.Minute, "how long a converged module must write nothing to be reported quiescent (wasmreconcile_module_state)")
+	fs.DurationVar(&opts.Health.SyncTimeout, "module-sync-timeout", operator.DefaultSyncTimeout, "how long a module's kind may take to sync before a SyncFailed Event")
+	fs.DurationVar(&opts.Health.StaleAfter, "cache-stale-after", operator.DefaultStaleAfter, "how long a module's kind may see no watch event or list before a CacheStale Event")
 	opts.ModuleReadNamespaces = registerModuleReadNamespaces(fs)
 	var moduleConfigs stringList
 	fs.Var(&moduleConfigs, "module-config", "NAME=FILE: pass the YAML or JSON object in FILE to module NAME as its config (repeatable)")
@@ -210,7 +210,7 @@ Flags:
 	var memLimit uint
 	fs.UintVar(&memLimit, "memory-limit-pages", 0, fmt.Sprintf("guest memory cap in 64 KiB pages (default %d; a module's manifest may ask for less, never more)", engine.DefaultMemoryLimitPages))
 	fs.IntVar(&opts.Policy.Limits.MaxInstances, "max-instances", engine.DefaultMaxInstances, "instances per module, and so concurrent reconciles per module")
-	fs.StringVar(&opts.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules and their metered rewrites across restarts; keep it private to the operator (default: in memory)")
+	fs.StringVar(&opts.Engine.CompilationCacheDir, "compilation-cache-dir", "", "directory that persists compiled modules and their metered rewrites across restarts; keep it private to the operator (default: in memory)")
 	fs.StringVar(&mo.MetricsBindAddress, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint; "0" disables it`)
 	fs.StringVar(&mo.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz (failing until the informer caches have synced and while a module waits for a CRD; /readyz/wasmreconcile says which); "0" disables them`)
 	fs.StringVar(&mo.PprofBindAddress, "pprof-bind-address", "", `address of net/http/pprof; "" (the default) disables it`)
@@ -268,7 +268,7 @@ Flags:
 		return err
 	}
 	var err error
-	if opts.Ceilings, err = ceilings.ceilings(); err != nil {
+	if opts.Engine.Ceilings, err = ceilings.ceilings(); err != nil {
 		return err
 	}
 	budget, err := compile.apply(&opts)

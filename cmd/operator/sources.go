@@ -29,8 +29,8 @@ func (s *sourceFlags) apply(o *operator.Options) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	o.ModuleURLAllowedHosts, o.ModuleURLAllowPrivate = p.AllowedHosts, p.AllowPrivate
-	o.ModuleSourceNamespaces = s.namespaces
+	o.Sources.URLAllowedHosts, o.Sources.URLAllowPrivate = p.AllowedHosts, p.AllowPrivate
+	o.Sources.Namespaces = s.namespaces
 	return nil
 }
 

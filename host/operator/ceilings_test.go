@@ -65,7 +65,7 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 func TestReconcileModuleCeilings(t *testing.T) {
 	e := newEnv(t)
 	ceilings := engine.Limits{Fuel: 100_000, Timeout: 2 * time.Second, MemoryLimitPages: 512}
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second, Ceilings: ceilings})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, Engine: operator.EngineOptions{Ceilings: ceilings}, ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second}})
 	ctx := context.Background()
 
 	b := testwasm.BuildVersion(t, "./widget", "1")

@@ -141,8 +141,11 @@ func TestFinalizerDrainOnDroppedFinalizer(t *testing.T) {
 func TestReconcileModuleDrainsOnDelete(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second,
-		ModuleSourceNamespaces: []string{e.ns}})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{
+		ReconcileModules: true,
+		Sources:          operator.SourceOptions{Namespaces: []string{e.ns}},
+		ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second},
+	})
 	fin := testwasm.BuildVersion(t, "./internal/testguests/claim", "fin")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "claim-fin-module"},
 		BinaryData: map[string][]byte{"module.wasm.gz": gz(t, fin)}}

@@ -101,8 +101,11 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	}
 	mo := e.operatorOptions()
 	mo.MetricsBindAddress = freeAddr(t)
-	start(t, e.cfg, mo, operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond,
-		FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1}})
+	start(t, e.cfg, mo, operator.Options{
+		ReconcileModules: true,
+		FlightRecorder:   operator.FlightRecorderOptions{SampleEvery: 1},
+		ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
+	})
 	v1 := testwasm.BuildVersion(t, "./internal/testguests/secretcopy", "v1:")
 	v2 := testwasm.BuildVersion(t, "./internal/testguests/secretcopy", "v2:")
 	moduleFromBytes(t, e, "secretcopy", v1, func(s *v1alpha1.ReconcileModuleSpec) {
@@ -204,7 +207,7 @@ func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond, Registerer: reg})
+	op := start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, Registerer: reg, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	// Two names in each half: a good object and a failing one.
 	var canary, shadowed []string
 	for i := 0; len(canary) < 2 || len(shadowed) < 2; i++ {
@@ -404,7 +407,7 @@ func TestUnlistableKindLeavesOtherModulesReady(t *testing.T) {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + e.ns + ":limited"}
 	mo := e.operatorOptions()
 	mo.HealthProbeBindAddress = freeAddr(t)
-	start(t, cfg, mo, operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond})
+	start(t, cfg, mo, operator.Options{ReconcileModules: true, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	moduleFromBytes(t, e, "widget", testwasm.BuildVersion(t, "./widget", "1"), nil)
 	moduleFromBytes(t, e, "triggered", testwasm.Build(t, "./internal/testguests/triggered"), nil)
 	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")

@@ -144,8 +144,11 @@ func TestCompileBombReconcileModule(t *testing.T) {
 	v1 := testwasm.BuildVersion(t, "./widget", "1")
 
 	t.Run("shape check", func(t *testing.T) {
-		start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond,
-			Compile: engine.CompileOptions{Worker: selfWorker(t, engine.CompileWorker{})}})
+		start(t, e.cfg, e.operatorOptions(), operator.Options{
+			ReconcileModules: true,
+			Engine:           operator.EngineOptions{Compile: engine.CompileOptions{Worker: selfWorker(t, engine.CompileWorker{})}},
+			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
+		})
 		moduleFromBytes(t, e, "widget", v1, nil)
 		moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 		begin := time.Now()
@@ -173,9 +176,12 @@ func TestCompileBombReconcileModule(t *testing.T) {
 	})
 
 	t.Run("compile worker", func(t *testing.T) {
-		start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond,
-			Compile: engine.CompileOptions{MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
-				Worker: selfWorker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: 10 * time.Minute, Timeout: 15 * time.Second})}})
+		start(t, e.cfg, e.operatorOptions(), operator.Options{
+			ReconcileModules: true,
+			Engine: operator.EngineOptions{Compile: engine.CompileOptions{MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
+				Worker: selfWorker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: 10 * time.Minute, Timeout: 15 * time.Second})}},
+			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
+		})
 		moduleFromBytes(t, e, "widget", v1, nil)
 		moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 
@@ -233,8 +239,12 @@ func TestMemoryBudgetHoldsAManifestAsking4GiB(t *testing.T) {
 		t.Fatal(err)
 	}
 	const budget = 384 << 20
-	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{hog}, Registerer: reg, MemoryBudget: budget,
-		Policy: policy.Policy{Limits: engine.Limits{MemoryLimitPages: 4096, Timeout: 3 * time.Second}}})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{
+		Modules:    []string{hog},
+		Registerer: reg,
+		Policy:     policy.Policy{Limits: engine.Limits{MemoryLimitPages: 4096, Timeout: 3 * time.Second}},
+		Engine:     operator.EngineOptions{MemoryBudget: budget},
+	})
 	runtimeGC()
 	base := resetPeakRSS(t)
 	for i := range 3 {

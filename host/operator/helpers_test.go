@@ -108,15 +108,15 @@ func (e env) operatorOptions() operator.ManagerOptions {
 // MemoryBudget keeps its own.
 func newOperator(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) (*operator.Operator, error) {
 	t.Helper()
-	if opts.CompilationCacheDir == "" {
-		opts.CompilationCacheDir = compilationCache
+	if opts.Engine.CompilationCacheDir == "" {
+		opts.Engine.CompilationCacheDir = compilationCache
 	}
-	if opts.Compile == (engine.CompileOptions{}) && opts.MemoryBudget == 0 {
+	if opts.Engine.Compile == (engine.CompileOptions{}) && opts.Engine.MemoryBudget == 0 {
 		w, err := engine.SelfCompileWorker()
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts.Compile.Worker = w
+		opts.Engine.Compile.Worker = w
 	}
 	if mo.GracefulShutdownTimeout == 0 {
 		// Under -race on a loaded 2-core machine a compile the stopping

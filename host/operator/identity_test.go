@@ -98,11 +98,10 @@ func TestModuleIdentityWrites(t *testing.T) {
 	ctx := context.Background()
 	serviceAccount(t, e.c, e.ns, "widget")
 	start(t, e.cfg, e.operatorOptions(), operator.Options{
-		Modules:               []string{testwasm.BuildFile(t, "./widget")},
-		DefaultServiceAccount: e.ns + "/widget",
-		// Short, so that each grant is used soon.
-		AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond,
-		Policy: policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		Modules:  []string{testwasm.BuildFile(t, "./widget")},
+		Policy:   policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		// Short TTLs, so that each grant is used soon.
+		Identity: operator.IdentityOptions{DefaultServiceAccount: e.ns + "/widget", AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond},
 	})
 	if err := e.c.Create(ctx, widget(e.ns, "w", 3)); err != nil {
 		t.Fatal(err)
@@ -143,10 +142,9 @@ func TestModuleIdentityReadsAndEvents(t *testing.T) {
 		rule("test.wasmreconcile.io", []string{"gadgets"}, readVerbs...),
 		rule("test.wasmreconcile.io", []string{"gadgets/status"}, "patch", "update"))
 	start(t, e.cfg, e.operatorOptions(), operator.Options{
-		Modules:               []string{testwasm.BuildFile(t, "./internal/testguests/misbehave")},
-		DefaultServiceAccount: e.ns + "/misbehave",
-		AuthorizationTTL:      time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond,
-		Policy: policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		Modules:  []string{testwasm.BuildFile(t, "./internal/testguests/misbehave")},
+		Policy:   policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		Identity: operator.IdentityOptions{DefaultServiceAccount: e.ns + "/misbehave", AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond},
 	})
 	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "cfg"}, Data: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
@@ -212,10 +210,11 @@ func TestModuleIdentityOfReconcileModules(t *testing.T) {
 	serviceAccount(t, e.c, e.ns, "widget-module")
 	grantRole(t, e.c, e.ns, "widget-module", "widget-read", rule("examples.wasmreconcile.io", []string{"widgets"}, readVerbs...))
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
-		ReconcileModules: true, ServiceAccountNamespace: e.ns, ModuleStatusInterval: time.Second,
+		ReconcileModules: true,
 		Modules:          []string{testwasm.BuildFile(t, "./internal/testguests/misbehave")},
-		AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond,
-		Policy: policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		Policy:           policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		Identity:         operator.IdentityOptions{ServiceAccountNamespace: e.ns, AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond},
+		ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second},
 	})
 	wasm := testwasm.BuildFile(t, "./widget")
 	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{

@@ -176,7 +176,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	return &Operator{Host: h, mgr: mgr}, nil
 }
 
-// Defaults of Options.AuthorizationTTL and AuthorizationDeniedTTL.
+// Defaults of IdentityOptions.AuthorizationTTL and AuthorizationDeniedTTL.
 const (
 	DefaultAuthorizationTTL       = authz.DefaultAllowedTTL
 	DefaultAuthorizationDeniedTTL = authz.DefaultDeniedTTL

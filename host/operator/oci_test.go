@@ -61,8 +61,10 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: reg.DockerConfigJSON("puller", "pull-pw")}}); err != nil {
 		t.Fatal(err)
 	}
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true,
-		ModuleSourceNamespaces: []string{e.ns}, ModuleURLAllowPrivate: true, ModuleCacheDir: t.TempDir()})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{
+		ReconcileModules: true,
+		Sources:          operator.SourceOptions{Namespaces: []string{e.ns}, URLAllowPrivate: true, CacheDir: t.TempDir()},
+	})
 
 	// Admission: a tag without a digest, and a non-oci source without a
 	// sha256, are refused by the schema.

@@ -79,16 +79,16 @@ type Host struct {
 // Lists are paginated and verified only when mgr's cache was built with
 // informer.Informers (as New does); pass them as opts.Informers.
 func Setup(mgr manager.Manager, opts Options) (*Host, error) {
-	if opts.DefaultServiceAccount != "" {
-		if _, _, err := authz.ParseServiceAccount(opts.DefaultServiceAccount); err != nil {
+	if opts.Identity.DefaultServiceAccount != "" {
+		if _, _, err := authz.ParseServiceAccount(opts.Identity.DefaultServiceAccount); err != nil {
 			return nil, fmt.Errorf("the default service account: %w", err)
 		}
 	}
-	if opts.ServiceAccountNamespace == "" {
-		opts.ServiceAccountNamespace = operatorNamespace()
+	if opts.Identity.ServiceAccountNamespace == "" {
+		opts.Identity.ServiceAccountNamespace = operatorNamespace()
 	}
 	identities, err := authz.NewIdentities(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), mgr.GetRESTMapper(),
-		authz.Options{AllowedTTL: opts.AuthorizationTTL, DeniedTTL: opts.AuthorizationDeniedTTL})
+		authz.Options{AllowedTTL: opts.Identity.AuthorizationTTL, DeniedTTL: opts.Identity.AuthorizationDeniedTTL})
 	if err != nil {
 		return nil, err
 	}
@@ -111,32 +111,32 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the host's client: %w", err)
 	}
-	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.MaxModuleBytes, account: opts.DefaultServiceAccount,
-		ociTimeout: opts.ModuleFetchTimeout,
-		ociOptions: source.Options{MaxBytes: opts.MaxModuleBytes, BlobCache: opts.ModuleCacheDir,
-			URL: source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate}}}
-	if opts.ModuleRegistryConfig != "" {
-		h.ociCreds = source.DockerConfigFile(opts.ModuleRegistryConfig)
+	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.Sources.MaxBytes, account: opts.Identity.DefaultServiceAccount,
+		ociTimeout: opts.Sources.FetchTimeout,
+		ociOptions: source.Options{MaxBytes: opts.Sources.MaxBytes, BlobCache: opts.Sources.CacheDir,
+			URL: source.URLPolicy{AllowedHosts: opts.Sources.URLAllowedHosts, AllowPrivate: opts.Sources.URLAllowPrivate}}}
+	if opts.Sources.RegistryConfig != "" {
+		h.ociCreds = source.DockerConfigFile(opts.Sources.RegistryConfig)
 	}
 	var budget *engine.MemoryBudget
-	if opts.MemoryBudget > 0 {
-		if budget, err = engine.NewMemoryBudget(opts.MemoryBudget); err != nil {
+	if opts.Engine.MemoryBudget > 0 {
+		if budget, err = engine.NewMemoryBudget(opts.Engine.MemoryBudget); err != nil {
 			return nil, fmt.Errorf("the guest memory budget: %w", err)
 		}
 		m.ReportBudget(budget.Stats)
 	}
-	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.CompilationCacheDir, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease,
-		Compile: opts.Compile, MemoryBudget: budget}); err != nil {
+	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.Engine.CompilationCacheDir, Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
+		Compile: opts.Engine.Compile, MemoryBudget: budget}); err != nil {
 		return nil, err
 	}
-	if opts.InterpreterFirst {
-		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Ceilings, IdleReleased: m.ObserveIdleRelease,
-			Compile: opts.Compile, MemoryBudget: budget}); err != nil {
+	if opts.Engine.InterpreterFirst {
+		if h.interpreter, err = engine.New(engine.Options{Interpreter: true, Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
+			Compile: opts.Engine.Compile, MemoryBudget: budget}); err != nil {
 			return nil, err
 		}
 	}
 	where := "in this process (a module's bytes can make the compiler take its memory; set Options.Compile.Worker)"
-	if w := opts.Compile.Worker; w != nil {
+	if w := opts.Engine.Compile.Worker; w != nil {
 		where = "in worker processes"
 	}
 	budgetText := "none"
@@ -150,15 +150,14 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		lastEvent, lastError = opts.Informers.LastEvent, opts.Informers.LastError
 	}
 	if fr := opts.FlightRecorder; !fr.Disabled {
-		h.recorder = flightrecorder.New(flightrecorder.Options{Failures: fr.Failures, Successes: fr.Successes,
-			SampleEvery: fr.SampleEvery, MaxBytes: fr.MaxBytes, KeepSecrets: fr.KeepSecrets, QueueSize: fr.QueueSize})
+		h.recorder = flightrecorder.New(fr)
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		FlightRecorder: h.recorder,
 		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
-		Policy: opts.Policy, KeepVersions: opts.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
-		LastEvent: lastEvent, LastError: lastError, HealthInterval: opts.HealthInterval, SyncTimeout: opts.SyncTimeout,
-		StaleAfter: opts.StaleAfter, QuiescentAfter: opts.QuiescentAfter,
+		Policy: opts.Policy, KeepVersions: opts.Engine.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
+		LastEvent: lastEvent, LastError: lastError, HealthInterval: opts.Health.Interval, SyncTimeout: opts.Health.SyncTimeout,
+		StaleAfter: opts.Health.StaleAfter, QuiescentAfter: opts.Health.QuiescentAfter,
 	})
 	if err != nil {
 		return nil, err
@@ -208,8 +207,8 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		if err != nil {
 			return fail(err)
 		}
-		if opts.ModuleDirSettle > 0 {
-			dir.SetSettle(opts.ModuleDirSettle)
+		if opts.Sources.DirSettle > 0 {
+			dir.SetSettle(opts.Sources.DirSettle)
 		}
 		loadAtStart(dir.Initial(), "fix the file and it is loaded when it changes")
 		if err := mgr.Add(dir); err != nil {
@@ -221,11 +220,11 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 			return fail(err)
 		}
 		if err := modulecontroller.Setup(mgr, h.supervisor, modulecontroller.Options{
-			MaxModuleBytes: opts.MaxModuleBytes, FetchTimeout: opts.ModuleFetchTimeout,
-			StatusInterval: opts.ModuleStatusInterval, HTTPClient: opts.ModuleHTTPClient, Workers: opts.ModuleLoadWorkers,
-			DefaultServiceAccount: opts.DefaultServiceAccount, ServiceAccountNamespace: opts.ServiceAccountNamespace,
-			URLPolicy:        source.URLPolicy{AllowedHosts: opts.ModuleURLAllowedHosts, AllowPrivate: opts.ModuleURLAllowPrivate},
-			SourceNamespaces: opts.ModuleSourceNamespaces, BlobCache: opts.ModuleCacheDir,
+			MaxModuleBytes: opts.Sources.MaxBytes, FetchTimeout: opts.Sources.FetchTimeout,
+			StatusInterval: opts.ModuleController.StatusInterval, HTTPClient: opts.Sources.HTTPClient, Workers: opts.ModuleController.LoadWorkers,
+			DefaultServiceAccount: opts.Identity.DefaultServiceAccount, ServiceAccountNamespace: opts.Identity.ServiceAccountNamespace,
+			URLPolicy:        source.URLPolicy{AllowedHosts: opts.Sources.URLAllowedHosts, AllowPrivate: opts.Sources.URLAllowPrivate},
+			SourceNamespaces: opts.Sources.Namespaces, BlobCache: opts.Sources.CacheDir,
 		}); err != nil {
 			return fail(err)
 		}
@@ -384,29 +383,11 @@ func (h *Host) Close(ctx context.Context) error {
 	return h.closeErr
 }
 
-// FlightRecorderOptions configure the flight recorder. Zero fields take
-// the stated defaults.
-type FlightRecorderOptions struct {
-	// Disabled records nothing. Defaults to false.
-	Disabled bool
-	// Failures is how many failed calls are kept per module. Defaults to
-	// 20.
-	Failures int
-	// Successes is how many sampled successful calls are kept per module.
-	// Defaults to 20.
-	Successes int
-	// SampleEvery keeps one successful call in SampleEvery. Defaults to
-	// 100.
-	SampleEvery int
-	// MaxBytes bounds the records of one module. Defaults to 8 MiB.
-	MaxBytes int
-	// KeepSecrets keeps Secrets' data in recorded inputs. Defaults to
-	// false: they are redacted.
-	KeepSecrets bool
-	// QueueSize bounds the kept calls waiting for their replay run (one
-	// worker); more are dropped. Defaults to 64.
-	QueueSize int
-}
+// FlightRecorderOptions configure the flight recorder: Disabled, and how
+// many failed and sampled successful calls are kept per module, within how
+// many bytes, with Secrets redacted or kept. Zero fields take the defaults
+// (DefaultFlightRecorderFailures and the others).
+type FlightRecorderOptions = flightrecorder.Options
 
 // FlightRecorderPath is where New's manager serves the flight recorder's
 // records, on the metrics server, to authenticated and authorized clients

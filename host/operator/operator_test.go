@@ -46,7 +46,9 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	mo := e.operatorOptions()
 	mo.MetricsBindAddress, mo.HealthProbeBindAddress = freeAddr(t), freeAddr(t)
 	op, err := newOperator(t, e.cfg, mo, operator.Options{
-		Modules: []string{bad, missing, wrongPin, rightPin}, QuiescentAfter: 3 * time.Second, CompilationCacheDir: compilationCache,
+		Modules: []string{bad, missing, wrongPin, rightPin},
+		Engine:  operator.EngineOptions{CompilationCacheDir: compilationCache},
+		Health:  operator.HealthOptions{QuiescentAfter: 3 * time.Second},
 	})
 	if err != nil {
 		t.Fatalf("operator.New: %v", err)
@@ -137,8 +139,9 @@ func TestFileModuleLoadHealth(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
-		Modules:        []string{testwasm.BuildFile(t, "./internal/tck"), testwasm.BuildFile(t, "./widget")},
-		HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second, Registerer: reg,
+		Modules:    []string{testwasm.BuildFile(t, "./internal/tck"), testwasm.BuildFile(t, "./widget")},
+		Registerer: reg,
+		Health:     operator.HealthOptions{Interval: 200 * time.Millisecond, SyncTimeout: time.Second},
 	})
 	testenv.Eventually(t, 2*time.Minute, "SyncFailed for the tck module", func() error {
 		if v := gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "tck", "problem": "SyncFailed"}); v != 1 {

@@ -18,73 +18,117 @@ type Options struct {
 	// it. A path may pin the file's bytes: "widget.wasm@sha256:<hex>"; bytes
 	// that do not match are refused. An entry may also be an OCI reference,
 	// "oci://REGISTRY/REPOSITORY[:TAG]@sha256:<manifest digest>", fetched
-	// with ModuleRegistryConfig's credentials under the URL policy below
-	// (its hosts and addresses). A module that fails to load is reported by
-	// LoadErrors and logged; the others still run. Defaults to none.
+	// with Sources.RegistryConfig's credentials under the URL policy of
+	// Sources (its hosts and addresses). A module that fails to load is
+	// reported by LoadErrors and logged; the others still run. Defaults to
+	// none.
 	Modules []string
-	// ModuleRegistryConfig is a Docker config file ({"auths": …}) with the
-	// credentials of the registries of oci:// Modules. Credential helpers
-	// it names are never run. Defaults to "": anonymous.
-	ModuleRegistryConfig string
+	// ModuleDir is a directory of .wasm files to load and watch: a file
+	// written or replaced there is hot-reloaded, a file removed stops its
+	// module. Defaults to "": no directory.
+	ModuleDir string
+	// ReconcileModules runs the modules declared by ReconcileModule objects
+	// (api/v1alpha1, config/crd), and needs that CRD installed. Setup adds
+	// v1alpha1 to the manager's scheme. Defaults to false.
+	ReconcileModules bool
+
+	// Policy is every module's policy (package policy): the limits of
+	// each call, storm damping, the Event budget, the response limits, the
+	// workqueue's rate limit, concurrency, read scope, the trigger fan-out
+	// cap and whether unchanged events call the guest. A module's own
+	// layer (Module.Policy, a ReconcileModule's spec) overrides it field
+	// by field, and its manifest may lower the Limits. Zero fields take
+	// policy's defaults, and Limits' the manifest's, then the engine's.
+	Policy policy.Policy
+	// ModuleConfig is the configuration passed to each module, by module
+	// name, as Request.Config; a ReconcileModule's spec.config takes its
+	// place. Defaults to none.
+	ModuleConfig map[string]map[string]any
+	// ModuleReadNamespaces are, by module name, the namespaces beyond the
+	// reconciled object's own whose objects the module's guest may read
+	// through cache_read ("*": every namespace): the ReadNamespaces of
+	// those modules' policy unless their own layer sets it (a
+	// ReconcileModule's spec.readNamespaces). Defaults to none: a guest
+	// reads its object's namespace, and cluster-scoped kinds.
+	ModuleReadNamespaces map[string][]string
+
+	// Sources configure fetching modules' bytes: size, timeouts, the URL
+	// policy, OCI credentials and cache, the namespaces a ReconcileModule
+	// may read them from.
+	Sources SourceOptions
+	// Identity configures the identities modules run as.
+	Identity IdentityOptions
+	// Engine configures loading, compiling and keeping modules.
+	Engine EngineOptions
+	// ModuleController configures the controller of ReconcileModules.
+	ModuleController ModuleControllerOptions
+	// Health configures the health of modules' caches and convergence.
+	Health HealthOptions
 	// FlightRecorder configures the flight recorder: every module's last
 	// failed calls and a sample of its successful ones, kept in memory for
 	// offline replay (docs/rollout.md). Defaults to on, with the defaults
 	// of FlightRecorderOptions.
 	FlightRecorder FlightRecorderOptions
-	// ModuleCacheDir is a directory where oci sources (Modules and
+
+	// Registerer registers the host's metrics. Defaults to
+	// controller-runtime's registry, which the manager's metrics endpoint
+	// serves.
+	Registerer prometheus.Registerer
+	// Informers, when the manager's cache was built with them
+	// (cache.Options{NewInformer: informers.NewInformer}), tell how fresh
+	// each kind's cache is, for CacheStale warnings. New sets it. Defaults
+	// to nil: no staleness warnings.
+	Informers *informer.Informers
+}
+
+// SourceOptions configure fetching modules' bytes. Zero fields take the
+// stated defaults.
+type SourceOptions struct {
+	// MaxBytes caps a module's size from any source, compressed and
+	// uncompressed. Defaults to DefaultMaxModuleBytes (64 MiB).
+	MaxBytes int64
+	// FetchTimeout bounds fetching a module from a url or oci source.
+	// Defaults to DefaultModuleFetchTimeout (30 s).
+	FetchTimeout time.Duration
+	// DirSettle is how long a file in Options.ModuleDir must see no write
+	// before it is loaded. Defaults to DefaultModuleDirSettle (100 ms).
+	DirSettle time.Duration
+	// RegistryConfig is a Docker config file ({"auths": …}) with the
+	// credentials of the registries of oci:// Modules. Credential helpers
+	// it names are never run. Defaults to "": anonymous.
+	RegistryConfig string
+	// CacheDir is a directory where oci sources (Modules and
 	// ReconcileModules) keep the manifests and modules they fetched, by
 	// digest, checked again when read: a restart while the registry is
 	// down still loads them. Defaults to "": nothing is kept.
-	ModuleCacheDir string
-
-	// ModuleDir is a directory of .wasm files to load and watch: a file
-	// written or replaced there is hot-reloaded, a file removed stops its
-	// module. Defaults to "": no directory.
-	ModuleDir string
-	// ModuleDirSettle is how long a file in ModuleDir must see no write
-	// before it is loaded. Defaults to 100 ms.
-	ModuleDirSettle time.Duration
-
-	// ReconcileModules runs the modules declared by ReconcileModule objects
-	// (api/v1alpha1, config/crd), and needs that CRD installed. Setup adds
-	// v1alpha1 to the manager's scheme. Defaults to false.
-	ReconcileModules bool
-	// MaxModuleBytes caps a module's size from any source, compressed and
-	// uncompressed. Defaults to 64 MiB.
-	MaxModuleBytes int64
-	// ModuleFetchTimeout bounds fetching a module from a url or oci source.
-	// Defaults to 30 s.
-	ModuleFetchTimeout time.Duration
-	// ModuleStatusInterval is how often a ReconcileModule's status
-	// statistics are refreshed. Defaults to 30 s.
-	ModuleStatusInterval time.Duration
-	// ModuleLoadWorkers is how many ReconcileModules are reconciled, and
-	// so fetched and compiled, at once: one module's slow load never holds
-	// up the others'. Defaults to 4.
-	ModuleLoadWorkers int
-	// ModuleHTTPClient fetches url sources. Defaults to a client that
-	// enforces the whole URL policy below (source.NewHTTPClient), checking
-	// each address as it dials. A client of your own keeps its Transport:
-	// ModuleURLAllowedHosts, the redirect rules and the error texts still
-	// apply, but ModuleURLAllowPrivate only if its Transport comes from
+	CacheDir string
+	// HTTPClient fetches url sources. Defaults to a client that enforces
+	// the whole URL policy below (source.NewHTTPClient), checking each
+	// address as it dials. A client of your own keeps its Transport:
+	// URLAllowedHosts, the redirect rules and the error texts still apply,
+	// but URLAllowPrivate only if its Transport comes from
 	// source.NewTransport (docs/sources.md).
-	ModuleHTTPClient *http.Client
-	// ModuleURLAllowedHosts are the hosts url sources may fetch from:
-	// names, "*.example.com" for any name under a domain, or IP addresses
+	HTTPClient *http.Client
+	// URLAllowedHosts are the hosts url sources may fetch from: names,
+	// "*.example.com" for any name under a domain, or IP addresses
 	// (source.URLPolicy.AllowedHosts). Defaults to none: any host whose
 	// addresses are public.
-	ModuleURLAllowedHosts []string
-	// ModuleURLAllowPrivate lets url sources reach loopback, private and
-	// other non-public addresses; link-local (cloud metadata), multicast
-	// and unspecified addresses stay refused. Defaults to false.
-	ModuleURLAllowPrivate bool
-	// ModuleSourceNamespaces are the namespaces whose ConfigMaps and
-	// Secrets a ReconcileModule's source may name; "*" is any. A source in
-	// another namespace is refused (reason SourceRefused) and not read.
-	// Defaults to the namespace the operator runs in (its service
-	// account's, in-cluster), else "default".
-	ModuleSourceNamespaces []string
+	URLAllowedHosts []string
+	// URLAllowPrivate lets url sources reach loopback, private and other
+	// non-public addresses; link-local (cloud metadata), multicast and
+	// unspecified addresses stay refused. Defaults to false.
+	URLAllowPrivate bool
+	// Namespaces are the namespaces whose ConfigMaps and Secrets a
+	// ReconcileModule's source may name; "*" is any. A source in another
+	// namespace is refused (reason SourceRefused) and not read. Defaults
+	// to the namespace the operator runs in (its service account's,
+	// in-cluster), else "default".
+	Namespaces []string
+}
 
+// IdentityOptions configure the identities modules run as. Zero fields
+// take the stated defaults.
+type IdentityOptions struct {
 	// DefaultServiceAccount, "namespace/name", is the identity of the
 	// modules that name none: files (Modules, ModuleDir), modules of
 	// Host.Apply without Module.ServiceAccount, and ReconcileModules
@@ -109,9 +153,14 @@ type Options struct {
 	// right granted takes up to this long to be used. Defaults to 10
 	// seconds.
 	AuthorizationDeniedTTL time.Duration
+}
 
+// EngineOptions configure loading, compiling and keeping modules. Zero
+// fields take the stated defaults.
+type EngineOptions struct {
 	// KeepVersions is how many versions of each module stay compiled, so
-	// that rolling back to one is instant. Defaults to 3.
+	// that rolling back to one is instant. Defaults to DefaultKeepVersions
+	// (3).
 	KeepVersions int
 	// InterpreterFirst serves new module bytes from wazero's interpreter
 	// while the compiler works, then switches to the compiled code.
@@ -142,58 +191,44 @@ type Options struct {
 	// lowered to it. Defaults to 0: no budget. The operator binary sets
 	// DefaultMemoryBudgetPercent of DetectMemoryLimit (--memory-budget).
 	MemoryBudget int64
-
-	// Policy is every module's policy (package policy): the limits of
-	// each call, storm damping, the Event budget, the response limits, the
-	// workqueue's rate limit, concurrency, read scope, the trigger fan-out
-	// cap and whether unchanged events call the guest. A module's own
-	// layer (Module.Policy, a ReconcileModule's spec) overrides it field
-	// by field, and its manifest may lower the Limits. Zero fields take
-	// policy's defaults, and Limits' the manifest's, then the engine's.
-	Policy policy.Policy
 	// Ceilings cap the Fuel, Timeout and MemoryLimitPages of every module:
-	// no Policy.Limits, Module.Policy.Limits, ReconcileModule spec.limits or manifest can
-	// exceed them. A limit over its ceiling is clamped to it, and reported
-	// (a ReconcileModule's status and a Warning Event; a log line for
-	// files). Its other fields are ignored. Zero fields take
+	// no Policy.Limits, Module.Policy.Limits, ReconcileModule spec.limits
+	// or manifest can exceed them. A limit over its ceiling is clamped to
+	// it, and reported (a ReconcileModule's status and a Warning Event; a
+	// log line for files). Its other fields are ignored. Zero fields take
 	// engine.DefaultMaxFuel (5,000,000,000), engine.DefaultMaxTimeout (60 s)
 	// and engine.DefaultMaxMemoryPages (4096 pages = 256 MiB).
 	Ceilings engine.Limits
-	// ModuleConfig is the configuration passed to each module, by module
-	// name, as Request.Config; a ReconcileModule's spec.config takes its
-	// place. Defaults to none.
-	ModuleConfig map[string]map[string]any
-	// ModuleReadNamespaces are, by module name, the namespaces beyond the
-	// reconciled object's own whose objects the module's guest may read
-	// through cache_read ("*": every namespace): the ReadNamespaces of
-	// those modules' policy unless their own layer sets it (a
-	// ReconcileModule's spec.readNamespaces). Defaults to none: a guest
-	// reads its object's namespace, and cluster-scoped kinds.
-	ModuleReadNamespaces map[string][]string
+}
 
+// ModuleControllerOptions configure the controller of ReconcileModules
+// (Options.ReconcileModules). Zero fields take the stated defaults.
+type ModuleControllerOptions struct {
+	// StatusInterval is how often a ReconcileModule's status statistics
+	// are refreshed. Defaults to DefaultModuleStatusInterval (30 s).
+	StatusInterval time.Duration
+	// LoadWorkers is how many ReconcileModules are reconciled, and so
+	// fetched and compiled, at once: one module's slow load never holds up
+	// the others'. Defaults to DefaultModuleLoadWorkers (4).
+	LoadWorkers int
+}
+
+// HealthOptions configure the health of modules' caches and convergence.
+// Zero fields take the stated defaults.
+type HealthOptions struct {
 	// QuiescentAfter is how long a converged module must write nothing to
 	// be reported quiescent. Defaults to 1 minute.
 	QuiescentAfter time.Duration
 	// SyncTimeout is how long a module's kind may take to sync before a
-	// SyncFailed warning. Defaults to 2 minutes.
+	// SyncFailed warning. Defaults to DefaultSyncTimeout (2 minutes).
 	SyncTimeout time.Duration
 	// StaleAfter is how long a module's kind may see no watch event or list
-	// before a CacheStale warning; it needs Informers. Defaults to 10
-	// minutes.
+	// before a CacheStale warning; it needs Options.Informers. Defaults to
+	// DefaultStaleAfter (10 minutes).
 	StaleAfter time.Duration
-	// HealthInterval is how often modules' caches are checked for those
-	// warnings. Defaults to 10 seconds.
-	HealthInterval time.Duration
-
-	// Registerer registers the host's metrics. Defaults to
-	// controller-runtime's registry, which the manager's metrics endpoint
-	// serves.
-	Registerer prometheus.Registerer
-	// Informers, when the manager's cache was built with them
-	// (cache.Options{NewInformer: informers.NewInformer}), tell how fresh
-	// each kind's cache is, for CacheStale warnings. New sets it. Defaults
-	// to nil: no staleness warnings.
-	Informers *informer.Informers
+	// Interval is how often modules' caches are checked for those
+	// warnings. Defaults to DefaultHealthInterval (10 seconds).
+	Interval time.Duration
 }
 
 // Module is a module a program adds with Host.Apply.

@@ -320,9 +320,10 @@ func TestImpossibleDeclarationsRefused(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
 	e := newEnv(t)
 	op, err := newOperator(t, e.cfg, e.operatorOptions(), operator.Options{
-		Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
+		Registerer: prometheus.NewRegistry(),
 		Modules: []string{claimFile(t, ""), claimFile(t, "second"), claimFile(t, "self"), claimFile(t, "cluster"),
 			testwasm.BuildFile(t, "./internal/testguests/respond")},
+		Engine: operator.EngineOptions{CompilationCacheDir: compilationCache},
 	})
 	if err != nil {
 		t.Fatal(err)

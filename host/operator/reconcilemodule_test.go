@@ -115,10 +115,12 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	e := newEnv(t)
 	mo := e.operatorOptions()
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, mo, operator.Options{ReconcileModules: true, ModuleStatusInterval: time.Second, Registerer: reg,
-		// Its ConfigMap source is in the test's namespace, and its URL
-		// source on loopback: allow both (docs/sources.md).
-		ModuleSourceNamespaces: []string{e.ns}, ModuleURLAllowPrivate: true})
+	op := start(t, e.cfg, mo, operator.Options{
+		ReconcileModules: true,
+		Registerer:       reg,
+		Sources:          operator.SourceOptions{Namespaces: []string{e.ns}, URLAllowPrivate: true},
+		ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second},
+	})
 	ctx := context.Background()
 	v1, v2 := testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "2")
 
@@ -277,8 +279,9 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 func TestModuleObjectEvents(t *testing.T) {
 	e := newEnv(t)
 	start(t, e.cfg, e.operatorOptions(), operator.Options{
-		ReconcileModules: true, ModuleStatusInterval: 200 * time.Millisecond,
-		HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second, StaleAfter: 2 * time.Second,
+		ReconcileModules: true,
+		ModuleController: operator.ModuleControllerOptions{StatusInterval: 200 * time.Millisecond},
+		Health:           operator.HealthOptions{Interval: 200 * time.Millisecond, SyncTimeout: time.Second, StaleAfter: 2 * time.Second},
 	})
 	ctx := context.Background()
 	uids := map[string]types.UID{}
@@ -320,7 +323,10 @@ func TestModuleNameConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	op, err := newOperator(t, e.cfg, e.operatorOptions(), operator.Options{
-		Modules: []string{file, copied}, ReconcileModules: true, Registerer: prometheus.NewRegistry(), CompilationCacheDir: compilationCache,
+		Modules:          []string{file, copied},
+		ReconcileModules: true,
+		Registerer:       prometheus.NewRegistry(),
+		Engine:           operator.EngineOptions{CompilationCacheDir: compilationCache},
 	})
 	if err != nil {
 		t.Fatal(err)

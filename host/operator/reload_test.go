@@ -254,7 +254,7 @@ func TestHotReloadInterpreterFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ModuleDir: dir, InterpreterFirst: true, Registerer: reg})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ModuleDir: dir, Registerer: reg, Engine: operator.EngineOptions{InterpreterFirst: true}})
 	ctx := context.Background()
 	if err := e.c.Create(ctx, widget(e.ns, "interp", 1)); err != nil {
 		t.Fatal(err)

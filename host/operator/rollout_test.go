@@ -81,7 +81,7 @@ func TestShadowRollout(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond, Registerer: reg})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, Registerer: reg, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
@@ -227,7 +227,7 @@ func TestShadowRollout(t *testing.T) {
 func TestCanaryRollout(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleStatusInterval: 500 * time.Millisecond})
+	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	dir := t.TempDir()
 	write := func(name string, b []byte) v1alpha1.Source {
 		p := filepath.Join(dir, name)

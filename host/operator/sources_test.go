@@ -48,10 +48,8 @@ func TestReconcileModuleSourceRefused(t *testing.T) {
 	}
 
 	start(t, e.cfg, e.operatorOptions(), operator.Options{
-		ReconcileModules:       true,
-		ModuleURLAllowPrivate:  true,
-		ModuleURLAllowedHosts:  []string{"127.0.0.1"},
-		ModuleSourceNamespaces: []string{e.ns},
+		ReconcileModules: true,
+		Sources:          operator.SourceOptions{URLAllowPrivate: true, URLAllowedHosts: []string{"127.0.0.1"}, Namespaces: []string{e.ns}},
 	})
 	const digest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
 

@@ -105,7 +105,9 @@ func TestModuleWaitsForItsCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
-		ReconcileModules: true, HealthInterval: 200 * time.Millisecond, SyncTimeout: time.Second, ModuleStatusInterval: 500 * time.Millisecond,
+		ReconcileModules: true,
+		ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
+		Health:           operator.HealthOptions{Interval: 200 * time.Millisecond, SyncTimeout: time.Second},
 	})
 	uid := createModule(t, e.c, "claim-late", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
 

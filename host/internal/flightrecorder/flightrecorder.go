@@ -32,8 +32,12 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
-// Options bound what is kept. Zero fields take the stated defaults.
+// Options bound what is kept. Zero fields take the stated defaults. The
+// operator's Options.FlightRecorder is this type (an alias).
 type Options struct {
+	// Disabled records nothing: the operator creates no recorder. New
+	// ignores it. Defaults to false.
+	Disabled bool
 	// Failures is how many failed calls are kept per module, the last
 	// ones. Defaults to 20.
 	Failures int
