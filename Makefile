@@ -115,9 +115,9 @@ test: controlplane registry modules modules-c operator tools ## Run all tests: u
 
 # The per-package limit of go test: a package slower than this fails
 # loudly rather than stretching the run. The goal is 5m; host/operator
-# (12 minutes idle, its ReconcileModule and whole-process tests sequential)
-# and host/engine do not meet it yet, so the limit leaves room for them
-# under two busy loops on 2 cores.
+# (7 minutes idle, its ReconcileModule and whole-process tests one at a
+# time) does not meet it yet, so the limit leaves room for it under two
+# busy loops on 2 cores.
 TEST_TIMEOUT ?= 30m
 # Parallel tests per package: most wait on the API server, not the CPU.
 TEST_FLAGS   ?= -parallel 3
