@@ -104,8 +104,10 @@ test: controlplane registry modules modules-c operator tools ## Run all tests: u
 	@echo "== host (with a real kube-apiserver and etcd: one per test package)"
 	@# The test processes share built guests, the test compile worker and
 	@# compiled code (internal/testshare); the builds are redone every run,
-	@# compiled code is keyed by its bytes and kept.
-	@rm -rf $(TEST_SHARE)/guests $(TEST_SHARE)/bin && mkdir -p $(TEST_SHARE)
+	@# compiled code is keyed by its bytes and kept. Metered rewrites are
+	@# keyed by the test binary too, which every change rebuilds: kept
+	@# across runs they would only pile up.
+	@rm -rf $(TEST_SHARE)/guests $(TEST_SHARE)/bin $(TEST_SHARE)/compiled/wasmreconcile-rewrites && mkdir -p $(TEST_SHARE)
 	@rc=0; KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" WASMRECONCILE_TEST_SHARE=$(TEST_SHARE) \
 	  $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_SHARE)/host-tests.json -- \
 	  -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS) || rc=$$?; \
