@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
 )
 
 // proc is a controller process started by the driver: the operator or a
@@ -222,31 +224,13 @@ func memory(pid int) (rss, hwm int64, err error) {
 }
 
 // pidsWithArgPrefix returns the processes whose command line holds an
-// argument that starts with prefix (the control plane's processes carry its
-// directory in their arguments).
+// argument --flag=VALUE whose value starts with prefix (the control plane's
+// processes carry its directory in their arguments).
 func pidsWithArgPrefix(prefix string) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		for _, a := range bytes.Split(cmdline, []byte{0}) {
-			if i := bytes.IndexByte(a, '='); i >= 0 && strings.HasPrefix(string(a[i+1:]), prefix) {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
+	return controlplane.ProcessesWithArg(func(a string) bool {
+		i := strings.IndexByte(a, '=')
+		return i >= 0 && strings.HasPrefix(a[i+1:], prefix)
+	})
 }
 
 // freeAddr returns a loopback address with a free port.

@@ -474,13 +474,24 @@ func (cp *ControlPlane) StartEtcd() error { return cp.env.ControlPlane.Etcd.Star
 // killProcessWithArg sends SIGKILL to the one process whose command line
 // holds arg (a directory unique to this control plane).
 func killProcessWithArg(arg string) error {
+	pids := ProcessesWithArg(func(a string) bool { return a == arg })
+	if len(pids) == 0 {
+		return fmt.Errorf("no process with argument %s", arg)
+	}
+	return syscall.Kill(pids[0], syscall.SIGKILL)
+}
+
+// ProcessesWithArg returns the processes, other than this one, with an
+// argument match accepts.
+func ProcessesWithArg(match func(arg string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return err
+		return nil
 	}
+	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+		if err != nil || pid == os.Getpid() {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -488,12 +499,13 @@ func killProcessWithArg(arg string) error {
 			continue
 		}
 		for _, a := range bytes.Split(cmdline, []byte{0}) {
-			if string(a) == arg {
-				return syscall.Kill(pid, syscall.SIGKILL)
+			if match(string(a)) {
+				pids = append(pids, pid)
+				break
 			}
 		}
 	}
-	return fmt.Errorf("no process with argument %s", arg)
+	return pids
 }
 
 // dirPrefix names the directory of every control plane Start makes; its
@@ -556,26 +568,8 @@ func ReapOrphans(report func(line string)) {
 // ProcessesUsing returns the processes whose command line names a path
 // under dir: a control plane's, for its Dir, until Stop has returned.
 func ProcessesUsing(dir string) []int {
-	var pids []int
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	prefix := []byte(filepath.Clean(dir) + "/")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		if bytes.Contains(cmdline, prefix) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	prefix := filepath.Clean(dir) + "/"
+	return ProcessesWithArg(func(a string) bool { return strings.Contains(a, prefix) })
 }
 
 // logFile creates Dir/NAME.log, closed by Stop.
