@@ -98,8 +98,8 @@ func TestModuleIdentityWrites(t *testing.T) {
 	ctx := context.Background()
 	serviceAccount(t, e.c, e.ns, "widget")
 	start(t, e.cfg, e.operatorOptions(), operator.Options{
-		Modules:  []string{testwasm.BuildFile(t, "./widget")},
-		Policy:   policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
+		Modules: []string{testwasm.BuildFile(t, "./widget")},
+		Policy:  policy.Policy{RateLimit: policy.RateLimit{MaxDelay: 2 * time.Second}},
 		// Short TTLs, so that each grant is used soon.
 		Identity: operator.IdentityOptions{DefaultServiceAccount: e.ns + "/widget", AuthorizationTTL: time.Second, AuthorizationDeniedTTL: 200 * time.Millisecond},
 	})

@@ -44,15 +44,6 @@ func Use() error {
 	return os.Setenv(engine.CompileWorkerPathEnv, p)
 }
 
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string {
-	return "building the test compile worker: " + e.err.Error() + "\n" + e.out
-}
-
 // Environ is this process's environment without the variable Use sets:
 // for the operator binaries a test starts, which run themselves as their
 // compile workers.
