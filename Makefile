@@ -128,7 +128,7 @@ TEST_FLAGS   ?= -parallel 3
 # started last ends the run alone.
 # The spec suite is left out: it runs without -race, before.
 SPEC_PKG     := ./host/internal/instrument/spectest/
-TEST_PKGS    ?= ./host/operator/ ./cmd/operator/ ./host/engine/ $(shell $(GO) list ./... | grep -v '/host/internal/instrument/spectest$$')
+TEST_PKGS    ?= ./host/operator/ ./cmd/operator/ ./host/engine/ ./host/internal/reconciler/ ./internal/image/ $(shell $(GO) list ./... | grep -v '/host/internal/instrument/spectest$$')
 # Where the test processes of one run share what is costly to make.
 TEST_SHARE   := $(BIN)/test-share
 
