@@ -5,11 +5,15 @@
 // read.
 //
 // A Policy is built in layers, each a Policy whose zero fields say "not
-// set here": the operator's flags, then operator.Options.Policy, then a
-// module's own (operator.Options.ModulePolicies, operator.Module.Policy, a
-// ReconcileModule's spec), merged in that order with Merge, then defaulted
-// once with WithDefaults, and passed by value to the module's reconciler. A
-// module's manifest may then only lower Limits (engine.Engine.Load).
+// set here": the operator's flags fill operator.Options.Policy, and a
+// module's own layer (operator.Module.Policy, a ReconcileModule's spec; for
+// ReadNamespaces also operator.Options.ModuleReadNamespaces) is merged over
+// it with Merge. The supervisor keeps the merged policy, with WithDefaults
+// applied, as the one that serves and passes it by value to the module's
+// reconciler, controller and load. WithDefaults is idempotent, and every
+// consumer reads a zero field as its default, so a Policy built by hand
+// works as well. A module's manifest may then only lower Limits
+// (engine.Engine.Load).
 package policy
 
 import (
@@ -39,8 +43,9 @@ type Policy struct {
 	// RateLimit paces the module's workqueue.
 	RateLimit RateLimit
 	// MaxConcurrentReconciles is how many of the module's objects
-	// reconcile at once. Defaults to Limits.MaxInstances, so that no
-	// worker waits for an instance.
+	// reconcile at once. Defaults to 0: the module's instance count as
+	// loaded (engine.Module.Limits().MaxInstances), so that no worker waits
+	// for an instance.
 	MaxConcurrentReconciles int
 	// ReadNamespaces are the namespaces beyond the reconciled object's own
 	// whose objects the guest may read through cache_read ("*": every
@@ -142,9 +147,9 @@ const (
 	DefaultTriggerMaxFanOut = 1000
 )
 
-// WithDefaults returns p with every zero field but Limits' set to its
-// default. MaxConcurrentReconciles stays 0 when Limits.MaxInstances is:
-// the module's manifest and the engine decide that (see
+// WithDefaults returns p with every zero field set to its default but those
+// of Limits and MaxConcurrentReconciles: the loaded module decides those
+// (the manifest, the engine's defaults and ceilings; see
 // engine.Module.Limits).
 func (p Policy) WithDefaults() Policy {
 	p.Storm = p.Storm.WithDefaults()
@@ -153,9 +158,6 @@ func (p Policy) WithDefaults() Policy {
 	p.Response = p.Response.WithDefaults()
 	if p.TriggerMaxFanOut <= 0 {
 		p.TriggerMaxFanOut = DefaultTriggerMaxFanOut
-	}
-	if p.MaxConcurrentReconciles <= 0 {
-		p.MaxConcurrentReconciles = p.Limits.MaxInstances
 	}
 	return p
 }

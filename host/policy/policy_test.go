@@ -86,7 +86,7 @@ func TestWithDefaults(t *testing.T) {
 		Events:                  policy.Events{ObjectQPS: policy.DefaultEventObjectQPS, ObjectBurst: policy.DefaultEventObjectBurst, ModuleQPS: policy.DefaultEventModuleQPS, ModuleBurst: policy.DefaultEventModuleBurst},
 		Response:                protocol.Limits{}.WithDefaults(),
 		RateLimit:               policy.RateLimit{BaseDelay: policy.DefaultRetryBaseDelay, MaxDelay: policy.DefaultRetryMaxDelay, QPS: policy.DefaultQueueQPS, Burst: policy.DefaultQueueBurst},
-		MaxConcurrentReconciles: 7, // the instances: no worker waits for one
+		MaxConcurrentReconciles: 0, // the loaded module's instances: the controller reads them
 		TriggerMaxFanOut:        policy.DefaultTriggerMaxFanOut,
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -164,7 +164,7 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	if spec.Policy.ReadNamespaces == nil {
 		spec.Policy.ReadNamespaces = s.opts.ModuleReadNamespaces[spec.Name]
 	}
-	spec.Policy = s.opts.Policy.Merge(spec.Policy).WithDefaults() // what serves: defaulted once
+	spec.Policy = s.opts.Policy.Merge(spec.Policy).WithDefaults() // the policy that serves
 	loaded.Name, loaded.At, loaded.Manifest = spec.Name, time.Now(), version.Module.Manifest()
 	if err := s.install(spec, f, version, reused, interpreted, &loaded); err != nil {
 		return discard(err)
