@@ -384,6 +384,9 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 func (r *Reconciler) patchFinalizer(ctx context.Context, obj *unstructured.Unstructured, add bool) error {
 	cur := obj
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if controllerutil.ContainsFinalizer(cur, r.finalizer) == add || (add && cur.GetDeletionTimestamp() != nil) {
+			return nil // nothing (left) to change
+		}
 		patch := client.MergeFromWithOptions(cur.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		if add {
 			controllerutil.AddFinalizer(cur, r.finalizer)
@@ -399,18 +402,15 @@ func (r *Reconciler) patchFinalizer(ctx context.Context, obj *unstructured.Unstr
 		if gerr := r.opts.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); gerr != nil {
 			return gerr // NotFound: gone, nothing to do (below)
 		}
-		if fresh.GetUID() != obj.GetUID() {
-			if add { // not a conflict: retrying cannot help
-				return fmt.Errorf("%s was deleted and created again while its finalizer was added; the new object is reconciled on its own event", client.ObjectKeyFromObject(obj))
-			}
+		switch {
+		case fresh.GetUID() == obj.GetUID():
+			cur = fresh
+			return err // retried on fresh
+		case add: // not a conflict: retrying cannot help
+			return fmt.Errorf("%s was deleted and created again while its finalizer was added; the new object is reconciled on its own event", client.ObjectKeyFromObject(obj))
+		default:
 			return nil // the object that held it is gone
 		}
-		if (add && fresh.GetDeletionTimestamp() != nil) || controllerutil.ContainsFinalizer(fresh, r.finalizer) == add {
-			cur = fresh
-			return nil // nothing left to change
-		}
-		cur = fresh
-		return err // retried on fresh
 	})
 	if cur != obj {
 		obj.Object = cur.Object

@@ -45,10 +45,26 @@ func newObjects(storm policy.Storm) *objects {
 // update runs f on key's state, creating it, and drops the state again if
 // f leaves it idle.
 func (s *objects) update(key types.NamespacedName, f func(st *objectState)) {
+	s.change(key, true, f)
+}
+
+// clear runs f on key's state when there is one: for changes that only
+// clear, so that an object with no state (most, on the hot path) costs a
+// lookup and no allocation.
+func (s *objects) clear(key types.NamespacedName, f func(st *objectState)) {
+	s.change(key, false, f)
+}
+
+// change runs f on key's state, creating it if create, keeps the count of
+// failing objects, and drops the state if f leaves it idle.
+func (s *objects) change(key types.NamespacedName, create bool, f func(st *objectState)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.m[key]
 	if st == nil {
+		if !create {
+			return
+		}
 		st = &objectState{}
 		s.m[key] = st
 	}
@@ -59,26 +75,6 @@ func (s *objects) update(key types.NamespacedName, f func(st *objectState)) {
 		s.failing--
 	case !before && after:
 		s.failing++
-	}
-	if st.idle() {
-		delete(s.m, key)
-	}
-}
-
-// clear runs f on key's state when there is one: for changes that only
-// clear, so that an object with no state (most, on the hot path) costs a
-// lookup and no allocation.
-func (s *objects) clear(key types.NamespacedName, f func(st *objectState)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.m[key]
-	if st == nil {
-		return
-	}
-	before := st.attempts > 0
-	f(st)
-	if before && st.attempts == 0 {
-		s.failing--
 	}
 	if st.idle() {
 		delete(s.m, key)
