@@ -22,8 +22,7 @@ import (
 // driver however the driver ends.
 type controlPlane struct {
 	*controlplane.ControlPlane
-	config     *rest.Config
-	kubeconfig string
+	config *rest.Config // the administrator's, not rate limited
 }
 
 // startControlPlane starts etcd and kube-apiserver from assets with crds
@@ -41,7 +40,7 @@ func startControlPlane(assets string, crds []*apiextensionsv1.CustomResourceDefi
 	}
 	config := cp.RESTConfig()
 	config.QPS, config.Burst = -1, -1 // the driver's own writes are not rate limited
-	return &controlPlane{ControlPlane: cp, config: config, kubeconfig: cp.Kubeconfig()}, nil
+	return &controlPlane{ControlPlane: cp, config: config}, nil
 }
 
 // pids returns the control plane's processes (kube-apiserver and etcd):

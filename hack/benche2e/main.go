@@ -330,7 +330,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 	if variant == "native" {
 		for _, k := range kinds {
 			p, err := startProc("native "+k.Kind, b.nativeBin, func(metrics, probe string) []string {
-				return []string{"--kubeconfig", cp.kubeconfig, "--group", k.Group, "--kind", k.Kind, "--name", k.Module,
+				return []string{"--kubeconfig", cp.Kubeconfig(), "--group", k.Group, "--kind", k.Kind, "--name", k.Module,
 					"--workers", strconv.Itoa(b.workers), "--metrics-bind-address", metrics, "--health-probe-bind-address", probe}
 			}, filepath.Join(runDir, "native-"+k.Module+".log"))
 			if err != nil {
@@ -340,7 +340,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 		}
 	} else {
 		p, err := startProc("operator", b.operatorBin, func(metrics, probe string) []string {
-			args := []string{"run", "--kubeconfig", cp.kubeconfig, "--max-instances", strconv.Itoa(b.workers),
+			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
 				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe}
 			for _, k := range kinds {
 				args = append(args, "--module", k.Wasm)

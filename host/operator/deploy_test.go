@@ -22,7 +22,7 @@ import (
 // two replicas with leader election and ReconcileModules on.
 func TestDeployManifestsApply(t *testing.T) {
 	cp := testenv.Shared(t)
-	assets, cfg := cp.Assets, cp.Config
+	assets, cfg := cp.Assets(), cp.Config
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := testenv.WriteKubeconfig(cfg, kubeconfig); err != nil {
 		t.Fatal(err)

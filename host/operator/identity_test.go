@@ -294,7 +294,7 @@ func TestDeployedRBAC(t *testing.T) {
 	}
 	kubectl := func(args ...string) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(cp.Assets, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd := exec.Command(filepath.Join(cp.Assets(), "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Dir = testwasm.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)

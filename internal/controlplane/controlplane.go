@@ -313,10 +313,10 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, controllers 
 	args := []string{
 		"--kubeconfig=" + cp.kubeconfig,
 		"--leader-elect=false",
-		// By default every controller on by default. Those that need what
-		// a local control plane lacks disable themselves (the CSR signer
-		// without a signing CA, the cloud controllers without a cloud
-		// provider).
+		// "*" (the default) runs every controller that is on by default.
+		// Those that need what a local control plane lacks disable
+		// themselves (the CSR signer without a signing CA, the cloud
+		// controllers without a cloud provider).
 		"--controllers=" + strings.Join(controllers, ","),
 		"--use-service-account-credentials=false", // every controller acts as the admin user
 		"--secure-port=0", // no serving: no port to allocate

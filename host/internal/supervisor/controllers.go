@@ -76,11 +76,10 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			// A finalizer the new version does not declare (for the same
 			// kind) is drained from the old kind's objects once the old
 			// controller has stopped; the old kinds are released then.
-			old := r.rec.Manifest()
 			if m := version.Module.Manifest(); m.Finalizer && r.rec.Kind() == gvkOf(m.For) {
-				s.releaseKinds(old)
-			} else if !s.drainer.after(spec.Name, r.rec, stopped, s.releaser(old)) {
-				s.releaseKinds(old)
+				s.releaseKinds(r.rec.Manifest())
+			} else {
+				s.drainThenRelease(spec.Name, r.rec, stopped)
 			}
 		}
 		s.modules[spec.Name] = next

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 )
 
 // kindsOf lists the kinds whose informers a module uses: its own, owned
@@ -50,15 +51,20 @@ func (s *Supervisor) releaseKinds(m abi.Manifest) {
 	}
 }
 
-// releaser returns the release of a drain of a module with manifest m: it
-// ends the module's use of its kinds' informers (releaseKinds) once the
-// drain ends, unless the supervisor has closed meanwhile.
-func (s *Supervisor) releaser(m abi.Manifest) func() {
-	return func() {
+// drainThenRelease ends old's use of its kinds' informers: once the drain
+// of its finalizer from its objects has ended (the drain lists from those
+// informers; see drainer.after), or at once when it declares none. stopped
+// is closed when old's controller has stopped. s.mu is held.
+func (s *Supervisor) drainThenRelease(name string, old *reconciler.Reconciler, stopped <-chan struct{}) {
+	m := old.Manifest()
+	release := func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if !s.closed {
 			s.releaseKinds(m)
 		}
+	}
+	if !s.drainer.after(name, old, stopped, release) {
+		s.releaseKinds(m)
 	}
 }

@@ -200,10 +200,7 @@ func (s *Supervisor) Remove(name string) bool {
 	// Its finalizer, if it declares one, is drained from its objects (in
 	// the background, see Draining), which keeps its kinds' informers
 	// until then.
-	old := r.rec.Manifest()
-	if !s.drainer.after(name, r.rec, stopped, s.releaser(old)) {
-		s.releaseKinds(old)
-	}
+	s.drainThenRelease(name, r.rec, stopped)
 	s.opts.Log.Info("module removed", "module", name)
 	return true
 }

@@ -58,8 +58,6 @@ type ControlPlane struct {
 	*controlplane.ControlPlane
 	// Config is the administrator's client configuration.
 	Config *rest.Config
-	// Assets is the directory of the binaries (kubectl too).
-	Assets string
 }
 
 // ControllerManagerControllers are the controllers the control plane's
@@ -99,7 +97,7 @@ func Start(crdPaths ...string) (*ControlPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	return &ControlPlane{ControlPlane: cp, Config: cp.RESTConfig(), Assets: assets}, nil
+	return &ControlPlane{ControlPlane: cp, Config: cp.RESTConfig()}, nil
 }
 
 // RequireControllerManager fails the test unless the control plane runs a
