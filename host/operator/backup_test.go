@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -36,16 +37,16 @@ import (
 func TestBackupTriggerAndCascade(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
 	testenv.Shared(t).RequireControllerManager(t)
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./backup")}})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./backup")}})
 
 	backup := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "Backup",
-		"metadata": map[string]any{"name": "nightly", "namespace": e.ns},
+		"metadata": map[string]any{"name": "nightly", "namespace": e.NS},
 		"spec":     map[string]any{"target": "data", "schedule": "0 3 * * *"},
 	}}
-	if err := e.c.Create(ctx, backup); err != nil {
+	if err := e.C.Create(ctx, backup); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, e, "nightly", "False", "TargetMissing")
@@ -54,18 +55,18 @@ func TestBackupTriggerAndCascade(t *testing.T) {
 	// 01-target-missing checks requeueAfterSeconds: 0).
 
 	claim := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: e.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: e.NS},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 		},
 	}
-	if err := e.c.Create(ctx, claim.DeepCopy()); err != nil {
+	if err := e.C.Create(ctx, claim.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, e, "nightly", "True", "Scheduled")
 	cron := &batchv1.CronJob{}
-	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "nightly-backup"}, cron); err != nil {
+	if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "nightly-backup"}, cron); err != nil {
 		t.Fatal(err)
 	}
 	if ref := metav1.GetControllerOf(cron); ref == nil || ref.Kind != "Backup" || ref.Name != "nightly" || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
@@ -77,20 +78,20 @@ func TestBackupTriggerAndCascade(t *testing.T) {
 
 	// The claim goes (the persistentvolumeclaim-protection controller
 	// lets it, as no Pod uses it): the trigger sees the deletion.
-	if err := e.c.Delete(ctx, claim.DeepCopy()); err != nil {
+	if err := e.C.Delete(ctx, claim.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, e, "nightly", "False", "TargetMissing")
 	waitGone(t, e, &batchv1.CronJob{}, "nightly-backup")
 	waitGone(t, e, &corev1.ConfigMap{}, "nightly-backup")
-	if err := e.c.Create(ctx, claim.DeepCopy()); err != nil {
+	if err := e.C.Create(ctx, claim.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, e, "nightly", "True", "Scheduled")
 
 	// Deleting the Backup cascades to its children through their owner
 	// references, by the garbage collector.
-	if err := e.c.Delete(ctx, backup); err != nil {
+	if err := e.C.Delete(ctx, backup); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, e, &batchv1.CronJob{}, "nightly-backup")
@@ -98,13 +99,13 @@ func TestBackupTriggerAndCascade(t *testing.T) {
 }
 
 // waitReady waits until the Backup's Ready condition has status and reason.
-func waitReady(t *testing.T, e env, name, status, reason string) {
+func waitReady(t *testing.T, e optest.Env, name, status, reason string) {
 	t.Helper()
 	testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("Backup %s Ready=%s (%s)", name, status, reason), func() error {
 		b := &unstructured.Unstructured{}
 		b.SetAPIVersion("examples.wasmreconcile.io/v1alpha1")
 		b.SetKind("Backup")
-		if err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, b); err != nil {
+		if err := e.C.Get(context.Background(), client.ObjectKey{Namespace: e.NS, Name: name}, b); err != nil {
 			return err
 		}
 		conds, _, _ := unstructured.NestedSlice(b.Object, "status", "conditions")
@@ -123,11 +124,11 @@ func waitReady(t *testing.T, e env, name, status, reason string) {
 
 // waitGone waits until the named object of obj's kind no longer exists; on
 // a timeout it shows the kube-controller-manager's last log lines.
-func waitGone(t *testing.T, e env, obj client.Object, name string) {
+func waitGone(t *testing.T, e optest.Env, obj client.Object, name string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		err := e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: name}, obj)
+		err := e.C.Get(context.Background(), client.ObjectKey{Namespace: e.NS, Name: name}, obj)
 		if apierrors.IsNotFound(err) {
 			return
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -40,54 +41,54 @@ import (
 // instance.
 func TestFlightRecorder(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	wasm := testwasm.BuildFile(t, "./widget")
 	misbehave := testwasm.BuildFile(t, "./internal/testguests/misbehave")
-	mo := e.operatorOptions()
-	mo.MetricsBindAddress = freeAddr(t)
+	mo := e.OperatorOptions()
+	mo.MetricsBindAddress = optest.FreeAddr(t)
 	// Every success is kept, so that the reading Gadget's call after its
 	// ConfigMap reached the cache is (the first may come before).
-	start(t, e.cfg, mo, operator.Options{Modules: []string{wasm, misbehave}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1}})
+	optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{wasm, misbehave}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1}})
 
 	// A guest that reads: its recorded case must carry what it read.
-	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "cfg", Labels: map[string]string{"app": "x"}},
+	if err := e.C.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "cfg", Labels: map[string]string{"app": "x"}},
 		Data: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
 	}
-	reader := gadget(e.ns, "reader", "read")
+	reader := optest.Gadget(e.NS, "reader", "read")
 	_ = unstructured.SetNestedField(reader.Object, "cfg", "spec", "configMap")
 	_ = unstructured.SetNestedField(reader.Object, "app=x", "spec", "selector")
-	if err := e.c.Create(ctx, reader); err != nil {
+	if err := e.C.Create(ctx, reader); err != nil {
 		t.Fatal(err)
 	}
 
-	bad := widget(e.ns, "too-big", 1)
+	bad := optest.Widget(e.NS, "too-big", 1)
 	_ = unstructured.SetNestedField(bad.Object, int64(1_000_000), "spec", "size")
-	for _, w := range []*unstructured.Unstructured{widget(e.ns, "fine", 2), bad} {
-		if err := e.c.Create(ctx, w); err != nil {
+	for _, w := range []*unstructured.Unstructured{optest.Widget(e.NS, "fine", 2), bad} {
+		if err := e.C.Create(ctx, w); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// Accounts: one allowed to read the recorder, one not.
-	cs, err := kubernetes.NewForConfig(e.cfg)
+	cs, err := kubernetes.NewForConfig(e.Cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	token := func(name string) string {
 		t.Helper()
-		if _, err := cs.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().ServiceAccounts(e.NS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		tr, err := cs.CoreV1().ServiceAccounts(e.ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		tr, err := cs.CoreV1().ServiceAccounts(e.NS).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tr.Status.Token
 	}
 	allowed, other := token("recorder"), token("nosy")
-	role := "flightrecorder-reader-" + e.ns
+	role := "flightrecorder-reader-" + e.NS
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
 		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{operator.FlightRecorderPath}, Verbs: []string{"get"}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -95,15 +96,15 @@ func TestFlightRecorder(t *testing.T) {
 	t.Cleanup(func() { _ = cs.RbacV1().ClusterRoles().Delete(context.Background(), role, metav1.DeleteOptions{}) })
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: e.ns, Name: "recorder"}}}, metav1.CreateOptions{}); err != nil {
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: e.NS, Name: "recorder"}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cs.RbacV1().ClusterRoleBindings().Delete(context.Background(), role, metav1.DeleteOptions{})
 	})
 	// The records hold the recorded objects: the reader may get them.
-	grantRole(t, e.c, e.ns, "recorder", "recorded-objects", rule("examples.wasmreconcile.io", []string{"widgets"}, "get"),
-		rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
+	optest.GrantRole(t, e.C, e.NS, "recorder", "recorded-objects", optest.Rule("examples.wasmreconcile.io", []string{"widgets"}, "get"),
+		optest.Rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
 
 	getModule := func(tok, module string) (int, []byte) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module="+module, nil)
@@ -171,8 +172,8 @@ func TestFlightRecorder(t *testing.T) {
 		// Not yet seen by the guest: another event calls it again (a guest
 		// that reads is called on every event).
 		touch++
-		g := gadget(e.ns, "reader", "")
-		testenv.Update(t, e.c, g, func() { g.SetAnnotations(map[string]string{"touch": fmt.Sprint(touch)}) })
+		g := optest.Gadget(e.NS, "reader", "")
+		testenv.Update(t, e.C, g, func() { g.SetAnnotations(map[string]string{"touch": fmt.Sprint(touch)}) })
 		return fmt.Errorf("HTTP %d, %d cases, none with the ConfigMap found", code, len(read.Cases))
 	})
 	if len(c.Input.Related) != 1 || c.Input.Related[0]["kind"] != "ConfigMap" || c.Expect.Status["listed"] != float64(1) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -27,35 +28,35 @@ import (
 func TestNamespaceDeletion(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
 	testenv.Shared(t).RequireControllerManager(t)
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./webapp")}, Registerer: reg})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./webapp")}, Registerer: reg})
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
-		"metadata": map[string]any{"name": "shop", "namespace": e.ns},
+		"metadata": map[string]any{"name": "shop", "namespace": e.NS},
 		"spec":     map[string]any{"image": "nginx:1.27"},
 	}}
-	if err := e.c.Create(ctx, app); err != nil {
+	if err := e.C.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 3*time.Minute, "the WebApp's children", func() error {
-		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "shop"}, &corev1.Service{}); err != nil {
+		if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "shop"}, &corev1.Service{}); err != nil {
 			return err
 		}
-		return e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "shop-config"}, &corev1.ConfigMap{})
+		return e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "shop-config"}, &corev1.ConfigMap{})
 	})
-	if err := e.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}); err != nil {
+	if err := e.C.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.NS}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 3*time.Minute, "the namespace gone", func() error {
-		err := e.c.Get(ctx, client.ObjectKey{Name: e.ns}, &corev1.Namespace{})
+		err := e.C.Get(ctx, client.ObjectKey{Name: e.NS}, &corev1.Namespace{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("namespace still there (err %v)", err)
 	})
-	if n := gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "webapp"}); n != 0 {
+	if n := optest.Gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "webapp"}); n != 0 {
 		t.Errorf("%v apply failures counted while the namespace was deleted; want none", n)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -28,7 +28,7 @@ import (
 // and probe endpoints serve.
 func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "broken.wasm")
 	if err := os.WriteFile(bad, []byte("\x00asm\x01\x00\x00\x00garbage"), 0o644); err != nil {
@@ -43,11 +43,11 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	wrongPin := good + "@sha256:" + strings.Repeat("0", 64)
 	rightPin := good + "@" + supervisor.Digest(goodBytes)
 
-	mo := e.operatorOptions()
-	mo.MetricsBindAddress, mo.HealthProbeBindAddress = freeAddr(t), freeAddr(t)
-	op, err := newOperator(t, e.cfg, mo, operator.Options{
+	mo := e.OperatorOptions()
+	mo.MetricsBindAddress, mo.HealthProbeBindAddress = optest.FreeAddr(t), optest.FreeAddr(t)
+	op, err := optest.NewOperator(t, e.Cfg, mo, operator.Options{
 		Modules: []string{bad, missing, wrongPin, rightPin},
-		Engine:  operator.EngineOptions{CompilationCacheDir: compilationCache},
+		Engine:  operator.EngineOptions{CompilationCacheDir: optest.CompilationCache()},
 		Health:  operator.HealthOptions{QuiescentAfter: 3 * time.Second},
 	})
 	if err != nil {
@@ -89,43 +89,21 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 			t.Error("operator did not stop")
 		}
 	}()
-	waitHTTP(t, "http://"+mo.HealthProbeBindAddress+"/readyz", http.StatusOK, "")
-	if err := e.c.Create(ctx, widget(e.ns, "survivor", 2)); err != nil {
+	optest.WaitHTTP(t, "http://"+mo.HealthProbeBindAddress+"/readyz", http.StatusOK, "")
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "survivor", 2)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "survivor", "2 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "survivor", "2 x grey")
 	metrics := "http://" + mo.MetricsBindAddress + "/metrics"
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_reconcile_total{module="widget",result="Success"}`)
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_info{digest="`+supervisor.Digest(goodBytes)+`",module="widget"} 1`)
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_instances{module="widget",state="live"} 1`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_reconcile_total{module="widget",result="Success"}`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_info{digest="`+supervisor.Digest(goodBytes)+`",module="widget"} 1`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_instances{module="widget",state="live"} 1`)
 	// The lifecycle: initialized, converged and, after 3 s without writes, quiescent.
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="initialized"} 1`)
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="converged"} 1`)
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="quiescent"} 1`)
-	waitHTTP(t, metrics, http.StatusOK, `controller_runtime_reconcile_total{controller="widget",result="success"}`)
-	waitHTTP(t, metrics, http.StatusOK, `wasmreconcile_informer_list_pages_total{kind="Widget.examples.wasmreconcile.io"}`)
-}
-
-// waitHTTP polls url until it answers status with a body containing want.
-func waitHTTP(t *testing.T, url string, status int, want string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == status && strings.Contains(string(body), want) {
-				return
-			}
-			last = fmt.Sprintf("status %d, %d bytes", resp.StatusCode, len(body))
-		} else {
-			last = err.Error()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s never answered %d with %q: last %s", url, status, want, last)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="initialized"} 1`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="converged"} 1`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_module_state{module="widget",state="quiescent"} 1`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `controller_runtime_reconcile_total{controller="widget",result="success"}`)
+	optest.WaitHTTP(t, metrics, http.StatusOK, `wasmreconcile_informer_list_pages_total{kind="Widget.examples.wasmreconcile.io"}`)
 }
 
 // TestFileModuleLoadHealth: a module from a file whose kind cannot sync
@@ -136,26 +114,26 @@ func waitHTTP(t *testing.T, url string, status int, want string) {
 // missing; the operator is ready, for its other module serves.
 func TestFileModuleLoadHealth(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
+	op := optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		Modules:    []string{testwasm.BuildFile(t, "./internal/tck"), testwasm.BuildFile(t, "./widget")},
 		Registerer: reg,
 		Health:     operator.HealthOptions{Interval: 200 * time.Millisecond, SyncTimeout: time.Second},
 	})
 	testenv.Eventually(t, 2*time.Minute, "SyncFailed for the tck module", func() error {
-		if v := gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "tck", "problem": "SyncFailed"}); v != 1 {
+		if v := optest.Gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "tck", "problem": "SyncFailed"}); v != 1 {
 			return fmt.Errorf("wasmreconcile_module_health{module=tck,problem=SyncFailed} = %v", v)
 		}
 		return nil
 	})
-	if v := gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "widget", "problem": "SyncFailed"}); v != 0 {
+	if v := optest.Gather(t, reg, "wasmreconcile_module_health", map[string]string{"module": "widget", "problem": "SyncFailed"}); v != 0 {
 		t.Errorf("the widget module, whose kind syncs, has SyncFailed = %v", v)
 	}
 	// The tck module's triggers index its kind, so its controller cannot
 	// even be built: its status says so, and which CRD to install.
 	want := "kind Probe of tck.wasmreconcile.io/v1 is not served by the API server: install its CRD"
-	if st, ok := op.ModuleStatus("tck"); !ok || st.Synced || !strings.Contains(st.SyncProblem, want) {
+	if st, ok := optest.ModuleStatus(op, "tck"); !ok || st.Synced || !strings.Contains(st.SyncProblem, want) {
 		t.Errorf("the tck module's status: synced %v, problem %q; want %q", st.Synced, st.SyncProblem, want)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the operator ready beside the unready module", func() error { return op.Ready() })

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -25,14 +24,13 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // The ownership tests run the claim test guest
 // (modules/internal/testguests/claim): it answers each Responder with its
 // spec.response and adds status.childFailures, what the host told it.
-
-var responderKind = schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}
 
 // claimFile writes the claim guest of a manifest variant (see the guest's
 // documentation) to a file and returns its path.
@@ -50,68 +48,40 @@ func claimFile(t *testing.T, variant string) string {
 
 // startClaim runs an operator with the claim guest in e's namespace and
 // returns its metrics registry.
-func startClaim(t *testing.T, e env) *prometheus.Registry {
+func startClaim(t *testing.T, e optest.Env) *prometheus.Registry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{claimFile(t, "")}, Registerer: reg})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{Modules: []string{claimFile(t, "")}, Registerer: reg})
 	return reg
 }
 
-func responder(ns, name string, response map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"response": response}}}
-	u.SetGroupVersionKind(responderKind)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return u
-}
-
 // setResponse replaces a Responder's spec.response, retrying on conflict.
-func setResponse(t *testing.T, e env, name string, response map[string]any) {
+func setResponse(t *testing.T, e optest.Env, name string, response map[string]any) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(responderKind)
-		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, u); err != nil {
+		u.SetGroupVersionKind(optest.ResponderKind)
+		if err := e.C.Get(context.Background(), types.NamespacedName{Namespace: e.NS, Name: name}, u); err != nil {
 			return err
 		}
 		if err := unstructured.SetNestedField(u.Object, response, "spec", "response"); err != nil {
 			return err
 		}
-		return e.c.Update(context.Background(), u)
+		return e.C.Update(context.Background(), u)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// waitPhase waits until a Responder's status.phase is phase (its response
-// was applied) and returns its status.
-func waitPhase(t *testing.T, e env, name, phase string) map[string]any {
-	t.Helper()
-	var status map[string]any
-	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("Responder %s status.phase %s", name, phase), func() error {
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(responderKind)
-		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, u); err != nil {
-			return err
-		}
-		status, _, _ = unstructured.NestedMap(u.Object, "status")
-		if got, _ := status["phase"].(string); got != phase {
-			return fmt.Errorf("status %v", status)
-		}
-		return nil
-	})
-	return status
-}
-
 // waitEvent waits for a Warning Event of reason on object name whose
 // message contains every one of contains, and returns its message.
-func waitEvent(t *testing.T, e env, name, reason string, contains ...string) string {
+func waitEvent(t *testing.T, e optest.Env, name, reason string, contains ...string) string {
 	t.Helper()
 	var msg string
 	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("a %s Event on %s", reason, name), func() error {
 		var events corev1.EventList
-		if err := e.c.List(context.Background(), &events, client.InNamespace(e.ns)); err != nil {
+		if err := e.C.List(context.Background(), &events, client.InNamespace(e.NS)); err != nil {
 			return err
 		}
 	next:
@@ -136,10 +106,10 @@ func configMap(name string, data map[string]any) map[string]any {
 	return map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}, "data": data}
 }
 
-func getCM(t *testing.T, e env, name string) (*corev1.ConfigMap, bool) {
+func getCM(t *testing.T, e optest.Env, name string) (*corev1.ConfigMap, bool) {
 	t.Helper()
 	var cm corev1.ConfigMap
-	err := e.c.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: name}, &cm)
+	err := e.C.Get(context.Background(), types.NamespacedName{Namespace: e.NS, Name: name}, &cm)
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}
@@ -156,22 +126,22 @@ func getCM(t *testing.T, e env, name string) (*corev1.ConfigMap, bool) {
 // guest's status is written only once it has seen the conflict.
 func TestOwnershipNeverAdopts(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
-	user := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "taken"}, Data: map[string]string{"owner": "user"}}
-	if err := e.c.Create(ctx, user); err != nil {
+	user := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "taken"}, Data: map[string]string{"owner": "user"}}
+	if err := e.C.Create(ctx, user); err != nil {
 		t.Fatal(err)
 	}
 	reg := startClaim(t, e)
-	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{
+	if err := e.C.Create(ctx, optest.Responder(e.NS, "r", map[string]any{
 		"status":   map[string]any{"phase": "one"},
 		"children": []any{configMap("taken", map[string]any{"owner": "module"}), configMap("free", map[string]any{"k": "v"})},
 	})); err != nil {
 		t.Fatal(err)
 	}
-	msg := waitEvent(t, e, "r", "ChildConflict", "ConfigMap "+e.ns+"/taken", "no controller")
+	msg := waitEvent(t, e, "r", "ChildConflict", "ConfigMap "+e.NS+"/taken", "no controller")
 	t.Logf("Event: %s", msg)
-	status := waitPhase(t, e, "r", "one")
+	status := optest.WaitPhase(t, e, "r", "one")
 	if got := fmt.Sprint(status["childFailures"]); got != "[ConfigMap/taken:Conflict]" {
 		t.Errorf("the first status written has childFailures %s; the guest must have seen the conflict before its status is written", got)
 	}
@@ -182,14 +152,14 @@ func TestOwnershipNeverAdopts(t *testing.T) {
 	if cm.Data["owner"] != "user" || len(cm.OwnerReferences) > 0 || cm.Labels["wasmreconcile.io/module"] != "" {
 		t.Errorf("the user's ConfigMap was adopted: data %v, owners %v, labels %v", cm.Data, cm.OwnerReferences, cm.Labels)
 	}
-	if v := gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "claim", "target": "child", "reason": "Conflict"}); v < 1 {
+	if v := optest.Gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "claim", "target": "child", "reason": "Conflict"}); v < 1 {
 		t.Errorf("wasmreconcile_apply_failures_total{reason=Conflict} = %v", v)
 	}
 
 	// The guest stops emitting both: its own child is pruned (a positive
 	// barrier: the prune ran), the user's is not.
 	setResponse(t, e, "r", map[string]any{"status": map[string]any{"phase": "two"}, "children": []any{}})
-	waitPhase(t, e, "r", "two")
+	optest.WaitPhase(t, e, "r", "two")
 	testenv.Eventually(t, time.Minute, "the module's own child pruned", func() error {
 		if _, ok := getCM(t, e, "free"); ok {
 			return fmt.Errorf("ConfigMap free still exists")
@@ -208,14 +178,14 @@ func TestOwnershipNeverAdopts(t *testing.T) {
 // to the guest as a child nor pruned.
 func TestOwnershipPrunesOnlyOwn(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	startClaim(t, e)
-	r := responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "one"}, "children": []any{configMap("mine", nil)}})
-	if err := e.c.Create(ctx, r); err != nil {
+	r := optest.Responder(e.NS, "r", map[string]any{"status": map[string]any{"phase": "one"}, "children": []any{configMap("mine", nil)}})
+	if err := e.C.Create(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, e, "r", "one")
+	optest.WaitPhase(t, e, "r", "one")
 	mine, ok := getCM(t, e, "mine")
 	if !ok {
 		t.Fatal("child not created")
@@ -229,13 +199,13 @@ func TestOwnershipPrunesOnlyOwn(t *testing.T) {
 			t.Errorf("the create's field ownership was not made apply ownership: %+v", f)
 		}
 	}
-	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "foreign",
+	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "foreign",
 		OwnerReferences: []metav1.OwnerReference{*mine.OwnerReferences[0].DeepCopy()}}}
-	if err := e.c.Create(ctx, foreign); err != nil {
+	if err := e.C.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
 	setResponse(t, e, "r", map[string]any{"status": map[string]any{"phase": "two"}, "children": []any{}})
-	waitPhase(t, e, "r", "two")
+	optest.WaitPhase(t, e, "r", "two")
 	testenv.Eventually(t, time.Minute, "the module's own child pruned", func() error {
 		if _, ok := getCM(t, e, "mine"); ok {
 			return fmt.Errorf("ConfigMap mine still exists")
@@ -252,13 +222,13 @@ func TestOwnershipPrunesOnlyOwn(t *testing.T) {
 // list deletes them.
 func TestChildrenAbsentLeavesThemAlone(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	startClaim(t, e)
-	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "one"}, "children": []any{configMap("c", nil)}})); err != nil {
+	if err := e.C.Create(ctx, optest.Responder(e.NS, "r", map[string]any{"status": map[string]any{"phase": "one"}, "children": []any{configMap("c", nil)}})); err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, e, "r", "one")
+	optest.WaitPhase(t, e, "r", "one")
 	if _, ok := getCM(t, e, "c"); !ok {
 		t.Fatal("child not created")
 	}
@@ -267,13 +237,13 @@ func TestChildrenAbsentLeavesThemAlone(t *testing.T) {
 		{"status": map[string]any{"phase": "null"}, "children": nil},
 	} {
 		setResponse(t, e, "r", resp)
-		waitPhase(t, e, "r", resp["status"].(map[string]any)["phase"].(string))
+		optest.WaitPhase(t, e, "r", resp["status"].(map[string]any)["phase"].(string))
 		if _, ok := getCM(t, e, "c"); !ok {
 			t.Fatalf("response %d (%v) deleted the children", i, resp)
 		}
 	}
 	setResponse(t, e, "r", map[string]any{"status": map[string]any{"phase": "empty"}, "children": []any{}})
-	waitPhase(t, e, "r", "empty")
+	optest.WaitPhase(t, e, "r", "empty")
 	testenv.Eventually(t, time.Minute, "children: [] deletes the child", func() error {
 		if _, ok := getCM(t, e, "c"); ok {
 			return fmt.Errorf("still there")
@@ -288,25 +258,25 @@ func TestChildrenAbsentLeavesThemAlone(t *testing.T) {
 // (Ready) is never written.
 func TestApplyFailureIsLoud(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := startClaim(t, e)
-	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{
+	if err := e.C.Create(ctx, optest.Responder(e.NS, "r", map[string]any{
 		"status":   map[string]any{"phase": "Ready"},
 		"children": []any{configMap("bad", map[string]any{"not a valid key!": "v"}), configMap("good", nil)},
 	})); err != nil {
 		t.Fatal(err)
 	}
-	msg := waitEvent(t, e, "r", "InvalidResponse", "ConfigMap "+e.ns+"/bad", "valid config key")
+	msg := waitEvent(t, e, "r", "InvalidResponse", "ConfigMap "+e.NS+"/bad", "valid config key")
 	t.Logf("Event: %s", msg)
-	status := waitPhase(t, e, "r", "Ready")
+	status := optest.WaitPhase(t, e, "r", "Ready")
 	if got := fmt.Sprint(status["childFailures"]); got != "[ConfigMap/bad:Invalid]" {
 		t.Errorf("the status was written with childFailures %s: a status computed without knowing of the refused child was written", got)
 	}
 	if _, ok := getCM(t, e, "good"); !ok {
 		t.Error("the valid child was not written beside the refused one")
 	}
-	if v := gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "claim", "target": "child", "reason": "Invalid"}); v < 1 {
+	if v := optest.Gather(t, reg, "wasmreconcile_apply_failures_total", map[string]string{"module": "claim", "target": "child", "reason": "Invalid"}); v < 1 {
 		t.Errorf("wasmreconcile_apply_failures_total{target=child,reason=Invalid} = %v", v)
 	}
 }
@@ -318,12 +288,12 @@ func TestApplyFailureIsLoud(t *testing.T) {
 // API server's REST mapper, not a list of names).
 func TestImpossibleDeclarationsRefused(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
-	op, err := newOperator(t, e.cfg, e.operatorOptions(), operator.Options{
+	e := optest.NewEnv(t)
+	op, err := optest.NewOperator(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		Registerer: prometheus.NewRegistry(),
 		Modules: []string{claimFile(t, ""), claimFile(t, "second"), claimFile(t, "self"), claimFile(t, "cluster"),
 			testwasm.BuildFile(t, "./internal/testguests/respond")},
-		Engine: operator.EngineOptions{CompilationCacheDir: compilationCache},
+		Engine: operator.EngineOptions{CompilationCacheDir: optest.CompilationCache()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -356,12 +326,12 @@ func TestImpossibleDeclarationsRefused(t *testing.T) {
 // ReconcileModule's spec.readNamespaces).
 func TestReadsAreScoped(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
-	other := testenv.Namespace(t, e.c)
-	for _, ns := range []string{e.ns, other} {
+	other := testenv.Namespace(t, e.C)
+	for _, ns := range []string{e.NS, other} {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}, StringData: map[string]string{"k": "v"}}
-		if err := e.c.Create(ctx, s); err != nil {
+		if err := e.C.Create(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -369,25 +339,25 @@ func TestReadsAreScoped(t *testing.T) {
 		return map[string]any{"apiVersion": "v1", "kind": "Secret", "namespace": ns, "name": "s"}
 	}
 	run := func(t *testing.T, grant []string, phase string) {
-		mo := e.operatorOptions()
-		mo.Namespaces = []string{e.ns, other}
+		mo := e.OperatorOptions()
+		mo.Namespaces = []string{e.NS, other}
 		opts := operator.Options{Modules: []string{claimFile(t, "")}, Registerer: prometheus.NewRegistry()}
 		if grant != nil {
 			opts.ModuleReadNamespaces = map[string][]string{"claim": grant}
 		}
-		start(t, e.cfg, mo, opts) // stops when the subtest ends
-		for _, c := range []struct{ name, ns string }{{"own-" + phase, e.ns}, {"other-" + phase, other}} {
-			r := responder(e.ns, c.name, map[string]any{"status": map[string]any{"phase": phase}})
+		optest.Start(t, e.Cfg, mo, opts) // stops when the subtest ends
+		for _, c := range []struct{ name, ns string }{{"own-" + phase, e.NS}, {"other-" + phase, other}} {
+			r := optest.Responder(e.NS, c.name, map[string]any{"status": map[string]any{"phase": phase}})
 			_ = unstructured.SetNestedField(r.Object, read(c.ns), "spec", "read")
-			if err := e.c.Create(ctx, r); err != nil {
+			if err := e.C.Create(ctx, r); err != nil {
 				t.Fatal(err)
 			}
 		}
-		own := waitPhase(t, e, "own-"+phase, phase)
+		own := optest.WaitPhase(t, e, "own-"+phase, phase)
 		if own["read"] != "found" {
 			t.Errorf("%s: reading a Secret of the object's own namespace: %v", phase, own["read"])
 		}
-		otherStatus := waitPhase(t, e, "other-"+phase, phase)
+		otherStatus := optest.WaitPhase(t, e, "other-"+phase, phase)
 		got, _ := otherStatus["read"].(string)
 		if grant == nil && !strings.Contains(got, "outside the module's read scope") {
 			t.Errorf("reading a Secret of another namespace without a grant: %q, want it refused", got)
@@ -450,16 +420,16 @@ func (b *watchBody) Close() error {
 // of its kinds (its own, owned and read kinds) that no other module uses.
 func TestRemovedModuleLeavesNoInformer(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	watches := &watchCounter{open: map[string]int{}}
-	cfg := rest.CopyConfig(e.cfg)
+	cfg := rest.CopyConfig(e.Cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { watches.next = rt; return watches })
-	op := start(t, cfg, e.operatorOptions(), operator.Options{Modules: []string{claimFile(t, "")}, Registerer: prometheus.NewRegistry()})
-	if err := e.c.Create(ctx, responder(e.ns, "r", map[string]any{"status": map[string]any{"phase": "one"}})); err != nil {
+	op := optest.Start(t, cfg, e.OperatorOptions(), operator.Options{Modules: []string{claimFile(t, "")}, Registerer: prometheus.NewRegistry()})
+	if err := e.C.Create(ctx, optest.Responder(e.NS, "r", map[string]any{"status": map[string]any{"phase": "one"}})); err != nil {
 		t.Fatal(err)
 	}
-	waitPhase(t, e, "r", "one")
+	optest.WaitPhase(t, e, "r", "one")
 	for _, r := range []string{"responders", "configmaps", "secrets"} {
 		if watches.count(r) == 0 {
 			t.Fatalf("no watch of %s while the module runs", r)

@@ -17,65 +17,9 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
-
-// readyMessage returns a Widget's Ready condition message, or "".
-func readyMessage(w *unstructured.Unstructured) string {
-	conds, _, _ := unstructured.NestedSlice(w.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
-			s, _ := m["message"].(string)
-			return s
-		}
-	}
-	return ""
-}
-
-// waitVersion waits until any Widget in names reports widget version v, and
-// returns how long that took from since.
-func waitVersion(t *testing.T, c client.Client, ns string, names []string, v string, since time.Time) time.Duration {
-	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		for _, n := range names {
-			w := widget(ns, n, 0)
-			if err := c.Get(context.Background(), client.ObjectKeyFromObject(w), w); err == nil &&
-				strings.HasSuffix(readyMessage(w), "by widget v"+v) {
-				return time.Since(since)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Widget reconciled by widget v%s within 3 minutes", v)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// moduleInfoDigests lists the digests wasmreconcile_module_info reports for
-// module.
-func moduleInfoDigests(t *testing.T, reg prometheus.Gatherer, module string) []string {
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, f := range families {
-		if f.GetName() != "wasmreconcile_module_info" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["module"] == module {
-				out = append(out, labels["digest"])
-			}
-		}
-	}
-	return out
-}
 
 // TestHotReloadUnderLoad runs the operator with a module directory and,
 // while a writer keeps changing Widgets, replaces widget.wasm with version
@@ -86,7 +30,7 @@ func moduleInfoDigests(t *testing.T, reg prometheus.Gatherer, module string) []s
 // broken file leaves the old version serving, and that removing the file
 // stops the module.
 func TestHotReloadUnderLoad(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	v1, v2 := testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "2")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "widget.wasm")
@@ -94,21 +38,21 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, e.operatorOptions(), operator.Options{ModuleDir: dir, Registerer: reg})
+	op := optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{ModuleDir: dir, Registerer: reg})
 	reloads := func(result string) float64 {
-		return gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": result})
+		return optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": result})
 	}
 	ctx := context.Background()
 	const n = 10
 	var names []string
 	for i := 0; i < n; i++ {
 		names = append(names, fmt.Sprintf("load-%d", i))
-		if err := e.c.Create(ctx, widget(e.ns, names[i], 1)); err != nil {
+		if err := e.C.Create(ctx, optest.Widget(e.NS, names[i], 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, name := range names {
-		waitSummary(t, e.c, e.ns, name, "1 x grey")
+		optest.WaitSummary(t, e.C, e.NS, name, "1 x grey")
 	}
 
 	// The writer: each round sets every Widget's size to the round number.
@@ -125,7 +69,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 					return
 				default:
 				}
-				updateWidgetSize(t, e.c, e.ns, name, size%50)
+				optest.UpdateWidgetSize(t, e.C, e.NS, name, size%50)
 				mu.Lock()
 				last[name] = size % 50
 				mu.Unlock()
@@ -143,11 +87,11 @@ func TestHotReloadUnderLoad(t *testing.T) {
 			// by the version now serving (the requeue after the swap
 			// reaches each one, however loaded the machine).
 			testenv.Eventually(t, 3*time.Minute, name+" by widget v"+version, func() error {
-				w := widget(e.ns, name, 0)
-				err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w)
+				w := optest.Widget(e.NS, name, 0)
+				err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w)
 				summary, _, _ := unstructured.NestedString(w.Object, "status", "summary")
-				if err != nil || summary != want || !strings.HasSuffix(readyMessage(w), "by widget v"+version) {
-					return fmt.Errorf("summary %q, Ready message %q; want %q (err %v)", summary, readyMessage(w), want, err)
+				if err != nil || summary != want || !strings.HasSuffix(optest.ReadyMessage(w), "by widget v"+version) {
+					return fmt.Errorf("summary %q, Ready message %q; want %q (err %v)", summary, optest.ReadyMessage(w), want, err)
 				}
 				return nil
 			})
@@ -159,7 +103,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if err := os.WriteFile(file, v2, 0o644); err != nil { // in place, as `go build -o` does
 		t.Fatal(err)
 	}
-	t.Logf("new bytes: first reconcile by v2 %s after the file was written", waitVersion(t, e.c, e.ns, names, "2", start).Round(time.Millisecond))
+	t.Logf("new bytes: first reconcile by v2 %s after the file was written", optest.WaitVersion(t, e.C, e.NS, names, "2", start).Round(time.Millisecond))
 	settle("2")
 	if got := reloads("swapped") - swapped; got != 1 {
 		t.Errorf("swaps counted: %v, want 1", got)
@@ -172,7 +116,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if err := os.WriteFile(file, v1, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("rollback: first reconcile by v1 %s after the file was written", waitVersion(t, e.c, e.ns, names, "1", start).Round(time.Millisecond))
+	t.Logf("rollback: first reconcile by v1 %s after the file was written", optest.WaitVersion(t, e.C, e.NS, names, "1", start).Round(time.Millisecond))
 	settle("1")
 	if got := reloads("cached") - cached; got != 1 {
 		t.Errorf("rollbacks served from compiled versions: %v, want 1", got)
@@ -180,7 +124,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if got := reloads("restarted") - restarted; got != 0 {
 		t.Errorf("controllers restarted by a hot reload: %v, want 0", got)
 	}
-	if got := moduleInfoDigests(t, reg, "widget"); len(got) != 1 || got[0] != supervisor.Digest(v1) {
+	if got := optest.ModuleInfoDigests(t, reg, "widget"); len(got) != 1 || got[0] != supervisor.Digest(v1) {
 		t.Errorf("wasmreconcile_module_info digests for widget after the rollback: %v, want only v1's", got)
 	}
 
@@ -194,14 +138,14 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	updateWidgetSize(t, e.c, e.ns, names[0], 42)
-	waitSummary(t, e.c, e.ns, names[0], "42 x grey")
-	w := widget(e.ns, names[0], 0)
-	if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+	optest.UpdateWidgetSize(t, e.C, e.NS, names[0], 42)
+	optest.WaitSummary(t, e.C, e.NS, names[0], "42 x grey")
+	w := optest.Widget(e.NS, names[0], 0)
+	if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(readyMessage(w), "by widget v1") {
-		t.Errorf("after a broken file: Ready message %q, want v1 still serving", readyMessage(w))
+	if !strings.HasSuffix(optest.ReadyMessage(w), "by widget v1") {
+		t.Errorf("after a broken file: Ready message %q, want v1 still serving", optest.ReadyMessage(w))
 	}
 
 	// Removing the file stops the module; its objects keep their status.
@@ -214,12 +158,12 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	reconciles := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"})
-	updateWidgetSize(t, e.c, e.ns, names[0], 43)
+	reconciles := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"})
+	optest.UpdateWidgetSize(t, e.C, e.NS, names[0], 43)
 	// A positive barrier: the operator's own cache has seen the change, so
 	// a controller watching Widgets would have been told.
 	testenv.Eventually(t, time.Minute, "the operator's cache to see size 43", func() error {
-		cw := widget(e.ns, names[0], 0)
+		cw := optest.Widget(e.NS, names[0], 0)
 		if err := op.Manager().GetCache().Get(ctx, client.ObjectKeyFromObject(cw), cw); err != nil {
 			return err
 		}
@@ -228,13 +172,13 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		}
 		return nil
 	})
-	if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+	if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 		t.Fatal(err)
 	}
 	if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s != "42 x grey" {
 		t.Errorf("a removed module still reconciled: summary %q", s)
 	}
-	if got := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); got != reconciles {
+	if got := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); got != reconciles {
 		t.Errorf("a removed module still reconciled: %v reconciles after its removal", got-reconciles)
 	}
 }
@@ -246,7 +190,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 // logged, to compare with TestHotReloadUnderLoad's compiler-only figure.
 func TestHotReloadInterpreterFirst(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	v1, v3 := testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "3")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "widget.wasm")
@@ -254,21 +198,21 @@ func TestHotReloadInterpreterFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ModuleDir: dir, Registerer: reg, Engine: operator.EngineOptions{InterpreterFirst: true}})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{ModuleDir: dir, Registerer: reg, Engine: operator.EngineOptions{InterpreterFirst: true}})
 	ctx := context.Background()
-	if err := e.c.Create(ctx, widget(e.ns, "interp", 1)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "interp", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "interp", "1 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "interp", "1 x grey")
 	upgraded := func() float64 {
-		return gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "upgraded"})
+		return optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "upgraded"})
 	}
 	before := upgraded()
 	startAt := time.Now()
 	if err := os.WriteFile(file, v3, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("interpreter first: first reconcile by v3 %s after the file was written", waitVersion(t, e.c, e.ns, []string{"interp"}, "3", startAt).Round(time.Millisecond))
+	t.Logf("interpreter first: first reconcile by v3 %s after the file was written", optest.WaitVersion(t, e.C, e.NS, []string{"interp"}, "3", startAt).Round(time.Millisecond))
 	testenv.Eventually(t, 2*time.Minute, "the compiled version to replace the interpreted one", func() error {
 		if upgraded() == before {
 			return fmt.Errorf("not yet")
@@ -276,6 +220,6 @@ func TestHotReloadInterpreterFirst(t *testing.T) {
 		return nil
 	})
 	t.Logf("compiled code serving %s after the file was written", time.Since(startAt).Round(time.Millisecond))
-	updateWidgetSize(t, e.c, e.ns, "interp", 6)
-	waitSummary(t, e.c, e.ns, "interp", "6 x grey")
+	optest.UpdateWidgetSize(t, e.C, e.NS, "interp", 6)
+	optest.WaitSummary(t, e.C, e.NS, "interp", "6 x grey")
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -34,10 +35,10 @@ import (
 // that no such call is pending when the next related object appears.
 func TestTriggerMappings(t *testing.T) {
 	t.Parallel() // isolated: a namespace and an operator of its own
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		Modules: []string{testwasm.BuildFile(t, "./internal/testguests/triggered")}, Registerer: reg,
 	})
 	calls := 0
@@ -45,7 +46,7 @@ func TestTriggerMappings(t *testing.T) {
 		t.Helper()
 		calls += more
 		testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("%d calls of the module", calls), func() error {
-			if n := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "triggered"}); int(n) < calls {
+			if n := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "triggered"}); int(n) < calls {
 				return fmt.Errorf("%v calls", n)
 			}
 			return nil
@@ -54,9 +55,9 @@ func TestTriggerMappings(t *testing.T) {
 	responder := func(name string, spec map[string]any) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "test.wasmreconcile.io/v1", "kind": "Responder",
-			"metadata": map[string]any{"name": name, "namespace": e.ns}, "spec": spec,
+			"metadata": map[string]any{"name": name, "namespace": e.NS}, "spec": spec,
 		}}
-		if err := e.c.Create(ctx, u); err != nil {
+		if err := e.C.Create(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 		return u
@@ -67,7 +68,7 @@ func TestTriggerMappings(t *testing.T) {
 			u := &unstructured.Unstructured{}
 			u.SetAPIVersion("test.wasmreconcile.io/v1")
 			u.SetKind("Responder")
-			if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, u); err != nil {
+			if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: name}, u); err != nil {
 				return err
 			}
 			got, _, _ := unstructured.NestedStringSlice(u.Object, "status", "history")
@@ -82,8 +83,8 @@ func TestTriggerMappings(t *testing.T) {
 	}
 	create := func(obj client.Object) {
 		t.Helper()
-		obj.SetNamespace(e.ns)
-		if err := e.c.Create(ctx, obj); err != nil {
+		obj.SetNamespace(e.NS)
+		if err := e.C.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,7 +121,7 @@ func TestTriggerMappings(t *testing.T) {
 	settled(4)
 
 	// A deletion triggers too: the Service goes, web is called, db is not.
-	if err := e.c.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc-web", Namespace: e.ns}}); err != nil {
+	if err := e.C.Delete(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "svc-web", Namespace: e.NS}}); err != nil {
 		t.Fatal(err)
 	}
 	history("web", "", "ConfigMap/cm-db,Service/svc-web", all, "ConfigMap/cm-db,Secret/s-db,ServiceAccount/sa")

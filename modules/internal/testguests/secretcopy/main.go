@@ -1,6 +1,6 @@
 // Command secretcopy is a test guest that carries a Secret's value into
 // every place a guest's answer can hold one, for the tests that the host
-// shows no Secret value (host/operator/hardening_test.go): it reconciles
+// shows no Secret value (host/operator/internal/clusterscoped/hardening2_test.go): it reconciles
 // Gadgets (host/internal/testenv/crds/gadgets.yaml), reads the Secret
 // named by spec.secret in the Gadget's namespace, and copies its
 // data.password, decoded, into status.copied (prefixed by Version), as

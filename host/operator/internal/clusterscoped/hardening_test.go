@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -49,21 +50,21 @@ func selfWorker(t *testing.T, w engine.CompileWorker) *engine.CompileWorker {
 
 // moduleFromBytes creates a ReconcileModule of bytes b (written to a file),
 // deleted when the test ends.
-func moduleFromBytes(t *testing.T, e env, name string, b []byte, mutate func(*v1alpha1.ReconcileModuleSpec)) *v1alpha1.ReconcileModule {
+func moduleFromBytes(t *testing.T, e optest.Env, name string, b []byte, mutate func(*v1alpha1.ReconcileModuleSpec)) *v1alpha1.ReconcileModule {
 	t.Helper()
 	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ReconcileModuleSpec{Source: fileSource(t, name, b)}}
 	if mutate != nil {
 		mutate(&rm.Spec)
 	}
-	if err := e.c.Create(context.Background(), rm); err != nil {
+	if err := e.C.Create(context.Background(), rm); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := e.c.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
+		if err := e.C.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting ReconcileModule %s: %v", name, err)
 		}
 		testenv.Eventually(t, 2*time.Minute, "ReconcileModule "+name+" gone", func() error {
-			if err := e.c.Get(context.Background(), client.ObjectKeyFromObject(rm), &v1alpha1.ReconcileModule{}); !apierrors.IsNotFound(err) {
+			if err := e.C.Get(context.Background(), client.ObjectKeyFromObject(rm), &v1alpha1.ReconcileModule{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("still there: %v", err)
 			}
 			return nil
@@ -140,20 +141,20 @@ func procStatus(t testing.TB, field string) int64 {
 // Without the fix the bomb compiled in the operator: 20 s of CPU, 900 MB,
 // and the ReconcileModule controller's one worker held every other change.
 func TestCompileBombReconcileModule(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	v1 := testwasm.BuildVersion(t, "./widget", "1")
 
 	t.Run("shape check", func(t *testing.T) {
-		start(t, e.cfg, e.operatorOptions(), operator.Options{
+		optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 			ReconcileModules: true,
 			Engine:           operator.EngineOptions{Compile: engine.CompileOptions{Worker: selfWorker(t, engine.CompileWorker{})}},
 			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
 		})
 		moduleFromBytes(t, e, "widget", v1, nil)
-		moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+		optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 		begin := time.Now()
 		moduleFromBytes(t, e, "bomb", testwasm.CompileBomb(4000, 4000, `{"name":"bomb","for":{"group":"test.wasmreconcile.io","version":"v1","kind":"Gadget"}}`), nil)
-		rm := moduleCondition(t, e.c, "bomb", "LoadFailed", metav1.ConditionTrue, "InvalidModule")
+		rm := optest.ModuleCondition(t, e.C, "bomb", "LoadFailed", metav1.ConditionTrue, "InvalidModule")
 		msg := meta.FindStatusCondition(rm.Status.Conditions, "LoadFailed").Message
 		if !strings.Contains(msg, "refused before compiling") || !strings.Contains(msg, "--max-function-complexity") {
 			t.Errorf("LoadFailed message %q, want the shape refusal naming its flag", msg)
@@ -161,10 +162,10 @@ func TestCompileBombReconcileModule(t *testing.T) {
 		t.Logf("the bomb was refused %s after its ReconcileModule was created: %s", time.Since(begin).Round(time.Millisecond), msg)
 
 		// As a candidate: refused, the serving version untouched.
-		setSpec(t, e.c, "widget", func(s *v1alpha1.ReconcileModuleSpec) {
+		setSpec(t, e.C, "widget", func(s *v1alpha1.ReconcileModuleSpec) {
 			s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "widget-bomb", testwasm.CompileBomb(4000, 4000, `{"name":"widget","for":{"group":"examples.wasmreconcile.io","version":"v1alpha1","kind":"Widget"}}`))}
 		})
-		got := waitRollout(t, e.c, "widget", "the bomb candidate refused", func(rm *v1alpha1.ReconcileModule) error {
+		got := waitRollout(t, e.C, "widget", "the bomb candidate refused", func(rm *v1alpha1.ReconcileModule) error {
 			if r := rm.Status.Rollout; r == nil || r.Candidate == nil || !strings.Contains(r.Candidate.LastError, "--max-function-complexity") {
 				return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 			}
@@ -176,32 +177,32 @@ func TestCompileBombReconcileModule(t *testing.T) {
 	})
 
 	t.Run("compile worker", func(t *testing.T) {
-		start(t, e.cfg, e.operatorOptions(), operator.Options{
+		optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 			ReconcileModules: true,
 			Engine: operator.EngineOptions{Compile: engine.CompileOptions{MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
 				Worker: selfWorker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: 10 * time.Minute, Timeout: 15 * time.Second})}},
 			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
 		})
 		moduleFromBytes(t, e, "widget", v1, nil)
-		moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+		optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 
 		runtimeGC()
 		before := vmRSS(t)
 		base := resetPeakRSS(t)
 		moduleFromBytes(t, e, "bomb", testwasm.CompileBomb(4000, 4000, `{"name":"bomb","for":{"group":"test.wasmreconcile.io","version":"v1","kind":"Gadget"}}`), nil)
-		moduleCondition(t, e.c, "bomb", "Loading", metav1.ConditionTrue, "Fetching")
+		optest.ModuleCondition(t, e.C, "bomb", "Loading", metav1.ConditionTrue, "Fetching")
 
 		// Another ReconcileModule's change, while the bomb compiles.
 		changed := time.Now()
-		setSpec(t, e.c, "widget", func(s *v1alpha1.ReconcileModuleSpec) { s.Paused = true })
-		moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionFalse, "Paused")
+		setSpec(t, e.C, "widget", func(s *v1alpha1.ReconcileModuleSpec) { s.Paused = true })
+		optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionFalse, "Paused")
 		applied := time.Since(changed)
-		if c := conditionOf(t, e.c, "bomb", "Loading"); c == nil || c.Status != metav1.ConditionTrue {
+		if c := conditionOf(t, e.C, "bomb", "Loading"); c == nil || c.Status != metav1.ConditionTrue {
 			t.Fatalf("the bomb's load ended before the other change was seen (Loading %v): the test proves nothing", c)
 		}
 		t.Logf("another ReconcileModule's change was applied %s after it was made, while the bomb compiled", applied.Round(time.Millisecond))
 
-		rm := moduleCondition(t, e.c, "bomb", "LoadFailed", metav1.ConditionTrue, "InvalidModule")
+		rm := optest.ModuleCondition(t, e.C, "bomb", "LoadFailed", metav1.ConditionTrue, "InvalidModule")
 		msg := meta.FindStatusCondition(rm.Status.Conditions, "LoadFailed").Message
 		if !strings.Contains(msg, "the compile took longer than 15s (--compile-timeout)") {
 			t.Errorf("LoadFailed message %q, want the compile worker's timeout", msg)
@@ -225,13 +226,13 @@ var hogWasm []byte
 // budget, the other calls wait (counted, and a Warning Event on their
 // object) instead of growing; and this process's peak resident set rises
 // by less than the budget and a margin. Without the budget three
-// instances held 768 MiB; without the rule that a manifest may not ask for
+// instances held 768 MiB; without the optest.Rule that a manifest may not ask for
 // more than the operator allows, 3 GiB.
 func TestMemoryBudgetHoldsAManifestAsking4GiB(t *testing.T) {
 	if resetPeakRSS(t) == 0 {
 		t.Fatal("no /proc/self/clear_refs: the test cannot read the peak resident set")
 	}
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	hog := filepath.Join(t.TempDir(), "hog.wasm")
@@ -239,7 +240,7 @@ func TestMemoryBudgetHoldsAManifestAsking4GiB(t *testing.T) {
 		t.Fatal(err)
 	}
 	const budget = 384 << 20
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		Modules:    []string{hog},
 		Registerer: reg,
 		Policy:     policy.Policy{Limits: engine.Limits{MemoryLimitPages: 4096, Timeout: 3 * time.Second}},
@@ -248,12 +249,12 @@ func TestMemoryBudgetHoldsAManifestAsking4GiB(t *testing.T) {
 	runtimeGC()
 	base := resetPeakRSS(t)
 	for i := range 3 {
-		if err := e.c.Create(ctx, gadget(e.ns, fmt.Sprintf("hog-%d", i), "")); err != nil {
+		if err := e.C.Create(ctx, optest.Gadget(e.NS, fmt.Sprintf("hog-%d", i), "")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	testenv.Eventually(t, 3*time.Minute, "two calls waited for the budget", func() error {
-		if n := gather(t, reg, "wasmreconcile_memory_budget_events_total", map[string]string{"event": "wait"}); n < 2 {
+		if n := optest.Gather(t, reg, "wasmreconcile_memory_budget_events_total", map[string]string{"event": "wait"}); n < 2 {
 			return fmt.Errorf("%v waits", n)
 		}
 		return nil
@@ -275,16 +276,16 @@ func TestMemoryBudgetHoldsAManifestAsking4GiB(t *testing.T) {
 	if peak-base > budget+128<<20 {
 		t.Errorf("the peak resident set rose by %d MiB, over the budget of %d MiB and a 128 MiB margin", (peak-base)>>20, budget>>20)
 	}
-	if n := gather(t, reg, "wasmreconcile_memory_budget_bytes", map[string]string{"state": "limit"}); n != budget {
+	if n := optest.Gather(t, reg, "wasmreconcile_memory_budget_bytes", map[string]string{"state": "limit"}); n != budget {
 		t.Errorf("wasmreconcile_memory_budget_bytes{state=limit} = %v, want %d", n, budget)
 	}
 }
 
 // hasEvent reports whether the object name of the test's namespace has an
 // Event with reason.
-func hasEvent(e env, name, reason string) bool {
+func hasEvent(e optest.Env, name, reason string) bool {
 	var list eventsv1.EventList
-	if err := e.c.List(context.Background(), &list, client.InNamespace(e.ns)); err != nil {
+	if err := e.C.List(context.Background(), &list, client.InNamespace(e.NS)); err != nil {
 		return false
 	}
 	for _, ev := range list.Items {

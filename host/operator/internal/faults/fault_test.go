@@ -1,4 +1,4 @@
-package operator_test
+package faults_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -25,17 +26,17 @@ const widgetLabel = "Widget.examples.wasmreconcile.io" // the informer metrics' 
 // cuts every connection twice, and checks that watches restart (counted by
 // reason) and that changes made around the cuts are all reconciled.
 func TestWatchesSurviveCutConnections(t *testing.T) {
-	e := newEnv(t)
-	viaProxy, proxy := startBehindProxy(t, e.cfg)
+	e := optest.NewEnv(t)
+	viaProxy, proxy := optest.StartBehindProxy(t, e.Cfg)
 	reg := prometheus.NewRegistry()
-	start(t, viaProxy, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
+	optest.Start(t, viaProxy, e.OperatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
 	ctx := context.Background()
-	if err := e.c.Create(ctx, widget(e.ns, "before", 1)); err != nil { // the test's own client bypasses the proxy
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "before", 1)); err != nil { // the test's own client bypasses the proxy
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "before", "1 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "before", "1 x grey")
 	restarts := func() float64 {
-		return gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel})
+		return optest.Gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel})
 	}
 	base := restarts()
 	for round, size := range []int64{2, 3} {
@@ -43,13 +44,13 @@ func TestWatchesSurviveCutConnections(t *testing.T) {
 			t.Fatalf("round %d: no connection to cut", round)
 		}
 		// Changes while the watch is down must not be lost.
-		updateWidgetSize(t, e.c, e.ns, "before", size)
-		waitSummary(t, e.c, e.ns, "before", fmt.Sprintf("%d x grey", size))
+		optest.UpdateWidgetSize(t, e.C, e.NS, "before", size)
+		optest.WaitSummary(t, e.C, e.NS, "before", fmt.Sprintf("%d x grey", size))
 	}
-	if err := e.c.Create(ctx, widget(e.ns, "after", 7)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "after", 7)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "after", "7 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "after", "7 x grey")
 	if got := restarts() - base; got < 2 {
 		t.Errorf("watch restarts counted: %v, want at least 2 (one per cut)", got)
 	}
@@ -59,21 +60,21 @@ func TestWatchesSurviveCutConnections(t *testing.T) {
 // timeout: initial lists time out, so the operator is not ready and
 // reconciles nothing; when the latency is lifted it syncs and converges.
 func TestSlowAPIServer(t *testing.T) {
-	e := newEnv(t)
-	viaProxy, proxy := startBehindProxy(t, e.cfg)
+	e := optest.NewEnv(t)
+	viaProxy, proxy := optest.StartBehindProxy(t, e.Cfg)
 	ctx := context.Background()
-	if err := e.c.Create(ctx, widget(e.ns, "patient", 5)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "patient", 5)); err != nil {
 		t.Fatal(err)
 	}
 	proxy.SetLatency(3 * time.Second) // every response, past the 1 s list timeout below
-	mo := e.operatorOptions()
+	mo := e.OperatorOptions()
 	mo.Informers = informer.Options{ListTimeout: time.Second}
 	reg := prometheus.NewRegistry()
-	op := start(t, viaProxy, mo, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
+	op := optest.Start(t, viaProxy, mo, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
 	// A positive barrier: two whole lists of Widgets have ended (each
 	// timed out), so the operator has had its chances to sync.
 	deadline := time.Now().Add(2 * time.Minute)
-	for gather(t, reg, "wasmreconcile_informer_list_duration_seconds", map[string]string{"kind": widgetLabel}) < 2 {
+	for optest.Gather(t, reg, "wasmreconcile_informer_list_duration_seconds", map[string]string{"kind": widgetLabel}) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the operator never tried to list Widgets twice")
 		}
@@ -82,15 +83,15 @@ func TestSlowAPIServer(t *testing.T) {
 	if err := op.Ready(); err == nil {
 		t.Error("ready although no list could complete")
 	}
-	got := widget(e.ns, "patient", 0)
-	if err := e.c.Get(ctx, client.ObjectKeyFromObject(got), got); err != nil {
+	got := optest.Widget(e.NS, "patient", 0)
+	if err := e.C.Get(ctx, client.ObjectKeyFromObject(got), got); err != nil {
 		t.Fatal(err)
 	}
 	if _, found, _ := unstructured.NestedFieldNoCopy(got.Object, "status"); found {
 		t.Error("reconciled although the cache never synced")
 	}
 	proxy.SetLatency(0)
-	waitSummary(t, e.c, e.ns, "patient", "5 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "patient", "5 x grey")
 	if err := op.Ready(); err != nil {
 		t.Errorf("not ready after converging: %v", err)
 	}
@@ -102,8 +103,8 @@ func TestSlowAPIServer(t *testing.T) {
 // on a watch. The informers must relist as client-go prescribes, count what
 // happened, and the operator must still converge every Widget.
 func TestInjectedAPIErrors(t *testing.T) {
-	e := newEnv(t)
-	proxy, err := faultproxy.StartHTTP(e.cfg)
+	e := optest.NewEnv(t)
+	proxy, err := faultproxy.StartHTTP(e.Cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestInjectedAPIErrors(t *testing.T) {
 	ctx := context.Background()
 	const n = 5
 	for i := 0; i < n; i++ {
-		if err := e.c.Create(ctx, widget(e.ns, fmt.Sprintf("w%d", i), int64(i))); err != nil {
+		if err := e.C.Create(ctx, optest.Widget(e.NS, fmt.Sprintf("w%d", i), int64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -124,26 +125,26 @@ func TestInjectedAPIErrors(t *testing.T) {
 	gone := proxy.Add(&faultproxy.Rule{Times: 1, Code: 410, Reason: metav1.StatusReasonGone,
 		Match: func(r *http.Request) bool { return widgets(r) && q(r, "watch") == "true" }})
 
-	mo := e.operatorOptions()
+	mo := e.OperatorOptions()
 	mo.Informers = informer.Options{PageSize: 2} // 5 Widgets: three pages, two continue tokens
 	reg := prometheus.NewRegistry()
-	start(t, proxy.Config(), mo, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
+	optest.Start(t, proxy.Config(), mo, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}, Registerer: reg})
 	for i := 0; i < n; i++ {
-		waitSummary(t, e.c, e.ns, fmt.Sprintf("w%d", i), fmt.Sprintf("%d x grey", i))
+		optest.WaitSummary(t, e.C, e.NS, fmt.Sprintf("w%d", i), fmt.Sprintf("%d x grey", i))
 	}
 	// A change after the faults is seen too.
-	if err := e.c.Create(ctx, widget(e.ns, "late", 9)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "late", 9)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "late", "9 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "late", "9 x grey")
 
 	if serverError.Hits() != 1 || expired.Hits() != 1 || gone.Hits() != 1 {
 		t.Fatalf("faults not all injected: 500 %d, expired %d, gone %d\n%s", serverError.Hits(), expired.Hits(), gone.Hits(), strings.Join(proxy.Requests(), "\n"))
 	}
-	if got := gather(t, reg, "wasmreconcile_informer_list_expired_total", map[string]string{"kind": widgetLabel}); got != 1 {
+	if got := optest.Gather(t, reg, "wasmreconcile_informer_list_expired_total", map[string]string{"kind": widgetLabel}); got != 1 {
 		t.Errorf("expired continue tokens counted: %v, want 1", got)
 	}
-	if got := gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel, "reason": "gone"}); got < 1 {
+	if got := optest.Gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel, "reason": "gone"}); got < 1 {
 		t.Errorf("watch restarts for gone counted: %v, want >= 1", got)
 	}
 }

@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -21,13 +21,14 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // TestReconcileModuleLimitsSchema: the API server refuses spec.limits over
 // the CRD's absolute maxima.
 func TestReconcileModuleLimitsSchema(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	for _, bad := range []struct {
 		limits v1alpha1.Limits
 		want   []string
@@ -38,9 +39,9 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 	} {
 		rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "over-maxima"}, Spec: v1alpha1.ReconcileModuleSpec{
 			Source: v1alpha1.Source{SHA256: strings.Repeat("0", 64), File: "/m/a.wasm"}, Limits: bad.limits}}
-		err := e.c.Create(context.Background(), rm)
+		err := e.C.Create(context.Background(), rm)
 		if err == nil {
-			_ = e.c.Delete(context.Background(), rm)
+			_ = e.C.Delete(context.Background(), rm)
 			t.Errorf("creating a ReconcileModule with limits %+v succeeded, want it refused", bad.limits)
 			continue
 		}
@@ -51,8 +52,8 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 		}
 	}
 	// At the maxima it is admitted (the operator's ceilings clamp it).
-	rm := createModule(t, e.c, "at-maxima", v1alpha1.Source{SHA256: strings.Repeat("0", 64), File: "/m/a.wasm"})
-	setSpec(t, e.c, rm.Name, func(spec *v1alpha1.ReconcileModuleSpec) {
+	rm := optest.CreateModule(t, e.C, "at-maxima", v1alpha1.Source{SHA256: strings.Repeat("0", 64), File: "/m/a.wasm"})
+	setSpec(t, e.C, rm.Name, func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Limits = v1alpha1.Limits{Fuel: 1_000_000_000_000, MemoryPages: 65536, Timeout: &metav1.Duration{Duration: time.Hour}}
 	})
 }
@@ -63,9 +64,9 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 // by a reload that clamps the same, and its calls run under the clamped
 // limits. Limits within the ceilings clear the condition.
 func TestReconcileModuleCeilings(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ceilings := engine.Limits{Fuel: 100_000, Timeout: 2 * time.Second, MemoryLimitPages: 512}
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, Engine: operator.EngineOptions{Ceilings: ceilings}, ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second}})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{ReconcileModules: true, Engine: operator.EngineOptions{Ceilings: ceilings}, ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second}})
 	ctx := context.Background()
 
 	b := testwasm.BuildVersion(t, "./widget", "1")
@@ -77,12 +78,12 @@ func TestReconcileModuleCeilings(t *testing.T) {
 		Source: v1alpha1.Source{SHA256: supervisor.Digest(b), File: file},
 		Limits: v1alpha1.Limits{Fuel: 1_000_000_000, Timeout: &metav1.Duration{Duration: 10 * time.Minute}, MemoryPages: 65536},
 	}}
-	if err := e.c.Create(ctx, rm); err != nil {
+	if err := e.C.Create(ctx, rm); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = e.c.Delete(context.Background(), rm) })
+	t.Cleanup(func() { _ = e.C.Delete(context.Background(), rm) })
 
-	got := moduleCondition(t, e.c, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionTrue, modulecontroller.ReasonLimitsClamped)
+	got := optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionTrue, modulecontroller.ReasonLimitsClamped)
 	msg := meta.FindStatusCondition(got.Status.Conditions, modulecontroller.ConditionLimitsClamped).Message
 	for _, want := range []string{
 		"fuel 1000000000 clamped to the ceiling 100000 (--max-fuel)",
@@ -100,18 +101,18 @@ func TestReconcileModuleCeilings(t *testing.T) {
 	if got.Status.EffectiveLimits == nil || *got.Status.EffectiveLimits != want {
 		t.Errorf("status.effectiveLimits = %+v, want %+v", got.Status.EffectiveLimits, want)
 	}
-	if ev := waitModuleEvent(t, e.c, got.UID, modulecontroller.ReasonLimitsClamped); !strings.Contains(ev, "fuel 1000000000 clamped") {
+	if ev := waitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonLimitsClamped); !strings.Contains(ev, "fuel 1000000000 clamped") {
 		t.Errorf("LimitsClamped Event %q", ev)
 	}
 
 	// The module runs under the clamped fuel: a Widget's reconcile needs
 	// about 400,000 units, more than the ceiling, never the spec's 10^9.
-	if err := e.c.Create(ctx, widget(e.ns, "w", 2)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "w", 2)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 2*time.Minute, "a FuelExhausted Event on the Widget with the ceiling as budget", func() error {
 		var events corev1.EventList
-		if err := e.c.List(ctx, &events, client.InNamespace(e.ns)); err != nil {
+		if err := e.C.List(ctx, &events, client.InNamespace(e.NS)); err != nil {
 			return err
 		}
 		for _, ev := range events.Items {
@@ -128,12 +129,12 @@ func TestReconcileModuleCeilings(t *testing.T) {
 	// A reload that clamps the same (a new config) records no second
 	// Event. (An Event recorded late would make this pass wrongly, never
 	// fail wrongly.)
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Config = &apiextensionsv1.JSON{Raw: []byte(`{"reloaded":true}`)}
 	})
 	testenv.Eventually(t, 2*time.Minute, "the new config loaded", func() error {
 		rm := &v1alpha1.ReconcileModule{}
-		if err := e.c.Get(ctx, client.ObjectKey{Name: "widget"}, rm); err != nil {
+		if err := e.C.Get(ctx, client.ObjectKey{Name: "widget"}, rm); err != nil {
 			return err
 		}
 		if c := meta.FindStatusCondition(rm.Status.Conditions, modulecontroller.ConditionLoading); rm.Status.ObservedGeneration != rm.Generation || c == nil || c.Status != metav1.ConditionFalse {
@@ -142,7 +143,7 @@ func TestReconcileModuleCeilings(t *testing.T) {
 		return nil
 	})
 	var events corev1.EventList
-	if err := e.c.List(ctx, &events); err != nil {
+	if err := e.C.List(ctx, &events); err != nil {
 		t.Fatal(err)
 	}
 	n := int32(0)
@@ -156,10 +157,10 @@ func TestReconcileModuleCeilings(t *testing.T) {
 	}
 
 	// Limits within the ceilings: nothing clamped, the condition clears.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Limits = v1alpha1.Limits{Fuel: 90_000, Timeout: &metav1.Duration{Duration: time.Second}, MemoryPages: 512}
 	})
-	got = moduleCondition(t, e.c, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionFalse, modulecontroller.ReasonWithinCeilings)
+	got = optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionFalse, modulecontroller.ReasonWithinCeilings)
 	want = v1alpha1.EffectiveLimits{Fuel: 90_000, Timeout: metav1.Duration{Duration: time.Second}, MemoryPages: 512}
 	if got.Status.EffectiveLimits == nil || *got.Status.EffectiveLimits != want {
 		t.Errorf("status.effectiveLimits = %+v, want %+v", got.Status.EffectiveLimits, want)

@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 	"github.com/wasmreconcile/wasmreconcile/internal/testregistry"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
@@ -34,7 +35,7 @@ import (
 // rolls out; a sha256 given beside the digest must match; and with the
 // registry gone, the blob cache still loads a version fetched before.
 func TestReconcileModuleFromOCI(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg, err := testregistry.Start(testregistry.Options{Username: "puller", Password: "pull-pw"})
 	if err != nil {
@@ -56,14 +57,14 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "regcred"},
+	if err := e.C.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "regcred"},
 		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{corev1.DockerConfigJsonKey: reg.DockerConfigJSON("puller", "pull-pw")}}); err != nil {
 		t.Fatal(err)
 	}
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		ReconcileModules: true,
-		Sources:          operator.SourceOptions{Namespaces: []string{e.ns}, URLAllowPrivate: true, CacheDir: t.TempDir()},
+		Sources:          operator.SourceOptions{Namespaces: []string{e.NS}, URLAllowPrivate: true, CacheDir: t.TempDir()},
 	})
 
 	// Admission: a tag without a digest, and a non-oci source without a
@@ -76,37 +77,37 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 		{v1alpha1.Source{File: "/m/widget.wasm"}, "only an oci source"},
 		{v1alpha1.Source{OCI: &v1alpha1.OCISource{Ref: ref1.String()}, File: "/m/widget.wasm"}, "set exactly one of"},
 	} {
-		err := e.c.Create(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{Source: bad.src}})
+		err := e.C.Create(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}, Spec: v1alpha1.ReconcileModuleSpec{Source: bad.src}})
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("creating a ReconcileModule with source %+v: %v, want an admission error containing %q", bad.src, err, bad.want)
 		}
 	}
 
 	// No credentials: the registry's 401, with what to do.
-	createModule(t, e.c, "widget", v1alpha1.Source{OCI: &v1alpha1.OCISource{Ref: ref1.String()}})
-	rm := moduleCondition(t, e.c, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
+	optest.CreateModule(t, e.C, "widget", v1alpha1.Source{OCI: &v1alpha1.OCISource{Ref: ref1.String()}})
+	rm := optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
 	if msg := rm.Status.LastError; !strings.Contains(msg, "HTTP 401") || !strings.Contains(msg, "spec.source.oci.pullSecret") {
 		t.Errorf("status.lastError = %q, want the registry's 401 and the pull Secret to set", msg)
 	}
 
 	// With the pull Secret, v1 serves.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
-		spec.Source.OCI.PullSecret = &v1alpha1.SecretRef{Namespace: e.ns, Name: "regcred"}
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Source.OCI.PullSecret = &v1alpha1.SecretRef{Namespace: e.NS, Name: "regcred"}
 	})
-	rm = moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	rm = optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 	if rm.Status.Digest != supervisor.Digest(v1) {
 		t.Errorf("status.digest = %s, want the module's %s", rm.Status.Digest, supervisor.Digest(v1))
 	}
-	if err := e.c.Create(ctx, widget(e.ns, "from-oci", 2)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "from-oci", 2)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "from-oci", "2 x grey")
-	waitVersion(t, e.c, e.ns, []string{"from-oci"}, "1", time.Now())
+	optest.WaitSummary(t, e.C, e.NS, "from-oci", "2 x grey")
+	optest.WaitVersion(t, e.C, e.NS, []string{"from-oci"}, "1", time.Now())
 
 	// A digest the registry does not have: refused, v1 keeps serving.
 	missing := "oci://" + reg.Host + "/modules/widget@sha256:" + strings.Repeat("e", 64)
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref = missing })
-	rm = moduleCondition(t, e.c, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref = missing })
+	rm = optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
 	if msg := rm.Status.LastError; !strings.Contains(msg, "no such repository or digest") {
 		t.Errorf("status.lastError = %q, want the digest refused", msg)
 	}
@@ -115,27 +116,27 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 	}
 
 	// A sha256 beside the digest must match what the digest names.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source.OCI.Ref, spec.Source.SHA256 = ref2.String(), supervisor.Digest(v1)
 	})
-	moduleCondition(t, e.c, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonDigestMismatch)
+	optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonDigestMismatch)
 
 	// v2's digest rolls out.
 	since := time.Now()
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
-	moduleCondition(t, e.c, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionFalse, modulecontroller.ReasonLoaded)
-	waitVersion(t, e.c, e.ns, []string{"from-oci"}, "2", since)
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
+	optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionFalse, modulecontroller.ReasonLoaded)
+	optest.WaitVersion(t, e.C, e.NS, []string{"from-oci"}, "2", since)
 
 	// With the registry gone, v1 (fetched before) loads from the cache; a
 	// digest never fetched fails naming the registry.
 	reg.Close()
 	since = time.Now()
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref, spec.Source.SHA256 = ref1.String(), "" })
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref, spec.Source.SHA256 = ref1.String(), "" })
 	// LoadFailed was False already: wait for the condition of this
 	// generation.
 	testenv.Eventually(t, 2*time.Minute, "LoadFailed=False of the spec naming v1 again", func() error {
 		rm := &v1alpha1.ReconcileModule{}
-		if err := e.c.Get(ctx, client.ObjectKey{Name: "widget"}, rm); err != nil {
+		if err := e.C.Get(ctx, client.ObjectKey{Name: "widget"}, rm); err != nil {
 			return err
 		}
 		c := meta.FindStatusCondition(rm.Status.Conditions, modulecontroller.ConditionLoadFailed)
@@ -144,5 +145,5 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 		}
 		return nil
 	})
-	waitVersion(t, e.c, e.ns, []string{"from-oci"}, "1", since)
+	optest.WaitVersion(t, e.C, e.NS, []string{"from-oci"}, "1", since)
 }

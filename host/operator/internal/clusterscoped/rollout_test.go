@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -65,7 +66,7 @@ func shadowCount(t *testing.T, reg prometheus.Gatherer, module, result string) f
 // is reconciled (and the guest called) again.
 func resize(t *testing.T, c client.Client, ns, name string, size int64) {
 	t.Helper()
-	w := widget(ns, name, 0)
+	w := optest.Widget(ns, name, 0)
 	testenv.Update(t, c, w, func() { _ = unstructured.SetNestedField(w.Object, size, "spec", "size") })
 }
 
@@ -78,10 +79,10 @@ func resize(t *testing.T, c client.Client, ns, name string, size int64) {
 // other bytes) is promoted after promote.afterAgreeing agreeing calls,
 // with an Event; removing spec.candidate rolls back to spec.source.
 func TestShadowRollout(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, Registerer: reg, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{ReconcileModules: true, Registerer: reg, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
@@ -103,24 +104,24 @@ func TestShadowRollout(t *testing.T) {
 		Source:    src(v1, "v1.wasm"),
 		Candidate: &v1alpha1.Candidate{Source: src(v2, "v2.wasm"), Promote: &v1alpha1.Promote{AfterAgreeing: 1}},
 	}}
-	if err := e.c.Create(ctx, rm); err != nil {
+	if err := e.C.Create(ctx, rm); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := e.c.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
+		if err := e.C.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting ReconcileModule: %v", err)
 		}
 	})
-	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 
 	// A candidate that differs is held.
 	names := []string{"shadow-a", "shadow-b", "shadow-c"}
 	for _, n := range names {
-		if err := e.c.Create(ctx, widget(e.ns, n, 2)); err != nil {
+		if err := e.C.Create(ctx, optest.Widget(e.NS, n, 2)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := waitRollout(t, e.c, "widget", "3 differences counted", func(rm *v1alpha1.ReconcileModule) error {
+	got := waitRollout(t, e.C, "widget", "3 differences counted", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Differences < int64(len(names)) {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -130,7 +131,7 @@ func TestShadowRollout(t *testing.T) {
 	if cs.Digest != supervisor.Digest(v2) || cs.Agreements != 0 || cs.CandidateErrors != 0 || got.Status.Rollout.Promoted != nil || got.Status.Digest != supervisor.Digest(v1) {
 		t.Fatalf("a differing candidate: digest %s, rollout %+v", got.Status.Digest, got.Status.Rollout)
 	}
-	if len(cs.FirstDifferences) == 0 || !strings.Contains(cs.FirstDifferences[0], e.ns+"/shadow-") ||
+	if len(cs.FirstDifferences) == 0 || !strings.Contains(cs.FirstDifferences[0], e.NS+"/shadow-") ||
 		!strings.Contains(cs.FirstDifferences[0], "status.conditions[") || !strings.Contains(cs.FirstDifferences[0], "widget v1") ||
 		!strings.Contains(cs.FirstDifferences[0], "widget v2") {
 		t.Errorf("firstDifferences %q, want the object, the field and both answers", cs.FirstDifferences)
@@ -139,29 +140,29 @@ func TestShadowRollout(t *testing.T) {
 		t.Errorf("wasmreconcile_shadow_comparisons_total{result=differ} = %v, want at least %d", n, len(names))
 	}
 	for _, n := range names {
-		w := widget(e.ns, n, 0)
-		if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+		w := optest.Widget(e.NS, n, 0)
+		if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 			t.Fatal(err)
 		}
-		if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v1") {
+		if msg := optest.ReadyMessage(w); !strings.HasSuffix(msg, "by widget v1") {
 			t.Errorf("Widget %s: Ready message %q; the candidate's answer was written", n, msg)
 		}
 	}
 
 	// A candidate that agrees is promoted after 3 agreeing calls.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Candidate = &v1alpha1.Candidate{Source: src(same, "same.wasm"), Promote: &v1alpha1.Promote{AfterAgreeing: 3}}
 	})
-	waitRollout(t, e.c, "widget", "the agreeing candidate running", func(rm *v1alpha1.ReconcileModule) error {
+	waitRollout(t, e.C, "widget", "the agreeing candidate running", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Digest != supervisor.Digest(same) || rm.Status.ObservedGeneration != rm.Generation {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
 		return nil
 	})
 	for i, n := range names {
-		resize(t, e.c, e.ns, n, int64(3+i))
+		resize(t, e.C, e.NS, n, int64(3+i))
 	}
-	got = waitRollout(t, e.c, "widget", "the candidate promoted", func(rm *v1alpha1.ReconcileModule) error {
+	got = waitRollout(t, e.C, "widget", "the candidate promoted", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Promoted == nil {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -172,40 +173,40 @@ func TestShadowRollout(t *testing.T) {
 		got.Status.Digest != supervisor.Digest(same) {
 		t.Fatalf("promotion %+v, status.digest %s", p, got.Status.Digest)
 	}
-	if msg := waitModuleEvent(t, e.c, got.UID, modulecontroller.ReasonPromoted); !strings.Contains(msg, "remove spec.candidate to roll back") {
+	if msg := waitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonPromoted); !strings.Contains(msg, "remove spec.candidate to roll back") {
 		t.Errorf("Promoted Event %q", msg)
 	}
 	testenv.Eventually(t, time.Minute, "the promoted digest in wasmreconcile_module_info", func() error {
-		if d := moduleInfoDigests(t, reg, "widget"); len(d) != 1 || d[0] != supervisor.Digest(same) {
+		if d := optest.ModuleInfoDigests(t, reg, "widget"); len(d) != 1 || d[0] != supervisor.Digest(same) {
 			return fmt.Errorf("digests %v", d)
 		}
 		return nil
 	})
 
 	// The promotion served the candidate's compiled code: a cached load.
-	if n := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 1 {
+	if n := optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 1 {
 		t.Errorf("promotion: %v cached loads, want the candidate's compiled code reused", n)
 	}
 
 	// Removing the candidate rolls back to spec.source, still compiled.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
-	waitRollout(t, e.c, "widget", "rolled back to spec.source", func(rm *v1alpha1.ReconcileModule) error {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
+	waitRollout(t, e.C, "widget", "rolled back to spec.source", func(rm *v1alpha1.ReconcileModule) error {
 		if rm.Status.ObservedGeneration != rm.Generation || rm.Status.Digest != supervisor.Digest(v1) || rm.Status.Rollout != nil {
 			return fmt.Errorf("generation %d/%d, digest %s, rollout %+v", rm.Status.ObservedGeneration, rm.Generation, rm.Status.Digest, rm.Status.Rollout)
 		}
 		return nil
 	})
-	if n := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 2 {
+	if n := optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "cached"}); n < 2 {
 		t.Errorf("rollback: %v cached loads in all, want the previous version swapped back in without a compile", n)
 	}
 
 	// A candidate that is another module is refused; the serving version
 	// is untouched.
 	other := testwasm.Build(t, "./internal/testguests/misbehave")
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Candidate = &v1alpha1.Candidate{Source: src(other, "other.wasm")}
 	})
-	got = waitRollout(t, e.c, "widget", "another module refused as a candidate", func(rm *v1alpha1.ReconcileModule) error {
+	got = waitRollout(t, e.C, "widget", "another module refused as a candidate", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; rm.Status.ObservedGeneration != rm.Generation || r == nil || r.Candidate == nil || r.Candidate.LastError == "" {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -215,7 +216,7 @@ func TestShadowRollout(t *testing.T) {
 		got.Status.Digest != supervisor.Digest(v1) {
 		t.Errorf("candidate of another module: lastError %q, serving %s", msg, got.Status.Digest)
 	}
-	waitModuleEvent(t, e.c, got.UID, modulecontroller.ReasonCandidateFailed)
+	waitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonCandidateFailed)
 }
 
 // TestCanaryRollout runs a candidate as a canary against the real API
@@ -225,9 +226,9 @@ func TestShadowRollout(t *testing.T) {
 // only the labelled object is, and the percent's objects go back at once;
 // removing the candidate gives every object back to spec.source.
 func TestCanaryRollout(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{ReconcileModules: true, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	dir := t.TempDir()
 	write := func(name string, b []byte) v1alpha1.Source {
 		p := filepath.Join(dir, name)
@@ -242,7 +243,7 @@ func TestCanaryRollout(t *testing.T) {
 	var canary, stable []string
 	for i := 0; len(canary) < 2 || len(stable) < 2; i++ {
 		n := fmt.Sprintf("canary-%d", i)
-		if shadow.InShare(e.ns, n, 50) {
+		if shadow.InShare(e.NS, n, 50) {
 			canary = append(canary, n)
 		} else {
 			stable = append(stable, n)
@@ -253,17 +254,17 @@ func TestCanaryRollout(t *testing.T) {
 		Source:    v1,
 		Candidate: &v1alpha1.Candidate{Source: v2, Canary: &v1alpha1.Canary{Percent: &half}},
 	}}
-	if err := e.c.Create(ctx, rm); err != nil {
+	if err := e.C.Create(ctx, rm); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := e.c.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
+		if err := e.C.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("deleting ReconcileModule: %v", err)
 		}
 	})
-	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 	for _, n := range append(append([]string(nil), canary...), stable...) {
-		if err := e.c.Create(ctx, widget(e.ns, n, 1)); err != nil {
+		if err := e.C.Create(ctx, optest.Widget(e.NS, n, 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -271,11 +272,11 @@ func TestCanaryRollout(t *testing.T) {
 		t.Helper()
 		testenv.Eventually(t, 3*time.Minute, what, func() error {
 			for n, v := range want {
-				w := widget(e.ns, n, 0)
-				if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+				w := optest.Widget(e.NS, n, 0)
+				if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 					return err
 				}
-				if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v"+v) {
+				if msg := optest.ReadyMessage(w); !strings.HasSuffix(msg, "by widget v"+v) {
 					return fmt.Errorf("%s: %q, want widget v%s", n, msg, v)
 				}
 			}
@@ -290,7 +291,7 @@ func TestCanaryRollout(t *testing.T) {
 		want[n] = "1"
 	}
 	servedBy("the 50% share served by the candidate, the rest by spec.source", want)
-	got := waitRollout(t, e.c, "widget", "the canary's calls counted", func(rm *v1alpha1.ReconcileModule) error {
+	got := waitRollout(t, e.C, "widget", "the canary's calls counted", func(rm *v1alpha1.ReconcileModule) error {
 		c := rm.Status.Rollout
 		if c == nil || c.Candidate == nil || c.Candidate.ServedByCandidate < int64(len(canary)) || c.Candidate.ServedByServing < int64(len(stable)) {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
@@ -303,9 +304,9 @@ func TestCanaryRollout(t *testing.T) {
 
 	// A selector: only the labelled object; the percent's objects go back.
 	labelled := stable[0]
-	w := widget(e.ns, labelled, 0)
-	testenv.Update(t, e.c, w, func() { w.SetLabels(map[string]string{"track": "canary"}) })
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	w := optest.Widget(e.NS, labelled, 0)
+	testenv.Update(t, e.C, w, func() { w.SetLabels(map[string]string{"track": "canary"}) })
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Candidate.Canary = &v1alpha1.Canary{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}}
 	})
 	for n := range want {
@@ -313,7 +314,7 @@ func TestCanaryRollout(t *testing.T) {
 	}
 	want[labelled] = "2"
 	servedBy("only the labelled object served by the candidate", want)
-	waitRollout(t, e.c, "widget", "the selector in status", func(rm *v1alpha1.ReconcileModule) error {
+	waitRollout(t, e.C, "widget", "the selector in status", func(rm *v1alpha1.ReconcileModule) error {
 		if c := rm.Status.Rollout; c == nil || c.Candidate == nil || c.Candidate.Canary != "objects matching track=canary" {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -321,7 +322,7 @@ func TestCanaryRollout(t *testing.T) {
 	})
 
 	// No candidate: every object back to spec.source.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
 	want[labelled] = "1"
 	servedBy("every object served by spec.source", want)
 }

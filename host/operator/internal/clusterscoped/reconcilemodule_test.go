@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"bytes"
@@ -16,9 +16,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,43 +26,9 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
-
-// createModule creates a ReconcileModule and deletes it when the test ends:
-// ReconcileModules are cluster-scoped, so tests sharing a control plane
-// must not leave theirs behind.
-func createModule(t *testing.T, c client.Client, name string, src v1alpha1.Source) *v1alpha1.ReconcileModule {
-	t.Helper()
-	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ReconcileModuleSpec{Source: src}}
-	if err := c.Create(context.Background(), rm); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Delete(context.Background(), rm); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("deleting ReconcileModule %s: %v", name, err)
-		}
-	})
-	return rm
-}
-
-// moduleCondition waits until the ReconcileModule's condition typ has status
-// and, if reason is not empty, reason; it returns the object.
-func moduleCondition(t *testing.T, c client.Client, name, typ string, status metav1.ConditionStatus, reason string) *v1alpha1.ReconcileModule {
-	t.Helper()
-	rm := &v1alpha1.ReconcileModule{}
-	testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("ReconcileModule %s %s=%s (%s)", name, typ, status, reason), func() error {
-		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, rm); err != nil {
-			return err
-		}
-		cond := meta.FindStatusCondition(rm.Status.Conditions, typ)
-		if cond == nil || cond.Status != status || (reason != "" && cond.Reason != reason) {
-			return fmt.Errorf("conditions %v", rm.Status.Conditions)
-		}
-		return nil
-	})
-	return rm
-}
 
 // setSpec changes a ReconcileModule's spec, retrying on conflicts.
 func setSpec(t *testing.T, c client.Client, name string, mutate func(spec *v1alpha1.ReconcileModuleSpec)) {
@@ -112,13 +77,13 @@ func gz(t *testing.T, b []byte) []byte {
 // rollback, pause and resume, new controller settings, status statistics,
 // and deletion.
 func TestReconcileModuleLifecycle(t *testing.T) {
-	e := newEnv(t)
-	mo := e.operatorOptions()
+	e := optest.NewEnv(t)
+	mo := e.OperatorOptions()
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, mo, operator.Options{
+	op := optest.Start(t, e.Cfg, mo, operator.Options{
 		ReconcileModules: true,
 		Registerer:       reg,
-		Sources:          operator.SourceOptions{Namespaces: []string{e.ns}, URLAllowPrivate: true},
+		Sources:          operator.SourceOptions{Namespaces: []string{e.NS}, URLAllowPrivate: true},
 		ModuleController: operator.ModuleControllerOptions{StatusInterval: time.Second},
 	})
 	ctx := context.Background()
@@ -135,124 +100,124 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 		{"refused", v1alpha1.Source{SHA256: "abc", File: "/m/a.wasm"}, "spec.source.sha256"},
 		{"Not_A_Module", v1alpha1.Source{SHA256: supervisor.Digest(v1)[7:], File: "/m/a.wasm"}, "metadata.name must be a DNS label"},
 	} {
-		err := e.c.Create(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: bad.name}, Spec: v1alpha1.ReconcileModuleSpec{Source: bad.src}})
+		err := e.C.Create(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: bad.name}, Spec: v1alpha1.ReconcileModuleSpec{Source: bad.src}})
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("creating ReconcileModule %s with source %+v: %v, want an admission error containing %q", bad.name, bad.src, err, bad.want)
 		}
 	}
 
 	// A ConfigMap source.
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "widget-module"},
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "widget-module"},
 		BinaryData: map[string][]byte{"module.wasm.gz": gz(t, v1)}}
-	if err := e.c.Create(ctx, cm); err != nil {
+	if err := e.C.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	createModule(t, e.c, "widget", v1alpha1.Source{SHA256: supervisor.Digest(v1), ConfigMap: &v1alpha1.KeyRef{Namespace: e.ns, Name: "widget-module"}})
-	rm := moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	optest.CreateModule(t, e.C, "widget", v1alpha1.Source{SHA256: supervisor.Digest(v1), ConfigMap: &v1alpha1.KeyRef{Namespace: e.NS, Name: "widget-module"}})
+	rm := optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 	if rm.Status.Digest != supervisor.Digest(v1) {
 		t.Errorf("status.digest = %s, want %s", rm.Status.Digest, supervisor.Digest(v1))
 	}
-	if err := e.c.Create(ctx, widget(e.ns, "managed", 3)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "managed", 3)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "managed", "3 x grey")
-	waitVersion(t, e.c, e.ns, []string{"managed"}, "1", time.Now())
+	optest.WaitSummary(t, e.C, e.NS, "managed", "3 x grey")
+	optest.WaitVersion(t, e.C, e.NS, []string{"managed"}, "1", time.Now())
 
 	// A Secret source: first under a key that does not exist (FetchFailed,
 	// saying how to create it), then the right one. (Raw bytes are accepted
 	// too, but this 3.2 MB module is over the API server's request limit;
 	// gzip'd it is 1 MB.)
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "widget-secret"},
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "widget-secret"},
 		Data: map[string][]byte{"module.wasm": gz(t, v1)}}
-	if err := e.c.Create(ctx, secret); err != nil {
+	if err := e.C.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
-		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v1), Secret: &v1alpha1.KeyRef{Namespace: e.ns, Name: "widget-secret"}}
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v1), Secret: &v1alpha1.KeyRef{Namespace: e.NS, Name: "widget-secret"}}
 	})
-	rm = moduleCondition(t, e.c, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
+	rm = optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
 	if msg := rm.Status.LastError; !strings.Contains(msg, `no key "module.wasm.gz"`) || !strings.Contains(msg, "kubectl create secret") {
 		t.Errorf("status.lastError = %q, want the missing key and how to create it", msg)
 	}
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.Secret.Key = "module.wasm" })
-	moduleCondition(t, e.c, "widget", "LoadFailed", metav1.ConditionFalse, modulecontroller.ReasonLoaded)
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.Secret.Key = "module.wasm" })
+	optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionFalse, modulecontroller.ReasonLoaded)
 
 	// A wrong digest: refused, v1 keeps serving.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
-	rm = moduleCondition(t, e.c, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonDigestMismatch)
-	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "")
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
+	rm = optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonDigestMismatch)
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "")
 	if msg := rm.Status.LastError; !strings.Contains(msg, "update the pinned sha256") {
 		t.Errorf("status.lastError = %q, want the digest mismatch with what to do", msg)
 	}
-	waitModuleEvent(t, e.c, rm.UID, modulecontroller.ReasonDigestMismatch)
+	waitModuleEvent(t, e.C, rm.UID, modulecontroller.ReasonDigestMismatch)
 
 	// A file source with v2: the Widget is reconciled by v2, no restart.
 	file := filepath.Join(t.TempDir(), "widget.wasm")
 	if err := os.WriteFile(file, v2, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v2), File: file}
 	})
-	moduleCondition(t, e.c, "widget", "LoadFailed", metav1.ConditionFalse, "")
-	waitVersion(t, e.c, e.ns, []string{"managed"}, "2", time.Now())
+	optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionFalse, "")
+	optest.WaitVersion(t, e.C, e.NS, []string{"managed"}, "2", time.Now())
 
 	// A URL source: roll back to v1.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(gz(t, v1)) }))
 	defer srv.Close()
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v1), URL: srv.URL + "/widget.wasm.gz"}
 	})
-	waitVersion(t, e.c, e.ns, []string{"managed"}, "1", time.Now())
+	optest.WaitVersion(t, e.C, e.NS, []string{"managed"}, "1", time.Now())
 
 	// Paused: changes wait; resuming reconciles them.
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = true })
-	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionFalse, modulecontroller.ReasonPaused)
-	reconciles := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"})
-	updateWidgetSize(t, e.c, e.ns, "managed", 8)
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = true })
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionFalse, modulecontroller.ReasonPaused)
+	reconciles := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"})
+	optest.UpdateWidgetSize(t, e.C, e.NS, "managed", 8)
 	// A positive barrier: the operator's cache has the change, so the
 	// controller has been handed it; a paused module must not act on it.
 	testenv.Eventually(t, time.Minute, "the operator's cache to see size 8", func() error {
-		cw := widget(e.ns, "managed", 0)
+		cw := optest.Widget(e.NS, "managed", 0)
 		if err := op.Manager().GetCache().Get(ctx, client.ObjectKeyFromObject(cw), cw); err != nil {
 			return err
 		}
-		if size, _, _ := unstructuredInt(cw.Object, "spec", "size"); size != 8 {
+		if size, _, _ := unstructured.NestedInt64(cw.Object, "spec", "size"); size != 8 {
 			return fmt.Errorf("size %d", size)
 		}
 		return nil
 	})
-	w := widget(e.ns, "managed", 0)
-	if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+	w := optest.Widget(e.NS, "managed", 0)
+	if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 		t.Fatal(err)
 	}
-	if s := summaryOf(w); s != "3 x grey" {
+	if s := optest.SummaryOf(w); s != "3 x grey" {
 		t.Errorf("paused module reconciled: summary %q", s)
 	}
-	if got := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); got != reconciles {
+	if got := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); got != reconciles {
 		t.Errorf("paused module called the guest: %v reconciles", got-reconciles)
 	}
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = false })
-	waitSummary(t, e.c, e.ns, "managed", "8 x grey")
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = false })
+	optest.WaitSummary(t, e.C, e.NS, "managed", "8 x grey")
 
 	// New controller settings (concurrency, rate) replace the controller;
 	// the module keeps reconciling.
-	restarted := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "restarted"})
-	setSpec(t, e.c, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	restarted := optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "restarted"})
+	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Limits = v1alpha1.Limits{MaxConcurrentReconciles: 2, Rate: v1alpha1.Rate{QPS: 5, Burst: 10}}
 	})
 	testenv.Eventually(t, time.Minute, "new controller settings to replace the controller", func() error {
-		if gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "restarted"}) == restarted {
+		if optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "restarted"}) == restarted {
 			return fmt.Errorf("not yet")
 		}
 		return nil
 	})
-	updateWidgetSize(t, e.c, e.ns, "managed", 9)
-	waitSummary(t, e.c, e.ns, "managed", "9 x grey")
+	optest.UpdateWidgetSize(t, e.C, e.NS, "managed", 9)
+	optest.WaitSummary(t, e.C, e.NS, "managed", "9 x grey")
 
 	// Statistics.
 	testenv.Eventually(t, time.Minute, "status.stats to count reconciles", func() error {
-		rm := moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "")
+		rm := optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "")
 		if s := rm.Status.Stats; s == nil || s.Reconciles == 0 || s.MeanFuel == 0 {
 			return fmt.Errorf("stats %+v", s)
 		}
@@ -260,7 +225,7 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	})
 
 	// Deletion stops the module.
-	if err := e.c.Delete(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}}); err != nil {
+	if err := e.C.Delete(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: "widget"}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, time.Minute, "the module to stop", func() error {
@@ -277,8 +242,8 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 // cache cannot sync (here: the conformance module, whose Probe kind has no
 // CRD in this cluster).
 func TestModuleObjectEvents(t *testing.T) {
-	e := newEnv(t)
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	e := optest.NewEnv(t)
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		ReconcileModules: true,
 		ModuleController: operator.ModuleControllerOptions{StatusInterval: 200 * time.Millisecond},
 		Health:           operator.HealthOptions{Interval: 200 * time.Millisecond, SyncTimeout: time.Second, StaleAfter: 2 * time.Second},
@@ -291,20 +256,20 @@ func TestModuleObjectEvents(t *testing.T) {
 		if err := os.WriteFile(file, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		uids[name] = createModule(t, e.c, name, v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
+		uids[name] = optest.CreateModule(t, e.C, name, v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
 	}
-	msg := waitModuleEvent(t, e.c, uids["tck"], modulecontroller.ReasonSyncFailed)
+	msg := waitModuleEvent(t, e.C, uids["tck"], modulecontroller.ReasonSyncFailed)
 	if !strings.Contains(msg, "Probe") || !strings.Contains(msg, "CRD") {
 		t.Errorf("SyncFailed message %q should name the kind and what to check", msg)
 	}
 	// Widgets: one event, then quiet for longer than StaleAfter.
-	if err := e.c.Create(ctx, widget(e.ns, "quiet", 1)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "quiet", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "quiet", "1 x grey")
-	waitModuleEvent(t, e.c, uids["widget"], modulecontroller.ReasonCacheStale)
-	updateWidgetSize(t, e.c, e.ns, "quiet", 2)
-	waitModuleEvent(t, e.c, uids["widget"], "Fresh")
+	optest.WaitSummary(t, e.C, e.NS, "quiet", "1 x grey")
+	waitModuleEvent(t, e.C, uids["widget"], modulecontroller.ReasonCacheStale)
+	optest.UpdateWidgetSize(t, e.C, e.NS, "quiet", 2)
+	waitModuleEvent(t, e.C, uids["widget"], "Fresh")
 }
 
 // TestModuleNameConflict runs widget from a file, with a second file of
@@ -312,7 +277,7 @@ func TestModuleObjectEvents(t *testing.T) {
 // of the same name: it is refused with LoadFailed, and the first file's
 // module keeps serving.
 func TestModuleNameConflict(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	file := testwasm.BuildFile(t, "./widget")
 	copied := filepath.Join(t.TempDir(), "copy.wasm") // the same module under another path
 	b, err := os.ReadFile(file)
@@ -322,11 +287,11 @@ func TestModuleNameConflict(t *testing.T) {
 	if err := os.WriteFile(copied, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	op, err := newOperator(t, e.cfg, e.operatorOptions(), operator.Options{
+	op, err := optest.NewOperator(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		Modules:          []string{file, copied},
 		ReconcileModules: true,
 		Registerer:       prometheus.NewRegistry(),
-		Engine:           operator.EngineOptions{CompilationCacheDir: compilationCache},
+		Engine:           operator.EngineOptions{CompilationCacheDir: optest.CompilationCache()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -339,13 +304,13 @@ func TestModuleNameConflict(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- op.Start(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	createModule(t, e.c, "widget", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file})
-	rm := moduleCondition(t, e.c, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonNameConflict)
+	optest.CreateModule(t, e.C, "widget", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file})
+	rm := optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonNameConflict)
 	if msg := rm.Status.LastError; !strings.Contains(msg, "already runs from the file") {
 		t.Errorf("status.lastError = %q, want the name conflict", msg)
 	}
-	if err := e.c.Create(context.Background(), widget(e.ns, "still-served", 4)); err != nil {
+	if err := e.C.Create(context.Background(), optest.Widget(e.NS, "still-served", 4)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "still-served", "4 x grey")
+	optest.WaitSummary(t, e.C, e.NS, "still-served", "4 x grey")
 }

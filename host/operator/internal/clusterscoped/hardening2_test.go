@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -86,22 +87,22 @@ func bindClusterRole(t *testing.T, cs kubernetes.Interface, name, ns string, rul
 // The records are served only to an account that may get Gadgets in the
 // namespace: one with only the endpoint's role gets 403.
 func TestNoSecretValueLeaks(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
-	value := "pw-" + e.ns + "-Xy9!\"quoted\""
+	value := "pw-" + e.NS + "-Xy9!\"quoted\""
 	encoded := base64.StdEncoding.EncodeToString([]byte(value))
 	escaped, _ := json.Marshal(value)
 	forms := []string{value, encoded, strings.Trim(string(escaped), `"`)}
 
 	applied, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Secret", "data": map[string]any{"password": encoded}, "stringData": map[string]any{"plain": value}})
-	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "db",
+	if err := e.C.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "db",
 		Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": string(applied)}},
 		Data: map[string][]byte{"password": []byte(value)}}); err != nil {
 		t.Fatal(err)
 	}
-	mo := e.operatorOptions()
-	mo.MetricsBindAddress = freeAddr(t)
-	start(t, e.cfg, mo, operator.Options{
+	mo := e.OperatorOptions()
+	mo.MetricsBindAddress = optest.FreeAddr(t)
+	optest.Start(t, e.Cfg, mo, operator.Options{
 		ReconcileModules: true,
 		FlightRecorder:   operator.FlightRecorderOptions{SampleEvery: 1},
 		ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
@@ -111,24 +112,24 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	moduleFromBytes(t, e, "secretcopy", v1, func(s *v1alpha1.ReconcileModuleSpec) {
 		s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "secretcopy-v2", v2)}
 	})
-	moduleCondition(t, e.c, "secretcopy", "Ready", metav1.ConditionTrue, "Loaded")
-	good, bad := gadget(e.ns, "good", ""), gadget(e.ns, "bad", "")
+	optest.ModuleCondition(t, e.C, "secretcopy", "Ready", metav1.ConditionTrue, "Loaded")
+	good, bad := optest.Gadget(e.NS, "good", ""), optest.Gadget(e.NS, "bad", "")
 	_ = unstructured.SetNestedField(good.Object, "db", "spec", "secret")
 	_ = unstructured.SetNestedField(bad.Object, "db", "spec", "secret")
 	_ = unstructured.SetNestedField(bad.Object, true, "spec", "fail")
 	for _, g := range []*unstructured.Unstructured{good, bad} {
-		if err := e.c.Create(ctx, g); err != nil {
+		if err := e.C.Create(ctx, g); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	cs, err := kubernetes.NewForConfig(e.cfg)
+	cs, err := kubernetes.NewForConfig(e.Cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reader, urlOnly := accountToken(t, cs, e.ns, "reader"), accountToken(t, cs, e.ns, "url-only")
-	bindClusterRole(t, cs, "recorder-url-"+e.ns, e.ns, []rbacv1.PolicyRule{{NonResourceURLs: []string{operator.FlightRecorderPath}, Verbs: []string{"get"}}}, "reader", "url-only")
-	grantRole(t, e.c, e.ns, "reader", "gadget-reader", rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
+	reader, urlOnly := accountToken(t, cs, e.NS, "reader"), accountToken(t, cs, e.NS, "url-only")
+	bindClusterRole(t, cs, "recorder-url-"+e.NS, e.NS, []rbacv1.PolicyRule{{NonResourceURLs: []string{operator.FlightRecorderPath}, Verbs: []string{"get"}}}, "reader", "url-only")
+	optest.GrantRole(t, e.C, e.NS, "reader", "optest.Gadget-reader", optest.Rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
 	get := func(token string) (int, []byte) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module=secretcopy", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -171,7 +172,7 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	if code, b := get(urlOnly); code != http.StatusForbidden || !strings.Contains(string(b), "may not read") {
 		t.Errorf("an account with only the endpoint's role: HTTP %d %s, want 403", code, b)
 	}
-	rm := waitRollout(t, e.c, "secretcopy", "a difference and the failure in status", func(rm *v1alpha1.ReconcileModule) error {
+	rm := waitRollout(t, e.C, "secretcopy", "a difference and the failure in status", func(rm *v1alpha1.ReconcileModule) error {
 		r := rm.Status.Rollout
 		if r == nil || r.Candidate == nil || len(r.Candidate.FirstDifferences) == 0 || rm.Status.LastError == "" {
 			return fmt.Errorf("rollout %+v, lastError %q", r, rm.Status.LastError)
@@ -182,7 +183,7 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	if !strings.Contains(string(status), "REDACTED") {
 		t.Errorf("the status shows no redaction: the test proves nothing: %s", status)
 	}
-	warning := waitObjectEvent(t, e.c, e.ns, "bad", "ReconcileFailed")
+	warning := optest.WaitObjectEvent(t, e.C, e.NS, "bad", "ReconcileFailed")
 	for what, text := range map[string]string{"/debug/flightrecorder": string(body), "the ReconcileModule's status": string(status), "the Warning Event": warning.Note} {
 		for _, f := range forms {
 			if strings.Contains(text, f) {
@@ -204,15 +205,15 @@ func TestNoSecretValueLeaks(t *testing.T) {
 // nil shadow: 14 panics in 30 s, swallowed, with no Event and no count,
 // and the first successful canary call dropped.
 func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	op := start(t, e.cfg, e.operatorOptions(), operator.Options{ReconcileModules: true, Registerer: reg, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
+	op := optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{ReconcileModules: true, Registerer: reg, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	// Two names in each half: a good object and a failing one.
 	var canary, shadowed []string
 	for i := 0; len(canary) < 2 || len(shadowed) < 2; i++ {
 		n := fmt.Sprintf("w-%d", i)
-		if shadow.InShare(e.ns, n, 50) {
+		if shadow.InShare(e.NS, n, 50) {
 			canary = append(canary, n)
 		} else {
 			shadowed = append(shadowed, n)
@@ -222,31 +223,31 @@ func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 	moduleFromBytes(t, e, "widget", testwasm.BuildVersion(t, "./widget", "1"), func(s *v1alpha1.ReconcileModuleSpec) {
 		s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "widget-v2", testwasm.BuildVersion(t, "./widget", "2")), Canary: &v1alpha1.Canary{Percent: &half}}
 	})
-	waitRollout(t, e.c, "widget", "the canary running", func(rm *v1alpha1.ReconcileModule) error {
+	waitRollout(t, e.C, "widget", "the canary running", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Digest == "" {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
 		return nil
 	})
 	for _, n := range []string{canary[0], shadowed[0]} {
-		if err := e.c.Create(ctx, widget(e.ns, n, 2)); err != nil {
+		if err := e.C.Create(ctx, optest.Widget(e.NS, n, 2)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, n := range []string{canary[1], shadowed[1]} {
-		bad := widget(e.ns, n, 1)
+		bad := optest.Widget(e.NS, n, 1)
 		_ = unstructured.SetNestedField(bad.Object, int64(1_000_000), "spec", "size")
-		if err := e.c.Create(ctx, bad); err != nil {
+		if err := e.C.Create(ctx, bad); err != nil {
 			t.Fatal(err)
 		}
 	}
 	served := func(name, version string) {
 		testenv.Eventually(t, 3*time.Minute, name+" served by widget v"+version, func() error {
-			w := widget(e.ns, name, 0)
-			if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+			w := optest.Widget(e.NS, name, 0)
+			if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 				return err
 			}
-			if msg := readyMessage(w); !strings.HasSuffix(msg, "by widget v"+version) {
+			if msg := optest.ReadyMessage(w); !strings.HasSuffix(msg, "by widget v"+version) {
 				return fmt.Errorf("Ready message %q", msg)
 			}
 			return nil
@@ -254,24 +255,24 @@ func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 	}
 	served(canary[0], "2")
 	served(shadowed[0], "1")
-	waitObjectEvent(t, e.c, e.ns, canary[1], "ReconcileFailed")
-	waitObjectEvent(t, e.c, e.ns, shadowed[1], "ReconcileFailed")
-	if n := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget", "result": "ReconcileFailed"}); n < 2 {
+	optest.WaitObjectEvent(t, e.C, e.NS, canary[1], "ReconcileFailed")
+	optest.WaitObjectEvent(t, e.C, e.NS, shadowed[1], "ReconcileFailed")
+	if n := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget", "result": "ReconcileFailed"}); n < 2 {
 		t.Errorf("failures counted: %v, want both", n)
 	}
 	h := op.FlightRecorder(nil)
 	testenv.Eventually(t, 2*time.Minute, "the canary's failure recorded", func() error {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, operator.FlightRecorderPath+"?module=widget", nil))
-		if !strings.Contains(w.Body.String(), `"object":"`+e.ns+"/"+canary[1]+`"`) {
+		if !strings.Contains(w.Body.String(), `"object":"`+e.NS+"/"+canary[1]+`"`) {
 			return fmt.Errorf("HTTP %d: %.300s", w.Code, w.Body.String())
 		}
 		return nil
 	})
-	if n := gather(t, reg, "wasmreconcile_host_panics_total", nil); n != 0 {
+	if n := optest.Gather(t, reg, "wasmreconcile_host_panics_total", nil); n != 0 {
 		t.Errorf("the host recovered %v panics", n)
 	}
-	if n := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"result": "HostPanic"}); n != 0 {
+	if n := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"result": "HostPanic"}); n != 0 {
 		t.Errorf("%v reconciles ended as HostPanic", n)
 	}
 }
@@ -286,17 +287,17 @@ func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 // Without the fix, every owner became quiescent and the ConfigMap waited
 // up to a minute (44.8 s measured).
 func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	const threshold = 5
-	start(t, e.cfg, e.operatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./internal/testguests/triggered")}, Registerer: reg,
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{Modules: []string{testwasm.BuildFile(t, "./internal/testguests/triggered")}, Registerer: reg,
 		Policy: policy.Policy{Storm: policy.Storm{Threshold: threshold, Window: 5 * time.Minute, Backoff: 5 * time.Minute}}})
 	owners := []string{"web-1", "web-2", "web-3"}
 	for _, n := range owners {
 		r := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "test.wasmreconcile.io/v1", "kind": "Responder",
-			"metadata": map[string]any{"name": n, "namespace": e.ns}, "spec": map[string]any{"selector": map[string]any{"app": n}}}}
-		if err := e.c.Create(ctx, r); err != nil {
+			"metadata": map[string]any{"name": n, "namespace": e.NS}, "spec": map[string]any{"selector": map[string]any{"app": n}}}}
+		if err := e.C.Create(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -304,13 +305,13 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 		r := &unstructured.Unstructured{}
 		r.SetAPIVersion("test.wasmreconcile.io/v1")
 		r.SetKind("Responder")
-		if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: name}, r); err != nil {
+		if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: name}, r); err != nil {
 			return ""
 		}
 		s, _, _ := unstructured.NestedString(r.Object, "status", "seen")
 		return s
 	}
-	if err := e.c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "churn"}}); err != nil {
+	if err := e.C.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "churn"}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 3*time.Minute, "every owner sees the ServiceAccount", func() error {
@@ -321,7 +322,7 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 		}
 		return nil
 	})
-	callsBefore := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "triggered"})
+	callsBefore := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "triggered"})
 
 	// Churn until the test is done with it.
 	var updates atomic.Int64
@@ -336,11 +337,11 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 			default:
 			}
 			sa := &corev1.ServiceAccount{}
-			if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "churn"}, sa); err != nil {
+			if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "churn"}, sa); err != nil {
 				continue
 			}
 			sa.Labels = map[string]string{"n": fmt.Sprint(i)}
-			if err := e.c.Update(ctx, sa); err == nil {
+			if err := e.C.Update(ctx, sa); err == nil {
 				updates.Add(1)
 			}
 		}
@@ -350,7 +351,7 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 		if n := updates.Load(); n < 3*threshold {
 			return fmt.Errorf("%d updates", n)
 		}
-		if n := gather(t, reg, "wasmreconcile_trigger_events_damped_total", nil); n < 1 {
+		if n := optest.Gather(t, reg, "wasmreconcile_trigger_events_damped_total", nil); n < 1 {
 			return fmt.Errorf("no event damped yet")
 		}
 		return nil
@@ -358,7 +359,7 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 
 	// A real change, for web-2, during the churn.
 	made := time.Now()
-	if err := e.c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "real", Labels: map[string]string{"app": "web-2"}}}); err != nil {
+	if err := e.C.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "real", Labels: map[string]string{"app": "web-2"}}}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 3*time.Minute, "web-2 sees the ConfigMap", func() error {
@@ -375,7 +376,7 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 	}
 	// The churn's calls: each owner's up to the threshold, and the
 	// ConfigMap's one; never one per update.
-	calls := gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "triggered"}) - callsBefore
+	calls := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "triggered"}) - callsBefore
 	if limit := float64(len(owners)*(threshold+1) + 2); calls > limit {
 		t.Errorf("%v guest calls during %d updates of one ServiceAccount, want at most %v", calls, updates.Load(), limit)
 	}
@@ -388,38 +389,38 @@ func TestTriggerChurnDoesNotStarveOwners(t *testing.T) {
 // stays 200. It used to make the whole operator NotReady ("informer caches
 // have not synced yet").
 func TestUnlistableKindLeavesOtherModulesReady(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
-	cs, err := kubernetes.NewForConfig(e.cfg)
+	cs, err := kubernetes.NewForConfig(e.Cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "limited"}}, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.CoreV1().ServiceAccounts(e.NS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "limited"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	everything := func(groups ...string) rbacv1.PolicyRule {
 		return rbacv1.PolicyRule{APIGroups: groups, Resources: []string{"*"}, Verbs: []string{"*"}}
 	}
-	bindClusterRole(t, cs, "limited-operator-"+e.ns, e.ns, []rbacv1.PolicyRule{
+	bindClusterRole(t, cs, "limited-operator-"+e.NS, e.NS, []rbacv1.PolicyRule{
 		everything("", "coordination.k8s.io", "events.k8s.io", "examples.wasmreconcile.io", "wasmreconcile.io", "authorization.k8s.io", "authentication.k8s.io"),
 	}, "limited")
-	cfg := rest.CopyConfig(e.cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + e.ns + ":limited"}
-	mo := e.operatorOptions()
-	mo.HealthProbeBindAddress = freeAddr(t)
-	start(t, cfg, mo, operator.Options{ReconcileModules: true, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
+	cfg := rest.CopyConfig(e.Cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + e.NS + ":limited"}
+	mo := e.OperatorOptions()
+	mo.HealthProbeBindAddress = optest.FreeAddr(t)
+	optest.Start(t, cfg, mo, operator.Options{ReconcileModules: true, ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond}})
 	moduleFromBytes(t, e, "widget", testwasm.BuildVersion(t, "./widget", "1"), nil)
 	moduleFromBytes(t, e, "triggered", testwasm.Build(t, "./internal/testguests/triggered"), nil)
-	moduleCondition(t, e.c, "widget", "Ready", metav1.ConditionTrue, "Loaded")
-	rm := moduleCondition(t, e.c, "triggered", "Ready", metav1.ConditionFalse, "CachesNotSynced")
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	rm := optest.ModuleCondition(t, e.C, "triggered", "Ready", metav1.ConditionFalse, "CachesNotSynced")
 	for _, c := range rm.Status.Conditions {
 		if c.Type == "Ready" && !strings.Contains(c.Message, "forbidden") {
 			t.Errorf("the Responder module's Ready message %q does not say why", c.Message)
 		}
 	}
-	if err := e.c.Create(ctx, widget(e.ns, "w", 3)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "w", 3)); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "w", "3 x grey")
-	waitHTTP(t, "http://"+mo.HealthProbeBindAddress+"/readyz", http.StatusOK, "")
+	optest.WaitSummary(t, e.C, e.NS, "w", "3 x grey")
+	optest.WaitHTTP(t, "http://"+mo.HealthProbeBindAddress+"/readyz", http.StatusOK, "")
 }

@@ -1,4 +1,4 @@
-package operator_test
+package wholeprocess_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -87,7 +88,7 @@ func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptio
 	}
 	ns := testenv.Namespace(tb, c)
 	reg := prometheus.NewRegistry()
-	start(tb, cfg, operator.ManagerOptions{
+	optest.Start(tb, cfg, operator.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true, Namespaces: []string{ns},
 	}, operator.Options{
 		Modules:    []string{testwasm.BuildFile(tb, "./widget"), testwasm.BuildFile(tb, "./internal/testguests/misbehave")},
@@ -95,18 +96,18 @@ func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptio
 		Registerer: reg,
 	})
 	ctx := context.Background()
-	if err := c.Create(ctx, widget(ns, "healthy", 1)); err != nil {
+	if err := c.Create(ctx, optest.Widget(ns, "healthy", 1)); err != nil {
 		tb.Fatal(err)
 	}
-	waitSummary(tb, c, ns, "healthy", "1 x grey")
-	summaryPoll = 5 * time.Millisecond // resolution of the latencies below
-	defer func() { summaryPoll = 100 * time.Millisecond }()
+	optest.WaitSummary(tb, c, ns, "healthy", "1 x grey")
+	optest.SummaryPoll = 5 * time.Millisecond // resolution of the latencies below
+	defer func() { optest.SummaryPoll = 100 * time.Millisecond }()
 	latency := func(from int64) []time.Duration {
 		var out []time.Duration
 		for size := from; size < from+10; size++ {
 			start := time.Now()
-			updateWidgetSize(tb, c, ns, "healthy", size)
-			waitSummary(tb, c, ns, "healthy", fmt.Sprintf("%d x grey", size))
+			optest.UpdateWidgetSize(tb, c, ns, "healthy", size)
+			optest.WaitSummary(tb, c, ns, "healthy", fmt.Sprintf("%d x grey", size))
 			out = append(out, time.Since(start))
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
@@ -116,7 +117,7 @@ func measureIsolationGC(tb testing.TB) (alone, beside []time.Duration, preemptio
 	gcAlone = gcTimes(10)
 
 	preempted := func() float64 {
-		return gather(tb, reg, "wasmreconcile_preemptions_total", map[string]string{"module": "misbehave"})
+		return optest.Gather(tb, reg, "wasmreconcile_preemptions_total", map[string]string{"module": "misbehave"})
 	}
 	before := preempted()
 	for i := 0; i < 4; i++ {

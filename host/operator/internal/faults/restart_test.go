@@ -1,4 +1,4 @@
-package operator_test
+package faults_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -28,33 +29,33 @@ func TestControlPlaneRestarts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills and restarts the control plane: not in -short")
 	}
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	cp := testenv.Shared(t)
 	reg := prometheus.NewRegistry()
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		Modules:    []string{testwasm.BuildFile(t, "./widget"), testwasm.BuildFile(t, "./webapp")},
 		Registerer: reg,
 	})
 	ctx := context.Background()
-	clientset, err := kubernetes.NewForConfig(e.cfg)
+	clientset, err := kubernetes.NewForConfig(e.Cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.c.Create(ctx, widget(e.ns, "steady", 1)); err != nil {
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "steady", 1)); err != nil {
 		t.Fatal(err)
 	}
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
-		"metadata": map[string]any{"name": "shop", "namespace": e.ns},
+		"metadata": map[string]any{"name": "shop", "namespace": e.NS},
 		"spec":     map[string]any{"image": "nginx:1.27", "port": int64(8080), "expose": true},
 	}}
-	if err := e.c.Create(ctx, app); err != nil {
+	if err := e.C.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	waitSummary(t, e.c, e.ns, "steady", "1 x grey")
-	children := waitChildren(t, e.c, e.ns)
+	optest.WaitSummary(t, e.C, e.NS, "steady", "1 x grey")
+	children := waitChildren(t, e.C, e.NS)
 	widgetRestarts := func() float64 {
-		return gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel})
+		return optest.Gather(t, reg, "wasmreconcile_informer_watch_restarts_total", map[string]string{"kind": widgetLabel})
 	}
 
 	restarts := []struct {
@@ -109,12 +110,12 @@ func TestControlPlaneRestarts(t *testing.T) {
 		down = false
 		t.Logf("%s is up again", r.name)
 		size := int64(10 + i)
-		updateWidgetSize(t, e.c, e.ns, "steady", size)
-		waitSummary(t, e.c, e.ns, "steady", fmt.Sprintf("%d x grey", size))
+		optest.UpdateWidgetSize(t, e.C, e.NS, "steady", size)
+		optest.WaitSummary(t, e.C, e.NS, "steady", fmt.Sprintf("%d x grey", size))
 		name := fmt.Sprintf("after-%d", i)
-		testenv.Eventually(t, time.Minute, "creating "+name, func() error { return e.c.Create(ctx, widget(e.ns, name, 4)) })
-		waitSummary(t, e.c, e.ns, name, "4 x grey")
-		if got := waitChildren(t, e.c, e.ns); got != children {
+		testenv.Eventually(t, time.Minute, "creating "+name, func() error { return e.C.Create(ctx, optest.Widget(e.NS, name, 4)) })
+		optest.WaitSummary(t, e.C, e.NS, name, "4 x grey")
+		if got := waitChildren(t, e.C, e.NS); got != children {
 			t.Errorf("after restarting %s the WebApp's children changed: %v, want %v (deleted and recreated)", r.name, got, children)
 		}
 	}

@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -90,63 +91,63 @@ func moduleEvents(t *testing.T, c client.Client, uid types.UID, reason string) [
 // the timed SyncFailed warning does not repeat it). Once the CRD is
 // installed the module is ready, without a restart, and reconciles.
 func TestModuleWaitsForItsCRD(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	crd := &unstructured.Unstructured{}
 	if err := yaml.Unmarshal([]byte(latecomerCRD), &crd.Object); err != nil {
 		t.Fatal(err)
 	}
-	removeCRD(t, e.c, crd) // left by an earlier run of the package's tests
-	t.Cleanup(func() { removeCRD(t, e.c, crd) })
+	removeCRD(t, e.C, crd) // left by an earlier run of the package's tests
+	t.Cleanup(func() { removeCRD(t, e.C, crd) })
 
 	b := testwasm.BuildVersion(t, "./internal/testguests/claim", "late")
 	file := filepath.Join(t.TempDir(), "claim-late.wasm")
 	if err := os.WriteFile(file, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	op := start(t, e.cfg, e.operatorOptions(), operator.Options{
+	op := optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		ReconcileModules: true,
 		ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
 		Health:           operator.HealthOptions{Interval: 200 * time.Millisecond, SyncTimeout: time.Second},
 	})
-	uid := createModule(t, e.c, "claim-late", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
+	uid := optest.CreateModule(t, e.C, "claim-late", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
 
 	want := "kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD"
-	rm := moduleCondition(t, e.c, "claim-late", "Ready", metav1.ConditionFalse, modulecontroller.ReasonCachesNotSynced)
+	rm := optest.ModuleCondition(t, e.C, "claim-late", "Ready", metav1.ConditionFalse, modulecontroller.ReasonCachesNotSynced)
 	if c := meta.FindStatusCondition(rm.Status.Conditions, "Ready"); !strings.Contains(c.Message, want) {
 		t.Errorf("Ready message %q, want %q", c.Message, want)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the operator ready beside the unready module", func() error { return op.Ready() })
 	// The controller keeps trying (every 10 s), quietly.
 	testenv.Eventually(t, 2*time.Minute, "a third attempt to watch Latecomers", func() error {
-		st, _ := op.ModuleStatus("claim-late")
+		st, _ := optest.ModuleStatus(op, "claim-late")
 		if n := st.Unserved[latecomerGVK].Attempts; n < 3 {
 			return fmt.Errorf("%d attempts", n)
 		}
 		return nil
 	})
-	msg := waitModuleEvent(t, e.c, uid, modulecontroller.ReasonSyncFailed)
+	msg := waitModuleEvent(t, e.C, uid, modulecontroller.ReasonSyncFailed)
 	if !strings.Contains(msg, "kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD") {
 		t.Errorf("SyncFailed message %q", msg)
 	}
-	if events := moduleEvents(t, e.c, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 || events[0].Series != nil {
+	if events := moduleEvents(t, e.C, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 || events[0].Series != nil {
 		t.Errorf("%d SyncFailed Events (first %+v), want one, once", len(events), events)
 	}
 
 	crd.SetResourceVersion("")
-	if err := e.c.Create(ctx, crd); err != nil {
+	if err := e.C.Create(ctx, crd); err != nil {
 		t.Fatal(err)
 	}
-	moduleCondition(t, e.c, "claim-late", "Ready", metav1.ConditionTrue, "Loaded")
+	optest.ModuleCondition(t, e.C, "claim-late", "Ready", metav1.ConditionTrue, "Loaded")
 	late := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"response": map[string]any{"status": map[string]any{"phase": "reconciled"}}}}}
 	late.SetGroupVersionKind(latecomerGVK)
-	late.SetNamespace(e.ns)
+	late.SetNamespace(e.NS)
 	late.SetName("first")
-	testenv.Eventually(t, time.Minute, "a Latecomer to be created", func() error { return e.c.Create(ctx, late) })
+	testenv.Eventually(t, time.Minute, "a Latecomer to be created", func() error { return e.C.Create(ctx, late) })
 	testenv.Eventually(t, 2*time.Minute, "the module to reconcile the Latecomer", func() error {
 		got := &unstructured.Unstructured{}
 		got.SetGroupVersionKind(latecomerGVK)
-		if err := e.c.Get(ctx, client.ObjectKeyFromObject(late), got); err != nil {
+		if err := e.C.Get(ctx, client.ObjectKeyFromObject(late), got); err != nil {
 			return err
 		}
 		if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase != "reconciled" {
@@ -154,8 +155,8 @@ func TestModuleWaitsForItsCRD(t *testing.T) {
 		}
 		return nil
 	})
-	waitModuleEvent(t, e.c, uid, supervisor.ReasonSynced)
-	if events := moduleEvents(t, e.c, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 {
+	waitModuleEvent(t, e.C, uid, supervisor.ReasonSynced)
+	if events := moduleEvents(t, e.C, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 {
 		t.Errorf("%d SyncFailed Events after the episode, want one", len(events))
 	}
 }

@@ -1,4 +1,4 @@
-package operator_test
+package faults_test
 
 import (
 	"bufio"
@@ -22,6 +22,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
@@ -64,10 +65,10 @@ func scrape(addr, metric string, want ...string) float64 {
 // apply); when the leader is killed with SIGKILL, the standby acquires the
 // Lease and reconciles the changes made meanwhile.
 func TestLeaderElectionTakeover(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := testenv.WriteKubeconfig(e.cfg, kubeconfig); err != nil {
+	if err := testenv.WriteKubeconfig(e.Cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	bin, err := testshare.GoBinary("operator", "./cmd/operator", "")
@@ -83,15 +84,15 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		log     string
 	}
 	start := func(name string) *replica {
-		r := &replica{metrics: freeAddr(t), log: filepath.Join(dir, name+".log")}
+		r := &replica{metrics: optest.FreeAddr(t), log: filepath.Join(dir, name+".log")}
 		out, err := os.Create(r.log)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules", "--compilation-cache-dir", compilationCache,
-			"--namespace", e.ns, "--leader-elect", "--leader-election-namespace", e.ns,
+		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules", "--compilation-cache-dir", optest.CompilationCache(),
+			"--namespace", e.NS, "--leader-elect", "--leader-election-namespace", e.NS,
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
-			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", freeAddr(t))
+			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", optest.FreeAddr(t))
 		// The binary is the operator's own build: it runs itself as its
 		// compile worker, not the test's (engine.CompileWorkerPathEnv).
 		r.cmd.Env = testworker.Environ()
@@ -114,26 +115,26 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	a, b := start("a"), start("b")
 
 	ctx := context.Background()
-	c := e.c
-	if err := c.Create(ctx, widget(e.ns, "elected", 1)); err != nil {
+	c := e.C
+	if err := c.Create(ctx, optest.Widget(e.NS, "elected", 1)); err != nil {
 		t.Fatal(err)
 	}
 	webappBytes, err := os.ReadFile(webapp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	createModule(t, c, "webapp", v1alpha1.Source{SHA256: supervisor.Digest(webappBytes), File: webapp})
-	moduleCondition(t, c, "webapp", "Ready", metav1.ConditionTrue, "Loaded")
+	optest.CreateModule(t, c, "webapp", v1alpha1.Source{SHA256: supervisor.Digest(webappBytes), File: webapp})
+	optest.ModuleCondition(t, c, "webapp", "Ready", metav1.ConditionTrue, "Loaded")
 	app := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
-		"metadata": map[string]any{"name": "shop", "namespace": e.ns},
+		"metadata": map[string]any{"name": "shop", "namespace": e.NS},
 		"spec":     map[string]any{"image": "nginx:1.27", "config": map[string]any{"MODE": "before"}},
 	}}
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	waitConfigMapValue(t, c, e.ns, "shop-config", "MODE", "before")
-	waitSummary(t, c, e.ns, "elected", "1 x grey")
+	waitConfigMapValue(t, c, e.NS, "shop-config", "MODE", "before")
+	optest.WaitSummary(t, c, e.NS, "elected", "1 x grey")
 	reconciles := func(r *replica) float64 {
 		return scrape(r.metrics, "wasmreconcile_reconcile_total") // every module
 	}
@@ -149,7 +150,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 			reconciles(a), writes(a), reconciles(b), writes(b))
 	}
 	var lease coordinationv1.Lease
-	if err := c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "wasmreconcile-operator"}, &lease); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "wasmreconcile-operator"}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	holder := *lease.Spec.HolderIdentity
@@ -159,21 +160,21 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	updateWidgetSize(t, c, e.ns, "elected", 2)
-	if err := c.Create(ctx, widget(e.ns, "after-takeover", 5)); err != nil {
+	optest.UpdateWidgetSize(t, c, e.NS, "elected", 2)
+	if err := c.Create(ctx, optest.Widget(e.NS, "after-takeover", 5)); err != nil {
 		t.Fatal(err)
 	}
 	// The WebApp's module came from a ReconcileModule, which the standby
 	// loaded before it was elected.
 	testenv.Update(t, c, app, func() { _ = unstructured.SetNestedField(app.Object, "after", "spec", "config", "MODE") })
-	waitSummary(t, c, e.ns, "elected", "2 x grey")
-	waitSummary(t, c, e.ns, "after-takeover", "5 x grey")
-	waitConfigMapValue(t, c, e.ns, "shop-config", "MODE", "after")
+	optest.WaitSummary(t, c, e.NS, "elected", "2 x grey")
+	optest.WaitSummary(t, c, e.NS, "after-takeover", "5 x grey")
+	waitConfigMapValue(t, c, e.NS, "shop-config", "MODE", "after")
 	t.Logf("takeover: changes made after the leader was killed converged %s later (lease duration 4s)", time.Since(killed).Round(100*time.Millisecond))
 	if reconciles(standby) <= 0 {
 		t.Error("the standby converged nothing after the takeover")
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "wasmreconcile-operator"}, &lease); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: "wasmreconcile-operator"}, &lease); err != nil {
 		t.Fatal(err)
 	}
 	if now := *lease.Spec.HolderIdentity; now == holder {

@@ -1,4 +1,4 @@
-package operator_test
+package wholeprocess_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
@@ -111,21 +112,12 @@ func assertIdle(t testing.TB, what string) {
 	}
 }
 
-// gadget returns a Gadget of the misbehave module with spec.mode.
-func gadget(ns, name, mode string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "test.wasmreconcile.io/v1", "kind": "Gadget",
-		"metadata": map[string]any{"namespace": ns, "name": name},
-		"spec":     map[string]any{"mode": mode},
-	}}
-}
-
 // lifecycleOperator starts an operator with no module for e's namespace.
-func lifecycleOperator(t *testing.T, e env, opts operator.Options) (*operator.Operator, *prometheus.Registry) {
+func lifecycleOperator(t *testing.T, e optest.Env, opts operator.Options) (*operator.Operator, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts.Registerer = reg
-	return start(t, e.cfg, e.operatorOptions(), opts), reg
+	return optest.Start(t, e.Cfg, e.OperatorOptions(), opts), reg
 }
 
 // TestLifecycleVersionSwaps swaps the widget module's version 100 times
@@ -135,7 +127,7 @@ func lifecycleOperator(t *testing.T, e env, opts operator.Options) (*operator.Op
 // old one. Afterwards the goroutines are back to their baseline and the
 // idle process burns no CPU.
 func TestLifecycleVersionSwaps(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	op, reg := lifecycleOperator(t, e, operator.Options{})
 	builds := [][]byte{testwasm.BuildVersion(t, "./widget", "1"), testwasm.BuildVersion(t, "./widget", "2")}
 	ctx := context.Background()
@@ -152,7 +144,7 @@ func TestLifecycleVersionSwaps(t *testing.T) {
 	var names []string
 	for i := 0; i < widgets; i++ {
 		names = append(names, fmt.Sprintf("w-%d", i))
-		if err := e.c.Create(ctx, widget(e.ns, names[i], 1)); err != nil {
+		if err := e.C.Create(ctx, optest.Widget(e.NS, names[i], 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,11 +152,11 @@ func TestLifecycleVersionSwaps(t *testing.T) {
 		t.Helper()
 		for _, name := range names {
 			testenv.Eventually(t, 3*time.Minute, name+" by widget v"+version, func() error {
-				w := widget(e.ns, name, 0)
-				if err := e.c.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
+				w := optest.Widget(e.NS, name, 0)
+				if err := e.C.Get(ctx, client.ObjectKeyFromObject(w), w); err != nil {
 					return err
 				}
-				if m := readyMessage(w); !strings.HasSuffix(m, "by widget v"+version) {
+				if m := optest.ReadyMessage(w); !strings.HasSuffix(m, "by widget v"+version) {
 					return fmt.Errorf("Ready message %q", m)
 				}
 				return nil
@@ -181,7 +173,7 @@ func TestLifecycleVersionSwaps(t *testing.T) {
 		apply(i)
 	}
 	t.Logf("%d swaps in %s", swaps, time.Since(start).Round(time.Millisecond))
-	if got := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "swapped"}); got != swaps {
+	if got := optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "swapped"}); got != swaps {
 		t.Errorf("%v swaps counted, want %d", got, swaps)
 	}
 	allBy(fmt.Sprint(swaps%2 + 1)) // the last version serves every Widget
@@ -198,11 +190,11 @@ func TestLifecycleVersionSwaps(t *testing.T) {
 // receives every event of its kind forever). Afterwards the goroutines are
 // back to their baseline and the idle process burns no CPU.
 func TestLifecycleControllerRestarts(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	op, reg := lifecycleOperator(t, e, operator.Options{})
 	wasm := testwasm.Build(t, "./internal/testguests/misbehave")
 	ctx := context.Background()
-	if err := e.c.Create(ctx, gadget(e.ns, "echo", "config")); err != nil {
+	if err := e.C.Create(ctx, optest.Gadget(e.NS, "echo", "config")); err != nil {
 		t.Fatal(err)
 	}
 	restart := func(round int64) {
@@ -215,8 +207,8 @@ func TestLifecycleControllerRestarts(t *testing.T) {
 		// Positive barrier: the new controller runs and has reconciled
 		// the Gadget with the new configuration.
 		testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("the Gadget reconciled with round %d", round), func() error {
-			g := gadget(e.ns, "echo", "")
-			if err := e.c.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+			g := optest.Gadget(e.NS, "echo", "")
+			if err := e.C.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
 				return err
 			}
 			got, _, _ := unstructured.NestedFieldNoCopy(g.Object, "status", "config", "round")
@@ -235,7 +227,7 @@ func TestLifecycleControllerRestarts(t *testing.T) {
 		restart(i)
 	}
 	t.Logf("%d restarts in %s", restarts, time.Since(start).Round(time.Millisecond))
-	if got := gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "misbehave", "result": "restarted"}); got != restarts+1 {
+	if got := optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "misbehave", "result": "restarted"}); got != restarts+1 {
 		t.Errorf("%v restarts counted, want %d", got, restarts+1)
 	}
 	after := waitGoroutines(t, baseline, fmt.Sprintf("after %d controller restarts", restarts))
@@ -252,19 +244,19 @@ func TestLifecycleControllerRestarts(t *testing.T) {
 // back to their baseline after every removal, and the idle process burns
 // no CPU afterwards.
 func TestLifecycleRemovalsWithBacklog(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	const workers = 4
 	op, reg := lifecycleOperator(t, e, operator.Options{Policy: policy.Policy{MaxConcurrentReconciles: workers}})
 	wasm := testwasm.Build(t, "./internal/testguests/misbehave")
 	ctx := context.Background()
 	const backlog = 300
 	for i := 0; i < backlog; i++ {
-		if err := e.c.Create(ctx, gadget(e.ns, fmt.Sprintf("spin-%d", i), "spin")); err != nil {
+		if err := e.C.Create(ctx, optest.Gadget(e.NS, fmt.Sprintf("spin-%d", i), "spin")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	calls := func() float64 {
-		return gather(t, reg, "wasmreconcile_guest_duration_seconds", map[string]string{"module": "misbehave"})
+		return optest.Gather(t, reg, "wasmreconcile_guest_duration_seconds", map[string]string{"module": "misbehave"})
 	}
 	// round applies the module, waits until it calls the guest with a
 	// backlog in its queue, removes it, and returns the count of guest calls
@@ -278,7 +270,7 @@ func TestLifecycleRemovalsWithBacklog(t *testing.T) {
 			t.Fatalf("round %d: %v", i, err)
 		}
 		testenv.Eventually(t, 3*time.Minute, fmt.Sprintf("round %d: a guest call with a backlog", i), func() error {
-			s, ok := op.ModuleStatus("misbehave")
+			s, ok := optest.ModuleStatus(op, "misbehave")
 			if !ok {
 				return fmt.Errorf("the module does not run")
 			}

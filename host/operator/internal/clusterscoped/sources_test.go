@@ -1,4 +1,4 @@
-package operator_test
+package clusterscoped_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 )
 
 // TestReconcileModuleSourceRefused runs an operator whose source policy
@@ -28,7 +29,7 @@ import (
 // LoadFailed=True with reason SourceRefused, and a lastError that says what
 // to do.
 func TestReconcileModuleSourceRefused(t *testing.T) {
-	e := newEnv(t)
+	e := optest.NewEnv(t)
 	ctx := context.Background()
 	var elsewhereHits atomic.Int32
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -41,20 +42,20 @@ func TestReconcileModuleSourceRefused(t *testing.T) {
 	}))
 	defer redirecting.Close()
 
-	other := testenv.Namespace(t, e.c) // a namespace the operator may not read sources from
-	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "module"},
+	other := testenv.Namespace(t, e.C) // a namespace the operator may not read sources from
+	if err := e.C.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "module"},
 		Data: map[string][]byte{"module.wasm.gz": []byte("not a module")}}); err != nil {
 		t.Fatal(err)
 	}
 
-	start(t, e.cfg, e.operatorOptions(), operator.Options{
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		ReconcileModules: true,
-		Sources:          operator.SourceOptions{URLAllowPrivate: true, URLAllowedHosts: []string{"127.0.0.1"}, Namespaces: []string{e.ns}},
+		Sources:          operator.SourceOptions{URLAllowPrivate: true, URLAllowedHosts: []string{"127.0.0.1"}, Namespaces: []string{e.NS}},
 	})
 	const digest = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
 
-	createModule(t, e.c, "source-redirect", v1alpha1.Source{SHA256: digest, URL: redirecting.URL + "/m.wasm"})
-	rm := moduleCondition(t, e.c, "source-redirect", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonSourceRefused)
+	optest.CreateModule(t, e.C, "source-redirect", v1alpha1.Source{SHA256: digest, URL: redirecting.URL + "/m.wasm"})
+	rm := optest.ModuleCondition(t, e.C, "source-redirect", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonSourceRefused)
 	if msg := rm.Status.LastError; !strings.Contains(msg, "refused a cross-host redirect from "+redirecting.URL+" to "+elsewhere.URL) ||
 		!strings.Contains(msg, "final URL") {
 		t.Errorf("status.lastError = %q, want the cross-host redirect refused and what to do", msg)
@@ -66,9 +67,9 @@ func TestReconcileModuleSourceRefused(t *testing.T) {
 		t.Errorf("the server redirected to got %d requests", n)
 	}
 
-	createModule(t, e.c, "source-namespace", v1alpha1.Source{SHA256: digest, Secret: &v1alpha1.KeyRef{Namespace: other, Name: "module"}})
-	rm = moduleCondition(t, e.c, "source-namespace", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonSourceRefused)
-	for _, want := range []string{`source namespace "` + other + `" is not allowed`, `only from namespace "` + e.ns + `"`, "--module-source-namespaces"} {
+	optest.CreateModule(t, e.C, "source-namespace", v1alpha1.Source{SHA256: digest, Secret: &v1alpha1.KeyRef{Namespace: other, Name: "module"}})
+	rm = optest.ModuleCondition(t, e.C, "source-namespace", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonSourceRefused)
+	for _, want := range []string{`source namespace "` + other + `" is not allowed`, `only from namespace "` + e.NS + `"`, "--module-source-namespaces"} {
 		if !strings.Contains(rm.Status.LastError, want) {
 			t.Errorf("status.lastError = %q, want %q", rm.Status.LastError, want)
 		}

@@ -1,4 +1,13 @@
-package operator_test
+// Package optest is what host/operator's test packages share: a TestMain
+// that starts one control plane per test binary, an Env per test (its own
+// namespace), operators wired to the shared compilation cache and compile
+// worker, and waits on the example Widgets. The tests are split by how
+// they must run: host/operator holds those isolated by namespace, which run
+// in parallel; host/operator/internal/clusterscoped those that create
+// cluster-scoped objects (ReconcileModules, CRDs, ClusterRoles);
+// host/operator/internal/faults those that break the control plane; and
+// host/operator/internal/wholeprocess those that measure the process.
+package optest
 
 import (
 	"context"
@@ -21,61 +30,70 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/testhooks"
 	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
-// TestMain shares one real kube-apiserver and etcd among the package's
-// tests (each works in a namespace of its own, with an operator that sees
-// only that namespace), and installs a logger, so that a failure shows what
-// the operator was doing.
-func TestMain(m *testing.M) {
+// Main runs a test package of the operator: it builds the compile worker
+// (a build of its own, since the test binary may be -race), installs a
+// development logger (a failure shows what the operator was doing, and
+// client-go's reflectors log through klog), builds the widget module for
+// the embedding Example, and runs the tests against one shared control
+// plane (testenv.Main). Call it from TestMain as os.Exit(optest.Main(m)).
+func Main(m *testing.M) int {
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
-	// The compile worker of the tests that isolate compiles: a build of
-	// its own, since this binary may be -race.
 	if err := testworker.Use(); err != nil {
 		logger.Error(err, "building the compile worker")
-		os.Exit(1)
+		return 1
 	}
 	ctrl.SetLogger(logger)
-	klog.SetLogger(logger) // client-go's reflectors log through klog
+	klog.SetLogger(logger)
 	if os.Getenv("WASMRECONCILE_EXAMPLE_WIDGET") == "" {
 		// The embedding Example loads the widget module from this file.
 		path, err := testwasm.BuildPath("./widget")
 		if err != nil {
 			logger.Error(err, "building the widget module")
-			os.Exit(1)
+			return 1
 		}
 		os.Setenv("WASMRECONCILE_EXAMPLE_WIDGET", path)
 	}
 	dir, err := testshare.CompilationCacheDir()
 	if err != nil {
 		logger.Error(err, "creating the compilation cache")
-		os.Exit(1)
+		return 1
 	}
 	compilationCache = dir
 	code := testenv.Main(m, testenv.MainOptions{ForExamples: true})
 	testshare.Cleanup()
-	os.Exit(code)
+	return code
 }
 
-// compilationCache keeps compiled modules for every operator of the
-// package's tests, so that each module is compiled once (compiling is
-// seconds under -race) rather than once per operator.
+// compilationCache keeps compiled modules for every operator of a test
+// binary, so that each module is compiled once (compiling is seconds under
+// -race) rather than once per operator. Main sets it, from testshare: the
+// directory is shared by every package of one make test.
 var compilationCache string
 
-// env is what a test works with: the shared control plane's config, a
+// CompilationCache returns the directory of compiled modules the tests'
+// operators share (Options.Engine.CompilationCacheDir), set by Main.
+func CompilationCache() string { return compilationCache }
+
+// Env is what a test works with: the shared control plane's config, a
 // client that reads live (no cache), and the test's namespace.
-type env struct {
-	cfg *rest.Config
-	c   client.Client
-	ns  string
+type Env struct {
+	Cfg *rest.Config
+	C   client.Client
+	NS  string
 }
 
-func newEnv(t *testing.T) env {
+// NewEnv returns the test's Env: a namespace of its own on the shared
+// control plane (deleted when the test ends), and a live client.
+func NewEnv(t *testing.T) Env {
 	t.Helper()
 	cfg := testenv.Shared(t).Config
 	scheme := runtime.NewScheme()
@@ -89,24 +107,24 @@ func newEnv(t *testing.T) env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return env{cfg: cfg, c: c, ns: testenv.Namespace(t, c)}
+	return Env{Cfg: cfg, C: c, NS: testenv.Namespace(t, c)}
 }
 
-// operatorOptions are the manager options of a test's operator: no
+// OperatorOptions are the manager options of a test's operator: no
 // endpoints, and only the test's namespace.
-func (e env) operatorOptions() operator.ManagerOptions {
+func (e Env) OperatorOptions() operator.ManagerOptions {
 	return operator.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", SkipControllerNameValidation: true,
-		Namespaces: []string{e.ns},
+		Namespaces: []string{e.NS},
 	}
 }
 
-// newOperator is operator.New with the tests' defaults: the shared
+// NewOperator is operator.New with the tests' defaults: the shared
 // compilation cache, and guests compiled in the compile worker, a build
 // without -race (testworker), as the operator binary compiles them: several
 // times faster than in this -race process. A test that sets Compile or a
 // MemoryBudget keeps its own.
-func newOperator(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) (*operator.Operator, error) {
+func NewOperator(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) (*operator.Operator, error) {
 	t.Helper()
 	if opts.Engine.CompilationCacheDir == "" {
 		opts.Engine.CompilationCacheDir = compilationCache
@@ -126,14 +144,14 @@ func newOperator(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opt
 	return operator.New(cfg, mo, opts)
 }
 
-// start runs an operator against cfg until the test ends. Its metrics go
+// Start runs an operator against cfg until the test ends. Its metrics go
 // to a registry of the test's own unless opts names one.
-func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) *operator.Operator {
+func Start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) *operator.Operator {
 	t.Helper()
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
-	op, err := newOperator(t, cfg, mo, opts)
+	op, err := NewOperator(t, cfg, mo, opts)
 	if err != nil {
 		t.Fatalf("operator.New: %v", err)
 	}
@@ -152,9 +170,9 @@ func start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts oper
 	return op
 }
 
-// gather sums the samples of metric whose labels include every label in
+// Gather sums the samples of metric whose labels include every label in
 // want, from a registry.
-func gather(t testing.TB, reg prometheus.Gatherer, metric string, want map[string]string) float64 {
+func Gather(t testing.TB, reg prometheus.Gatherer, metric string, want map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -182,9 +200,9 @@ func gather(t testing.TB, reg prometheus.Gatherer, metric string, want map[strin
 	return total
 }
 
-// startBehindProxy puts a TCP fault proxy in front of the shared control
+// StartBehindProxy puts a TCP fault proxy in front of the shared control
 // plane and returns a config that goes through it (for the operator).
-func startBehindProxy(t *testing.T, cfg *rest.Config) (viaProxy *rest.Config, proxy *faultproxy.Proxy) {
+func StartBehindProxy(t *testing.T, cfg *rest.Config) (viaProxy *rest.Config, proxy *faultproxy.Proxy) {
 	t.Helper()
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
@@ -199,8 +217,8 @@ func startBehindProxy(t *testing.T, cfg *rest.Config) (viaProxy *rest.Config, pr
 	return viaProxy, proxy
 }
 
-// widget returns a Widget.
-func widget(ns, name string, size int64) *unstructured.Unstructured {
+// Widget returns a Widget.
+func Widget(ns, name string, size int64) *unstructured.Unstructured {
 	w := &unstructured.Unstructured{}
 	w.SetAPIVersion("examples.wasmreconcile.io/v1alpha1")
 	w.SetKind("Widget")
@@ -210,18 +228,18 @@ func widget(ns, name string, size int64) *unstructured.Unstructured {
 	return w
 }
 
-// summaryPoll is how often waitSummary polls; measurements lower it.
-var summaryPoll = 100 * time.Millisecond
+// SummaryPoll is how often WaitSummary polls; measurements lower it.
+var SummaryPoll = 100 * time.Millisecond
 
-// waitSummary waits until the named Widget's status.summary is want. The
+// WaitSummary waits until the named Widget's status.summary is want. The
 // deadline is generous because CI runs every package under -race at once on
 // two cores; it bounds a hang, it is not a latency goal.
-func waitSummary(t testing.TB, c client.Client, ns, name, want string) {
+func WaitSummary(t testing.TB, c client.Client, ns, name, want string) {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(3 * time.Minute)
 	for {
-		w := widget(ns, name, 0)
+		w := Widget(ns, name, 0)
 		if err := c.Get(context.Background(), client.ObjectKeyFromObject(w), w); err == nil {
 			if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s == want {
 				return
@@ -230,19 +248,21 @@ func waitSummary(t testing.TB, c client.Client, ns, name, want string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s never reached summary %q in %s", name, want, time.Since(start).Round(time.Second))
 		}
-		time.Sleep(summaryPoll)
+		time.Sleep(SummaryPoll)
 	}
 }
 
-// updateWidgetSize sets spec.size, retrying on conflicts and on the errors
+// UpdateWidgetSize sets spec.size, retrying on conflicts and on the errors
 // a control plane returns while it comes back up.
-func updateWidgetSize(t testing.TB, c client.Client, ns, name string, size int64) {
+func UpdateWidgetSize(t testing.TB, c client.Client, ns, name string, size int64) {
 	t.Helper()
-	w := widget(ns, name, 0)
+	w := Widget(ns, name, 0)
 	testenv.Update(t, c, w, func() { _ = unstructured.SetNestedField(w.Object, size, "spec", "size") })
 }
 
-func freeAddr(t testing.TB) string {
+// FreeAddr returns a loopback address no listener holds now, for an
+// endpoint the test starts.
+func FreeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -252,11 +272,14 @@ func freeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func unstructuredInt(obj map[string]any, path ...string) (int64, bool, error) {
-	return unstructured.NestedInt64(obj, path...)
-}
-
-func summaryOf(w *unstructured.Unstructured) string {
+// SummaryOf returns a Widget's status.summary.
+func SummaryOf(w *unstructured.Unstructured) string {
 	s, _, _ := unstructured.NestedString(w.Object, "status", "summary")
 	return s
+}
+
+// ModuleStatus is the supervisor's status of module name in op: its
+// workqueue length, running reconciles and informer sync.
+func ModuleStatus(op *operator.Operator, name string) (supervisor.Status, bool) {
+	return testhooks.ModuleStatus(op.Host, name)
 }

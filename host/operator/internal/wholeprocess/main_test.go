@@ -1,0 +1,12 @@
+package wholeprocess_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
+)
+
+// TestMain runs the package's tests against one real kube-apiserver and
+// etcd of its own (optest.Main).
+func TestMain(m *testing.M) { os.Exit(optest.Main(m)) }
