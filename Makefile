@@ -101,15 +101,18 @@ test: controlplane registry modules modules-c operator tools ## Run all tests: u
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/widget-c.wasm modules/widget/testdata/cases
 	@echo "== the WebAssembly spec suite through the instrumenter (without -race: it is single-threaded; host/internal/instrument/spectest)"
 	$(GO) test $(SPEC_PKG)
-	@echo "== host (with a real kube-apiserver and etcd: one per test package)"
+	@echo "== host (with a real kube-apiserver and etcd: one shared, and one for each package that needs its own)"
 	@# The test processes share built guests, the test compile worker and
 	@# compiled code (internal/testshare); the builds are redone every run,
 	@# compiled code is keyed by its bytes and kept. Metered rewrites are
 	@# keyed by the test binary too, which every change rebuilds: kept
 	@# across runs they would only pile up.
+	@# One control plane serves every package but those that kill its
+	@# components or create cluster-scoped objects (testenv/testcluster).
 	@rm -rf $(TEST_SHARE)/guests $(TEST_SHARE)/bin $(TEST_SHARE)/compiled/wasmreconcile-rewrites && mkdir -p $(TEST_SHARE)
+	@$(GO) build -o $(TEST_SHARE)/bin/testcluster ./host/internal/testenv/testcluster
 	@rc=0; KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" WASMRECONCILE_TEST_SHARE=$(TEST_SHARE) \
-	  $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_SHARE)/host-tests.json -- \
+	  $(TEST_SHARE)/bin/testcluster -- $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_SHARE)/host-tests.json -- \
 	  -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS) || rc=$$?; \
 	  echo "== the 10 slowest tests (all of them: $(TEST_SHARE)/host-tests.json)"; \
 	  $(TOOLS)/gotestsum tool slowest --jsonfile $(TEST_SHARE)/host-tests.json --num 10 --threshold 0s; \

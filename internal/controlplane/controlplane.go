@@ -138,6 +138,9 @@ type ControlPlane struct {
 
 	stopOnce sync.Once
 	stopErr  error
+
+	// attached is set on a control plane another process runs (Attach).
+	attached bool
 }
 
 // Start starts etcd and kube-apiserver on free loopback ports, installs
@@ -224,6 +227,9 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, progress func(s
 			logTail(etcdLog.Name()), logTail(apiLog.Name()))
 	}
 	if err := WriteKubeconfig(cp.config, cp.kubeconfig); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cp.dir, assetsFile), []byte(cp.assets), 0o600); err != nil {
 		return err
 	}
 
@@ -369,6 +375,35 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context, controllers 
 	return nil
 }
 
+// assetsFile, in Dir, names the directory of the binaries, for Attach.
+const assetsFile = "assets"
+
+// Attach returns the control plane another process started (with Start)
+// in dir, its Dir, for processes that share one: the tests of several
+// packages, say. What reads it works: RESTConfig, Kubeconfig, Assets,
+// Log and ControllerManagerRunning. What changes it does not: Stop does
+// nothing (the starter stops it), CRDs is empty, and KillAPIServer,
+// StartAPIServer, KillEtcd and StartEtcd fail, since killing a component
+// would break every other user; a test that kills one needs a control
+// plane of its own.
+func Attach(dir string) (*ControlPlane, error) {
+	cp := &ControlPlane{dir: dir, kubeconfig: filepath.Join(dir, "kubeconfig"), attached: true}
+	assets, err := os.ReadFile(filepath.Join(dir, assetsFile))
+	if err != nil {
+		return nil, fmt.Errorf("attaching to the control plane in %s: %w (is it running? it is started with Start, which writes %s)", dir, err, assetsFile)
+	}
+	cp.assets = string(assets)
+	if cp.config, err = clientcmd.BuildConfigFromFlags("", cp.kubeconfig); err != nil {
+		return nil, fmt.Errorf("attaching to the control plane in %s: %w", dir, err)
+	}
+	return cp, nil
+}
+
+// errAttached is what a control plane from Attach answers a change with.
+func (cp *ControlPlane) errAttached(what string) error {
+	return fmt.Errorf("%s: the control plane in %s belongs to another process (Attach), and killing or starting its components would break its other users; start one of your own", what, cp.dir)
+}
+
 // Dir is the control plane's directory: its data, certificates, logs and
 // kubeconfig. Stop removes it.
 func (cp *ControlPlane) Dir() string { return cp.dir }
@@ -392,6 +427,9 @@ func (cp *ControlPlane) CRDs() []string { return append([]string(nil), cp.crds..
 // SIGKILL, then removes Dir. Only the first call stops; later calls return
 // its result.
 func (cp *ControlPlane) Stop() error {
+	if cp.attached {
+		return nil
+	}
 	cp.stopOnce.Do(func() {
 		var errs []error
 		if cp.kcm != nil {
@@ -423,6 +461,9 @@ func (cp *ControlPlane) Stop() error {
 // ControllerManagerRunning reports whether kube-controller-manager was
 // started and has not exited.
 func (cp *ControlPlane) ControllerManagerRunning() bool {
+	if cp.attached {
+		return len(ProcessesWithArg(func(a string) bool { return a == "--kubeconfig="+cp.kubeconfig })) > 0
+	}
 	if cp.kcm == nil {
 		return false
 	}
@@ -445,6 +486,9 @@ func (cp *ControlPlane) Log(component string) string {
 // or an OOM kill would, and reaps it; etcd keeps running. (A graceful stop
 // drains in-flight requests for up to a minute.)
 func (cp *ControlPlane) KillAPIServer() error {
+	if cp.attached {
+		return cp.errAttached("KillAPIServer")
+	}
 	api := cp.env.ControlPlane.APIServer
 	if err := killProcessWithArg("--cert-dir=" + api.CertDir); err != nil {
 		return err
@@ -455,11 +499,19 @@ func (cp *ControlPlane) KillAPIServer() error {
 // StartAPIServer starts kube-apiserver again on the same port and
 // certificates, so clients of RESTConfig keep working. It returns once the
 // server reports healthy.
-func (cp *ControlPlane) StartAPIServer() error { return cp.env.ControlPlane.APIServer.Start() }
+func (cp *ControlPlane) StartAPIServer() error {
+	if cp.attached {
+		return cp.errAttached("StartAPIServer")
+	}
+	return cp.env.ControlPlane.APIServer.Start()
+}
 
 // KillEtcd kills the etcd process with SIGKILL and reaps it; kube-apiserver
 // keeps running and answers with errors until etcd is back.
 func (cp *ControlPlane) KillEtcd() error {
+	if cp.attached {
+		return cp.errAttached("KillEtcd")
+	}
 	etcd := cp.env.ControlPlane.Etcd
 	if err := killProcessWithArg("--data-dir=" + etcd.DataDir); err != nil {
 		return err
@@ -469,7 +521,12 @@ func (cp *ControlPlane) KillEtcd() error {
 
 // StartEtcd starts etcd again on the same URL and data directory, so every
 // object stored before is there.
-func (cp *ControlPlane) StartEtcd() error { return cp.env.ControlPlane.Etcd.Start() }
+func (cp *ControlPlane) StartEtcd() error {
+	if cp.attached {
+		return cp.errAttached("StartEtcd")
+	}
+	return cp.env.ControlPlane.Etcd.Start()
+}
 
 // killProcessWithArg sends SIGKILL to the one process whose command line
 // holds arg (a directory unique to this control plane).

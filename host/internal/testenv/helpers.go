@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,14 +19,16 @@ var namespaces atomic.Int32
 
 // Namespace creates a namespace of its own for the calling test, so that
 // tests sharing a control plane do not see each other's objects, and
-// returns its name.
+// returns its name: the test's name, this process's ID and a counter, so
+// that tests of the same name in two packages sharing one control plane
+// get two namespaces.
 func Namespace(t testing.TB, c client.Client) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	name = fmt.Sprintf("%s-%d-%d", strings.Trim(name, "-"), time.Now().UnixNano()%100000, namespaces.Add(1))
+	name = fmt.Sprintf("%s-%d-%d", strings.Trim(name, "-"), os.Getpid(), namespaces.Add(1))
 	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 // plus a kube-controller-manager running the garbage collector and the
 // namespace controller (so that owner-reference cascades and namespace
 // deletion happen as in a cluster), one control plane per test package
-// (Main). The binaries come from KUBEBUILDER_ASSETS when set, and
+// (Main), or one shared by the packages of a run (testcluster, make test).
+// The binaries come from KUBEBUILDER_ASSETS when set, and
 // otherwise from hack/controlplane.sh, which builds them once into a cache
 // outside the checkout.
 //
@@ -127,15 +128,28 @@ var shared *ControlPlane
 
 // MainOptions configure Main.
 type MainOptions struct {
+	// OwnControlPlane starts a control plane for the package even when
+	// one is shared (SharedControlPlaneEnv): for tests that kill its
+	// components, or whose cluster-scoped objects other packages' tests
+	// would see. Default false: the package uses the shared one if there
+	// is one.
+	OwnControlPlane bool
 	// ForExamples starts the control plane under -short too, and points
 	// KUBECONFIG at it, so that runnable examples, which cannot be skipped,
 	// find a cluster with ctrl.GetConfig() as a program would.
 	ForExamples bool
 }
 
-// Main runs a test package's tests against one shared control plane with
-// the CRDs in CRDs installed, and stops it afterwards: call it from
-// TestMain as os.Exit(testenv.Main(m, testenv.MainOptions{})). Under
+// SharedControlPlaneEnv names the environment variable that holds the
+// directory of a control plane shared by the test packages of one run
+// (make test starts it with testenv/testcluster, which sets the variable).
+const SharedControlPlaneEnv = "WASMRECONCILE_TEST_CONTROLPLANE"
+
+// Main runs a test package's tests against one control plane with the
+// CRDs in CRDs installed: the run's shared one (SharedControlPlaneEnv)
+// unless opts.OwnControlPlane, else one of the package's own, started now
+// and stopped afterwards. Call it from TestMain as
+// os.Exit(testenv.Main(m, testenv.MainOptions{})). Under
 // `go test -short` it starts none (unless ForExamples), and the tests that
 // need one (Shared) are skipped: -short is the inner loop of unit tests.
 func Main(m *testing.M, opts MainOptions) int {
@@ -143,7 +157,7 @@ func Main(m *testing.M, opts MainOptions) int {
 	if testing.Short() && !opts.ForExamples {
 		return m.Run()
 	}
-	cp, err := Start(CRDs...)
+	cp, err := mainControlPlane(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -159,6 +173,19 @@ func Main(m *testing.M, opts MainOptions) int {
 		fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 	}
 	return code
+}
+
+// mainControlPlane is the run's shared control plane or a new one.
+func mainControlPlane(opts MainOptions) (*ControlPlane, error) {
+	dir := os.Getenv(SharedControlPlaneEnv)
+	if dir == "" || opts.OwnControlPlane {
+		return Start(CRDs...)
+	}
+	cp, err := controlplane.Attach(dir)
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %s=%s: %w", SharedControlPlaneEnv, dir, err)
+	}
+	return &ControlPlane{ControlPlane: cp, Config: cp.RESTConfig()}, nil
 }
 
 // Shared returns the package's control plane, started by Main. Under -short

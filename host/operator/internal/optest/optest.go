@@ -44,8 +44,9 @@ import (
 // development logger (a failure shows what the operator was doing, and
 // client-go's reflectors log through klog), builds the widget module for
 // the embedding Example, and runs the tests against one shared control
-// plane (testenv.Main). Call it from TestMain as os.Exit(optest.Main(m)).
-func Main(m *testing.M) int {
+// plane (testenv.Main with opts; ForExamples is always set). Call it from
+// TestMain as os.Exit(optest.Main(m, testenv.MainOptions{})).
+func Main(m *testing.M, opts testenv.MainOptions) int {
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
 	if err := testworker.Use(); err != nil {
 		logger.Error(err, "building the compile worker")
@@ -68,7 +69,8 @@ func Main(m *testing.M) int {
 		return 1
 	}
 	compilationCache = dir
-	code := testenv.Main(m, testenv.MainOptions{ForExamples: true})
+	opts.ForExamples = true
+	code := testenv.Main(m, opts)
 	testshare.Cleanup()
 	return code
 }

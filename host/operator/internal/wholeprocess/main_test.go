@@ -4,9 +4,10 @@ import (
 	"os"
 	"testing"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 )
 
-// TestMain runs the package's tests against one real kube-apiserver and
-// etcd of its own (optest.Main).
-func TestMain(m *testing.M) { os.Exit(optest.Main(m)) }
+// TestMain runs the package's tests against the run's shared control
+// plane, or one of its own when there is none (optest.Main).
+func TestMain(m *testing.M) { os.Exit(optest.Main(m, testenv.MainOptions{})) }
