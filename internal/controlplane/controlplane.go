@@ -396,8 +396,19 @@ func Attach(dir string) (*ControlPlane, error) {
 	if cp.config, err = clientcmd.BuildConfigFromFlags("", cp.kubeconfig); err != nil {
 		return nil, fmt.Errorf("attaching to the control plane in %s: %w", dir, err)
 	}
+	// The client rate limits of the starter's config (envtest's), not
+	// client-go's default of 5 requests a second, which would make a
+	// test of 1,000 writes take minutes.
+	cp.config.QPS, cp.config.Burst = attachedQPS, attachedBurst
 	return cp, nil
 }
+
+// attachedQPS and attachedBurst are the client rate limits of a config
+// from Attach: envtest's, as Start's config has them.
+const (
+	attachedQPS   = 1000
+	attachedBurst = 2000
+)
 
 // errAttached is what a control plane from Attach answers a change with.
 func (cp *ControlPlane) errAttached(what string) error {

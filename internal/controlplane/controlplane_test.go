@@ -96,6 +96,7 @@ func TestGarbageCollectionAndNamespaces(t *testing.T) {
 			_ = cp.Stop()
 		}
 	}()
+	checkAttach(t, ctx, cp)
 	if crds := strings.Join(cp.CRDs(), " "); !strings.Contains(crds, "webapps.examples.wasmreconcile.io widgets.examples.wasmreconcile.io") {
 		t.Errorf("CRDs() = %v, want those of examples/crds, sorted", cp.CRDs())
 	}
@@ -197,5 +198,51 @@ func waitGone(t *testing.T, ctx context.Context, what string, get func() error) 
 			t.Fatalf("waiting for %s to be deleted: %v", what, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// checkAttach attaches to cp as another process would: the config works
+// and keeps envtest's client rate limits, kube-controller-manager is seen
+// running, killing a component is refused, and Stop leaves the control
+// plane to its starter.
+func checkAttach(t *testing.T, ctx context.Context, cp *ControlPlane) {
+	t.Helper()
+	if _, err := Attach(t.TempDir()); err == nil {
+		t.Error("Attach to an empty directory succeeded")
+	}
+	a, err := Attach(cp.Dir())
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	cfg := a.RESTConfig()
+	if cfg.QPS < 100 || cfg.Burst < 100 {
+		t.Errorf("attached config: QPS %v, burst %d; want envtest's, not client-go's default 5", cfg.QPS, cfg.Burst)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("attached config: %v", err)
+	}
+	if a.Assets() != cp.Assets() || a.Kubeconfig() != cp.Kubeconfig() {
+		t.Errorf("attached: assets %q kubeconfig %q, want %q %q", a.Assets(), a.Kubeconfig(), cp.Assets(), cp.Kubeconfig())
+	}
+	if !a.ControllerManagerRunning() {
+		t.Error("attached: kube-controller-manager not seen running")
+	}
+	for name, f := range map[string]func() error{"KillAPIServer": a.KillAPIServer, "KillEtcd": a.KillEtcd, "StartAPIServer": a.StartAPIServer, "StartEtcd": a.StartEtcd} {
+		if err := f(); err == nil || !strings.Contains(err.Error(), "another process") {
+			t.Errorf("attached %s: %v, want a refusal", name, err)
+		}
+	}
+	if err := a.Stop(); err != nil {
+		t.Errorf("attached Stop: %v", err)
+	}
+	if _, err := os.Stat(cp.Dir()); err != nil {
+		t.Errorf("the attached Stop touched the control plane: %v", err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("after the attached Stop: %v", err)
 	}
 }
