@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"time"
 
+	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
@@ -72,6 +72,10 @@ type candidate struct {
 // promoted) in its own workers and queue. The same bytes and options keep
 // the running candidate and its counts. It returns the candidate's digest;
 // an error is a *CandidateError, and leaves no candidate running.
+//
+// It runs in three steps, the slow ones outside s.mu: fetch and verify
+// the bytes, find or compile their version, and install it (checked
+// against the serving version, which may have changed meanwhile).
 func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *CandidateSpec) (string, error) {
 	s.mu.Lock()
 	r := s.modules[name]
@@ -95,94 +99,122 @@ func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *Candid
 		s.mu.Unlock()
 		return "", &CandidateError{Module: name, Source: spec.Source.String(), Err: err}
 	}
-	if err := compare.Allowed(spec.Shadow.AllowDifferences); err != nil {
-		return fail(err)
-	}
-	wasm, err := spec.Source.Fetch(ctx)
+	c, wasm, err := fetchCandidate(ctx, spec, limits)
 	if err != nil {
 		return fail(err)
 	}
-	digest := Digest(wasm)
-	if spec.SHA256 != "" {
-		if want := "sha256:" + strings.TrimPrefix(strings.ToLower(spec.SHA256), "sha256:"); want != digest {
-			return fail(fmt.Errorf("the bytes' digest is %s, not the pinned %s; fix the candidate's sha256 or its source", digest, want))
-		}
+	running, owned, err := s.candidateVersion(ctx, name, c, wasm, limits)
+	switch {
+	case err != nil:
+		return fail(err)
+	case running:
+		return c.digest, nil
 	}
-	key := fmt.Sprintf("%s/%+v", digest, limits)
-	opts := spec.Shadow
-	opts.Observe = nil
-
-	s.mu.Lock()
-	r = s.modules[name]
-	if r == nil {
-		s.mu.Unlock()
-		return fail(errors.New("the module stopped while its candidate loaded"))
-	}
-	if c := r.candidate; c != nil && c.key == key && reflect.DeepEqual(c.opts, opts) {
-		s.mu.Unlock()
-		return digest, nil
-	}
-	var version *versionslot.Version
-	for _, c := range r.versions {
-		if c.key == key {
-			version = c.version // compiled already (it served before): shared, not owned
-		}
-	}
-	if version == nil && r.candidate != nil && r.candidate.key == key {
-		version = r.candidate.version // the same bytes, other options
-	}
-	s.mu.Unlock()
-	owned := false
-	if version == nil {
-		m, err := s.opts.Engine.Load(ctx, name+" candidate", wasm, limits)
-		if err != nil {
-			return fail(err)
-		}
-		version, owned = versionslot.New(m), true
-	}
-	discard := func(err error) (string, error) {
+	if err := s.installCandidate(name, c, spec.Source.String()); err != nil {
 		if owned {
-			_ = version.Module.Close(ctx)
+			_ = c.version.Module.Close(ctx)
 		}
 		return fail(err)
 	}
+	return c.digest, nil
+}
 
+// fetchCandidate reads spec's bytes, verifies them against spec.SHA256 and
+// the differences it allows, and returns the candidate they make (no
+// version yet) and the bytes.
+func fetchCandidate(ctx context.Context, spec *CandidateSpec, limits engine.Limits) (*candidate, []byte, error) {
+	if err := compare.Allowed(spec.Shadow.AllowDifferences); err != nil {
+		return nil, nil, err
+	}
+	wasm, err := spec.Source.Fetch(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	digest := Digest(wasm)
+	if want, ok := pinned(digest, spec.SHA256); !ok {
+		return nil, nil, fmt.Errorf("the bytes' digest is %s, not the pinned %s; fix the candidate's sha256 or its source", digest, want)
+	}
+	c := &candidate{key: fmt.Sprintf("%s/%+v", digest, limits), digest: digest, opts: spec.Shadow, since: time.Now()}
+	c.opts.Observe = nil
+	return c, wasm, nil
+}
+
+// candidateVersion sets c.version: module name's kept version of the same
+// key (it served before; shared, not owned), the running candidate's (the
+// same bytes, other options), or a new compile of wasm (owned: the caller
+// closes it if the candidate is not installed). running is true when the
+// running candidate has c's key and options already: nothing changes.
+// An error is the caller's to wrap.
+func (s *Supervisor) candidateVersion(ctx context.Context, name string, c *candidate, wasm []byte, limits engine.Limits) (running, owned bool, err error) {
 	s.mu.Lock()
-	r = s.modules[name]
+	r := s.modules[name]
+	if r == nil {
+		s.mu.Unlock()
+		return false, false, errors.New("the module stopped while its candidate loaded")
+	}
+	if prev := r.candidate; prev != nil && prev.key == c.key && reflect.DeepEqual(prev.opts, c.opts) {
+		s.mu.Unlock()
+		return true, false, nil
+	}
+	for _, kept := range r.versions {
+		if kept.key == c.key {
+			c.version = kept.version
+		}
+	}
+	if c.version == nil && r.candidate != nil && r.candidate.key == c.key {
+		c.version = r.candidate.version
+	}
+	s.mu.Unlock()
+	if c.version != nil {
+		return false, false, nil
+	}
+	m, err := s.opts.Engine.Load(ctx, name+" candidate", wasm, limits)
+	if err != nil {
+		return false, false, err
+	}
+	c.version = versionslot.New(m)
+	return false, true, nil
+}
+
+// installCandidate makes c module name's candidate, in place of the one
+// before, if the module still serves and c is the same module (name,
+// kinds, triggers, finalizer) as its serving version. A canary's objects
+// change hands at once (every object is requeued).
+func (s *Supervisor) installCandidate(name string, c *candidate, source string) error {
+	s.mu.Lock()
+	r := s.modules[name]
 	var serving *versionslot.Version
 	if r != nil && !s.closed {
 		serving = r.slot.Current()
 	}
 	if serving == nil {
 		s.mu.Unlock()
-		return discard(errors.New("the module stopped while its candidate loaded"))
+		return errors.New("the module stopped while its candidate loaded")
 	}
-	if err := sameKinds(serving.Module, version.Module); err != nil {
+	if err := sameKinds(serving.Module, c.version.Module); err != nil {
 		s.mu.Unlock()
-		return discard(fmt.Errorf("%w; a candidate must be the same module with the same kinds, triggers and finalizer (change those with a new spec.source instead)", err))
+		return fmt.Errorf("%w; a candidate must be the same module with the same kinds, triggers and finalizer (change those with a new spec.source instead)", err)
 	}
-	module := name
-	opts.Observe = func(result string) { s.opts.Metrics.Shadow.WithLabelValues(module, result).Inc() }
+	opts := c.opts
+	opts.Observe = func(result string) { s.opts.Metrics.Shadow.WithLabelValues(name, result).Inc() }
 	for _, res := range []string{"agree", "differ", "candidate_error", "skipped"} {
-		s.opts.Metrics.Shadow.WithLabelValues(module, res)
+		s.opts.Metrics.Shadow.WithLabelValues(name, res)
 	}
-	c := &candidate{key: key, digest: digest, version: version, opts: spec.Shadow, since: time.Now()}
-	c.opts.Observe = nil
-	c.shadow = shadow.New(version.Module, r.rec.Decoder(), opts)
+	c.shadow = shadow.New(c.version.Module, r.rec.Decoder(), opts)
 	prev := r.candidate
 	r.candidate = c
 	r.rec.SetShadow(c.shadow)
 	if prev != nil {
-		s.closeCandidate(r, prev, prev.version != version)
+		s.closeCandidate(r, prev, prev.version != c.version)
 	}
 	if c.opts.Canary != nil || (prev != nil && prev.opts.Canary != nil) {
 		s.requeueAll(r) // the share's objects change hands now, not at their next event
 	}
 	servingDigest := serving.Module.Digest()
 	s.mu.Unlock()
-	s.opts.Log.Info("candidate running beside the serving version", "module", name, "source", spec.Source.String(), "digest", digest,
+	s.opts.Log.Info("candidate running beside the serving version", "module", name, "source", source, "digest", c.digest,
 		"serving", servingDigest)
-	return digest, nil
+	return nil
 }
 
 // Candidate returns module name's running candidate.

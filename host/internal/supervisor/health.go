@@ -19,7 +19,12 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 )
 
-// health is one module's load health, for warnings once per episode.
+// health is one module's load health: the episodes of its warnings, each
+// reported once when it starts (a Warning) and once when it ends (a Normal
+// event), and the kinds its controller cannot watch. The supervisor feeds
+// it what the informers report (informer) and what each health check sees
+// (observe), under its lock; health decides what to report, and does no
+// I/O of its own.
 type health struct {
 	since       time.Time // when the module's controller last started
 	syncWarned  bool
@@ -27,6 +32,67 @@ type health struct {
 	// unserved are the kinds whose informer the module's controller cannot
 	// get (a CRD not installed): the module is not ready while any is.
 	unserved map[schema.GroupVersionKind]*UnservedKind
+}
+
+// informer records a source's report on getting the informer of a kind
+// module watches. The first failed attempt of an episode returns a
+// SyncFailed Warning (and stands for the timed one observe would send
+// later); later attempts are counted, quietly; a success ends the kind's
+// episode (the Synced event follows from observe once the module's kind
+// has synced).
+func (h *health) informer(module string, st reconciler.InformerState) *HealthEvent {
+	u := h.unserved[st.GVK]
+	switch {
+	case st.Err == nil:
+		delete(h.unserved, st.GVK)
+	case u == nil:
+		if h.unserved == nil {
+			h.unserved = map[schema.GroupVersionKind]*UnservedKind{}
+		}
+		u = &UnservedKind{Message: reconciler.UnservedMessage(st.GVK, st.Err), Attempts: 1}
+		h.unserved[st.GVK] = u
+		h.syncWarned = true // the timed SyncFailed would only repeat it
+		return &HealthEvent{Module: module, Warning: true, Reason: ReasonSyncFailed, Message: u.Message}
+	default:
+		u.Attempts++
+	}
+	return nil
+}
+
+// observe takes what a health check saw of the cache of module's kind at
+// now (synced, or why not; the time of its last watch event or list, zero
+// if none yet) and returns the events it starts or ends:
+//   - SyncFailed when the cache has not synced syncTimeout after the
+//     controller started, once; Synced when it has, and no kind is
+//     unserved;
+//   - CacheStale when nothing arrived for staleAfter, once; Fresh when
+//     events arrive again.
+func (h *health) observe(module, kind string, synced bool, why string, lastEvent, now time.Time, syncTimeout, staleAfter time.Duration) []HealthEvent {
+	var events []HealthEvent
+	switch {
+	case !synced && now.Sub(h.since) > syncTimeout && !h.syncWarned:
+		h.syncWarned = true
+		events = append(events, HealthEvent{Module: module, Warning: true, Reason: ReasonSyncFailed, Message: fmt.Sprintf(
+			"the cache for %s has not synced %s after the module loaded: %s; check that the kind's CRD is installed, the operator's RBAC for it, and the API server's health",
+			kind, syncTimeout, why)})
+	case synced && h.syncWarned && len(h.unserved) == 0:
+		h.syncWarned = false
+		events = append(events, HealthEvent{Module: module, Reason: ReasonSynced, Message: fmt.Sprintf("the cache for %s has synced", kind)})
+	}
+	if lastEvent.IsZero() { // no event yet: nothing to be stale against
+		return events
+	}
+	age := now.Sub(lastEvent)
+	switch stale := age > staleAfter; {
+	case stale && !h.staleWarned:
+		h.staleWarned = true
+		events = append(events, HealthEvent{Module: module, Warning: true, Reason: ReasonCacheStale, Message: fmt.Sprintf(
+			"no watch event or list for %s in %s; watches may be failing (see wasmreconcile_informer_watch_restarts_total)", kind, age.Round(time.Second))})
+	case !stale && h.staleWarned:
+		h.staleWarned = false
+		events = append(events, HealthEvent{Module: module, Reason: ReasonFresh, Message: fmt.Sprintf("events for %s arrive again", kind)})
+	}
+	return events
 }
 
 // UnservedKind is a kind a module's controller watches whose informer it
@@ -54,21 +120,7 @@ func (s *Supervisor) informerReport(r *running) func(reconciler.InformerState) {
 			s.mu.Unlock()
 			return // a stopped controller's source, late
 		}
-		h := &r.health
-		var warning *HealthEvent
-		switch u := h.unserved[st.GVK]; {
-		case st.Err == nil:
-			delete(h.unserved, st.GVK)
-		case u == nil:
-			if h.unserved == nil {
-				h.unserved = map[schema.GroupVersionKind]*UnservedKind{}
-			}
-			h.unserved[st.GVK] = &UnservedKind{Message: reconciler.UnservedMessage(st.GVK, st.Err), Attempts: 1}
-			h.syncWarned = true // the timed SyncFailed would only repeat it
-			warning = &HealthEvent{Module: name, Warning: true, Reason: ReasonSyncFailed, Message: h.unserved[st.GVK].Message}
-		default:
-			u.Attempts++
-		}
+		warning := r.health.informer(name, st)
 		report := r.spec.OnHealth
 		s.mu.Unlock()
 		if warning != nil {
@@ -178,36 +230,13 @@ func (s *Supervisor) checkHealth(ctx context.Context, now time.Time) {
 		if s.opts.LastEvent != nil {
 			lastEvent = s.opts.LastEvent(c.gvk.GroupKind())
 		}
-		var events []HealthEvent
 		s.mu.Lock()
 		r := s.modules[c.name]
 		if r == nil {
 			s.mu.Unlock()
 			continue
 		}
-		h := &r.health
-		switch {
-		case !synced && now.Sub(h.since) > s.opts.SyncTimeout && !h.syncWarned:
-			h.syncWarned = true
-			events = append(events, HealthEvent{Module: c.name, Warning: true, Reason: ReasonSyncFailed, Message: fmt.Sprintf(
-				"the cache for %s has not synced %s after the module loaded: %s; check that the kind's CRD is installed, the operator's RBAC for it, and the API server's health",
-				c.gvk.Kind, s.opts.SyncTimeout, why)})
-		case synced && h.syncWarned && len(h.unserved) == 0:
-			h.syncWarned = false
-			events = append(events, HealthEvent{Module: c.name, Reason: ReasonSynced, Message: fmt.Sprintf("the cache for %s has synced", c.gvk.Kind)})
-		}
-		if !lastEvent.IsZero() { // no event yet: nothing to be stale against
-			age := now.Sub(lastEvent)
-			switch stale := age > s.opts.StaleAfter; {
-			case stale && !h.staleWarned:
-				h.staleWarned = true
-				events = append(events, HealthEvent{Module: c.name, Warning: true, Reason: ReasonCacheStale, Message: fmt.Sprintf(
-					"no watch event or list for %s in %s; watches may be failing (see wasmreconcile_informer_watch_restarts_total)", c.gvk.Kind, age.Round(time.Second))})
-			case !stale && h.staleWarned:
-				h.staleWarned = false
-				events = append(events, HealthEvent{Module: c.name, Reason: ReasonFresh, Message: fmt.Sprintf("events for %s arrive again", c.gvk.Kind)})
-			}
-		}
+		events := r.health.observe(c.name, c.gvk.Kind, synced, why, lastEvent, now, s.opts.SyncTimeout, s.opts.StaleAfter)
 		report := r.spec.OnHealth
 		s.mu.Unlock()
 		for _, e := range events {

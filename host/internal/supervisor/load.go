@@ -25,6 +25,17 @@ func Digest(wasm []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// pinned reports whether digest (Digest's form) is what sha256 pins: any
+// digest when sha256 is empty; else sha256's hex, in either case and with
+// or without the "sha256:" prefix. want is the pin in Digest's form.
+func pinned(digest, sha256 string) (want string, ok bool) {
+	if sha256 == "" {
+		return "", true
+	}
+	want = "sha256:" + strings.TrimPrefix(strings.ToLower(sha256), "sha256:")
+	return want, want == digest
+}
+
 // loader turns a Spec's source into a version ready to serve: it fetches
 // the bytes, verifies them against the pinned digest and compiles them
 // (on the interpreter first, when one is configured). It holds no state
@@ -67,10 +78,8 @@ func (l *loader) fetch(ctx context.Context, spec Spec) (fetched, error) {
 		return f, &FetchError{Module: f.label, Source: spec.Source.String(), Err: errors.New("no bytes; the source is empty")}
 	}
 	f.wasm, f.digest = wasm, Digest(wasm)
-	if spec.SHA256 != "" {
-		if want := "sha256:" + strings.TrimPrefix(strings.ToLower(spec.SHA256), "sha256:"); want != f.digest {
-			return f, &DigestMismatchError{Module: f.label, Source: spec.Source.String(), Want: want, Got: f.digest}
-		}
+	if want, ok := pinned(f.digest, spec.SHA256); !ok {
+		return f, &DigestMismatchError{Module: f.label, Source: spec.Source.String(), Want: want, Got: f.digest}
 	}
 	f.limits = policy.MergeLimits(l.limits, spec.Policy.Limits)
 	f.key = fmt.Sprintf("%s/%+v", f.digest, f.limits)

@@ -112,3 +112,19 @@ func TestLoaderCompileAndCheck(t *testing.T) {
 		t.Errorf("bad bytes: %v", err)
 	}
 }
+
+// TestPinned: a pin matches its digest in either case, with or without
+// the "sha256:" prefix; no pin matches anything; another digest does not.
+func TestPinned(t *testing.T) {
+	digest := Digest([]byte("\x00asm\x01\x00\x00\x00"))
+	hex := strings.TrimPrefix(digest, "sha256:")
+	for _, pin := range []string{"", hex, strings.ToUpper(hex), digest, "SHA256:" + strings.ToUpper(hex)} {
+		if want, ok := pinned(digest, pin); !ok {
+			t.Errorf("pin %q does not match %s (want %q)", pin, digest, want)
+		}
+	}
+	other := Digest([]byte("other"))
+	if want, ok := pinned(digest, other); ok || want != other {
+		t.Errorf("pin %s matched %s (want %q)", other, digest, want)
+	}
+}
