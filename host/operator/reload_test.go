@@ -56,8 +56,12 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	}
 
 	// The writer: each round sets every Widget's size to the round number.
+	// A Widget it has not reached yet when it stops keeps its size 1.
 	var mu sync.Mutex
 	last := map[string]int64{}
+	for _, name := range names {
+		last[name] = 1
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
