@@ -2,11 +2,15 @@
 // It owns the reload policy and every goroutine it starts.
 //
 // The Supervisor coordinates; each job has a file of its own: loading
-// (load.go: fetch, verify, compile; versions.go: the versions kept
-// compiled), controller lifecycle (controllers.go: the reload policy,
-// start, stop, requeue; identity.go: impersonation), rollout
-// (candidate.go: shadow, canary, promotion), drain (drain.go: a removed
-// module's finalizers) and health (health.go: load health and readiness).
+// (load.go: the loader type fetches, verifies and compiles; versions.go:
+// the versions kept compiled), controller lifecycle (controllers.go: the
+// reload policy, start, stop, requeue; identity.go: impersonation),
+// rollout (candidate.go: a candidate is fetched, compiled and installed
+// in three steps; shadow, canary, promotion), drain (drain.go: the
+// drainer type waits out a removed module's finalizers) and health
+// (health.go: the health type decides a module's load-health episodes
+// from what the informers and each check report; readiness). The loader,
+// the drainer and health have unit tests of their own.
 //
 // A Supervisor owns one controller per module name. Apply fetches a
 // module's bytes from its source, verifies the pinned sha256, loads them
