@@ -109,9 +109,14 @@ test: controlplane registry modules modules-c operator tools ## Run all tests: u
 	@# across runs they would only pile up.
 	@# One control plane serves every package but those that kill its
 	@# components or create cluster-scoped objects (testenv/testcluster).
-	@rm -rf $(TEST_SHARE)/guests $(TEST_SHARE)/bin $(TEST_SHARE)/compiled/wasmreconcile-rewrites && mkdir -p $(TEST_SHARE)
+	@# Compiled guests are kept outside the checkout (TEST_COMPILED), so
+	@# that a fresh clone starts with what earlier runs compiled; the cache
+	@# is emptied when it grows past $(TEST_COMPILED_MAX_MB) MiB.
+	@rm -rf $(TEST_SHARE)/guests $(TEST_SHARE)/bin $(TEST_COMPILED)/wasmreconcile-rewrites && mkdir -p $(TEST_SHARE) $(TEST_COMPILED)
+	@if [ "$$(du -sm $(TEST_COMPILED) | cut -f1)" -gt $(TEST_COMPILED_MAX_MB) ]; then \
+	  echo "the tests' compilation cache $(TEST_COMPILED) is over $(TEST_COMPILED_MAX_MB) MiB: emptying it"; rm -rf $(TEST_COMPILED) && mkdir -p $(TEST_COMPILED); fi
 	@$(GO) build -o $(TEST_SHARE)/bin/testcluster ./host/internal/testenv/testcluster
-	@rc=0; KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" WASMRECONCILE_TEST_SHARE=$(TEST_SHARE) \
+	@rc=0; KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" WASMRECONCILE_REGISTRY="$$(hack/registry.sh)/registry" WASMRECONCILE_TEST_SHARE=$(TEST_SHARE) WASMRECONCILE_TEST_COMPILED=$(TEST_COMPILED) \
 	  $(TEST_SHARE)/bin/testcluster -- $(TOOLS)/gotestsum --format pkgname-and-test-fails --format-hide-empty-pkg --jsonfile $(TEST_SHARE)/host-tests.json -- \
 	  -race -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS) || rc=$$?; \
 	  echo "== the 10 slowest tests (all of them: $(TEST_SHARE)/host-tests.json)"; \
@@ -136,6 +141,11 @@ SPEC_PKG     := ./host/internal/instrument/spectest/
 TEST_PKGS    ?= ./host/engine/ ./host/operator/internal/clusterscoped/ ./cmd/operator/ ./host/operator/ ./host/operator/internal/wholeprocess/ ./host/internal/reconciler/ ./host/operator/internal/faults/ ./internal/image/ $(shell $(GO) list ./... | grep -v '/host/internal/instrument/spectest$$')
 # Where the test processes of one run share what is costly to make.
 TEST_SHARE   := $(BIN)/test-share
+# Where they keep compiled guests across runs and clones: beside the
+# control plane's binaries (hack/controlplane.sh's cache). wazero keys each
+# file by the module's bytes and its own version.
+TEST_COMPILED ?= $(or $(WASMRECONCILE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/wasmreconcile)/test-compiled
+TEST_COMPILED_MAX_MB ?= 3072
 
 .PHONY: test-short
 test-short: ## The inner loop: unit tests only (go test -short starts no control plane), no -race.

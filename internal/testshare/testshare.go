@@ -121,7 +121,23 @@ func GoBinary(name, pkg, ldflags string) (string, error) {
 // key of the module's bytes and its own version, so a module compiled by
 // one test, package or run answers every later load of the same bytes.
 // Tests that measure compiling use a directory of their own.
-func CompilationCacheDir() (string, error) { return Dir("compiled") }
+//
+// When CompiledEnv names a directory, that is the cache: make test points
+// it outside the checkout, beside the control plane's binaries, so that a
+// fresh clone starts with the code earlier runs compiled.
+func CompilationCacheDir() (string, error) {
+	if dir := os.Getenv(CompiledEnv); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", CompiledEnv, dir, err)
+		}
+		return dir, nil
+	}
+	return Dir("compiled")
+}
+
+// CompiledEnv names the environment variable that may hold the directory
+// of CompilationCacheDir.
+const CompiledEnv = "WASMRECONCILE_TEST_COMPILED"
 
 // Cleanup removes this process's own temporary directory, if it made one
 // (none when Env names a shared directory). Call it from TestMain after
