@@ -44,7 +44,8 @@ func TestBadModuleDoesNotStopTheOperator(t *testing.T) {
 	rightPin := good + "@" + supervisor.Digest(goodBytes)
 
 	mo := e.OperatorOptions()
-	mo.MetricsBindAddress, mo.HealthProbeBindAddress = optest.FreeAddr(t), optest.FreeAddr(t)
+	addrs := optest.FreeAddrs(t, 2)
+	mo.MetricsBindAddress, mo.HealthProbeBindAddress = addrs[0], addrs[1]
 	op, err := optest.NewOperator(t, e.Cfg, mo, operator.Options{
 		Modules: []string{bad, missing, wrongPin, rightPin},
 		Engine:  operator.EngineOptions{CompilationCacheDir: optest.CompilationCache()},

@@ -83,8 +83,12 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		metrics string
 		log     string
 	}
+	// Metrics and health-probe addresses of both replicas, all distinct.
+	addrs := optest.FreeAddrs(t, 4)
 	start := func(name string) *replica {
-		r := &replica{metrics: optest.FreeAddr(t), log: filepath.Join(dir, name+".log")}
+		r := &replica{metrics: addrs[0], log: filepath.Join(dir, name+".log")}
+		health := addrs[1]
+		addrs = addrs[2:]
 		out, err := os.Create(r.log)
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +96,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules", "--compilation-cache-dir", optest.CompilationCache(),
 			"--namespace", e.NS, "--leader-elect", "--leader-election-namespace", e.NS,
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
-			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", optest.FreeAddr(t))
+			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", health)
 		// The binary is the operator's own build: it runs itself as its
 		// compile worker, not the test's (engine.CompileWorkerPathEnv).
 		r.cmd.Env = testworker.Environ()

@@ -263,15 +263,29 @@ func UpdateWidgetSize(t testing.TB, c client.Client, ns, name string, size int64
 }
 
 // FreeAddr returns a loopback address no listener holds now, for an
-// endpoint the test starts.
+// endpoint the test starts. A test that needs several calls FreeAddrs:
+// two FreeAddr calls may return the same port.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return FreeAddrs(t, 1)[0]
+}
+
+// FreeAddrs returns n distinct loopback addresses no listener holds now:
+// each is held until all are chosen, so the kernel cannot hand one out
+// twice (it did: a replica's metrics port went to the other replica's
+// health probe, and the first replica exited).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs[i] = l.Addr().String()
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addrs
 }
 
 // SummaryOf returns a Widget's status.summary.
