@@ -12,5 +12,6 @@ import (
 // plane, or one of its own when there is none (optest.Main). Each test
 // works in a namespace of its own with an operator that sees only that
 // namespace, so they run in parallel; the tests that cannot are in the
-// packages under internal/ (see optest).
-func TestMain(m *testing.M) { os.Exit(optest.Main(m, testenv.MainOptions{})) }
+// packages under internal/ (see optest). The embedding Example needs a
+// cluster even under -short (ForExamples).
+func TestMain(m *testing.M) { os.Exit(optest.Main(m, testenv.MainOptions{ForExamples: true})) }

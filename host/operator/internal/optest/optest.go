@@ -44,7 +44,7 @@ import (
 // development logger (a failure shows what the operator was doing, and
 // client-go's reflectors log through klog), builds the widget module for
 // the embedding Example, and runs the tests against one shared control
-// plane (testenv.Main with opts; ForExamples is always set). Call it from
+// plane (testenv.Main with opts). Call it from
 // TestMain as os.Exit(optest.Main(m, testenv.MainOptions{})).
 func Main(m *testing.M, opts testenv.MainOptions) int {
 	logger := zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
@@ -69,7 +69,6 @@ func Main(m *testing.M, opts testenv.MainOptions) int {
 		return 1
 	}
 	compilationCache = dir
-	opts.ForExamples = true
 	code := testenv.Main(m, opts)
 	testshare.Cleanup()
 	return code
