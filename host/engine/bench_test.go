@@ -74,21 +74,33 @@ func (bl *baseline) call(ctx context.Context, req []byte) ([]byte, error) {
 	return append([]byte(nil), out...), nil
 }
 
+// testCache returns opts with the tests' compilation cache (testshare),
+// shared by the run's test processes, and the compile worker (a build
+// without -race, several times faster than this process), unless opts
+// names a cache already: for the tests that do not measure compiling.
+func testCache(tb testing.TB, opts Options) Options {
+	if opts.CompilationCacheDir != "" {
+		return opts
+	}
+	dir, err := testshare.CompilationCacheDir()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opts.CompilationCacheDir = dir
+	if opts.Compile.Worker == nil && !opts.Interpreter {
+		if opts.Compile.Worker, err = SelfCompileWorker(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return opts
+}
+
 func benchLoad(b testing.TB, wasm []byte, opts Options, limits Limits) *Module {
 	ctx := context.Background()
-	if _, test := b.(*testing.T); test && opts.CompilationCacheDir == "" {
+	if _, test := b.(*testing.T); test {
 		// A test compiles the guest once for the run (testshare); a
 		// benchmark keeps its engine's own, cold cache.
-		dir, err := testshare.CompilationCacheDir()
-		if err != nil {
-			b.Fatal(err)
-		}
-		opts.CompilationCacheDir = dir
-		if opts.Compile.Worker == nil && !opts.Interpreter {
-			if opts.Compile.Worker, err = SelfCompileWorker(); err != nil {
-				b.Fatal(err)
-			}
-		}
+		opts = testCache(b, opts)
 	}
 	e, err := New(opts)
 	if err != nil {

@@ -18,6 +18,7 @@ var ceilingWasm []byte // manifest limits: fuel 9e9, 120 s, 32768 pages
 // ceiling is lowered to it and reported; at or under it, and unset, it is
 // left alone; other fields are never touched.
 func TestCeilingClampEachField(t *testing.T) {
+	t.Parallel()
 	c := Limits{Fuel: 1000, Timeout: time.Second, MemoryLimitPages: 64}
 	for _, tc := range []struct {
 		name string
@@ -57,6 +58,7 @@ func TestCeilingClampEachField(t *testing.T) {
 
 // TestCeilingZeroIsDefault: a zero ceiling is the documented default.
 func TestCeilingZeroIsDefault(t *testing.T) {
+	t.Parallel()
 	got, clamps := Limits{}.clamp(Limits{Fuel: 1 << 50, Timeout: 2 * time.Minute, MemoryLimitPages: 65536}, false)
 	want := Limits{Fuel: DefaultMaxFuel, Timeout: DefaultMaxTimeout, MemoryLimitPages: DefaultMaxMemoryPages}
 	if got != want || len(clamps) != 3 {
@@ -73,6 +75,7 @@ func TestCeilingZeroIsDefault(t *testing.T) {
 // TestCeilingBelowDefault: a ceiling below a default lowers the default,
 // and says nothing (nothing was asked for).
 func TestCeilingBelowDefault(t *testing.T) {
+	t.Parallel()
 	c := Limits{Fuel: 1000, Timeout: time.Second, MemoryLimitPages: 64}
 	if got := c.lowerDefaults(Limits{}); got != c {
 		t.Errorf("lowerDefaults(unset) = %+v, want the ceilings %+v", got, c)
@@ -88,6 +91,7 @@ func TestCeilingBelowDefault(t *testing.T) {
 // TestCeilingInvalid: New refuses a negative timeout ceiling and a memory
 // ceiling over 4 GiB.
 func TestCeilingInvalid(t *testing.T) {
+	t.Parallel()
 	for _, c := range []Limits{{Timeout: -time.Second}, {MemoryLimitPages: 65537}} {
 		if e, err := New(Options{Ceilings: c}); err == nil {
 			_ = e.Close(context.Background())
@@ -139,6 +143,7 @@ func grownPages(t *testing.T, m *Module) uint32 {
 // so, and enforced: the memory cap of the runtime and the fuel budget of a
 // call.
 func TestCeilingManifestAsksForMore(t *testing.T) {
+	t.Parallel()
 	c := Limits{Fuel: 2_000_000, Timeout: 30 * time.Second, MemoryLimitPages: 64}
 	m := loadCeiling(t, ceilingEngine(t, c), Limits{})
 	l := m.Limits()
@@ -169,6 +174,7 @@ func TestCeilingManifestAsksForMore(t *testing.T) {
 // (fuel: 9e9 is under the clamped 2^50) but not raise them (timeout and
 // memory).
 func TestCeilingCallerOverCeiling(t *testing.T) {
+	t.Parallel()
 	c := Limits{Fuel: 1 << 50, Timeout: 200 * time.Millisecond, MemoryLimitPages: 32}
 	m := loadCeiling(t, ceilingEngine(t, c), Limits{Fuel: 1 << 60, Timeout: time.Hour, MemoryLimitPages: 65536})
 	if l := m.Limits(); l.Fuel != 9_000_000_000 || l.Timeout != 200*time.Millisecond || l.MemoryLimitPages != 32 {
@@ -204,6 +210,7 @@ func TestCeilingCallerOverCeiling(t *testing.T) {
 // allows, itself under the ceilings, gets what it asks and nothing is
 // reported.
 func TestCeilingWithinCeilings(t *testing.T) {
+	t.Parallel()
 	e := ceilingEngine(t, Limits{Fuel: DefaultMaxFuel * 2, Timeout: 5 * time.Minute, MemoryLimitPages: 65536})
 	m := loadCeiling(t, e, Limits{Fuel: DefaultMaxFuel * 2, Timeout: 5 * time.Minute, MemoryLimitPages: 65536})
 	if l := m.Limits(); l.Fuel != 9_000_000_000 || l.Timeout != 2*time.Minute || l.MemoryLimitPages != 32768 {
@@ -218,6 +225,7 @@ func TestCeilingWithinCeilings(t *testing.T) {
 // no more than the defaults, and a ceiling below a default lowers it
 // without a report.
 func TestCeilingDefaultCeilings(t *testing.T) {
+	t.Parallel()
 	m := loadCeiling(t, ceilingEngine(t, Limits{}), Limits{})
 	if l := m.Limits(); l.Fuel != DefaultFuel || l.Timeout != DefaultTimeout || l.MemoryLimitPages != DefaultMemoryLimitPages {
 		t.Errorf("limits %+v, want the defaults", l)

@@ -61,6 +61,7 @@ func TestFuelClockKeepsMemoryFlat(t *testing.T) {
 // TestFuelClock: readings strictly increase, advance with fuel across
 // calls, and are the same in every instance that did the same work.
 func TestFuelClock(t *testing.T) {
+	t.Parallel()
 	c := &fuelClock{}
 	a, b := c.nanotime(), c.nanotime()
 	if b <= a {
@@ -138,6 +139,7 @@ func BenchmarkSoak(b *testing.B) {
 // or after a call that leaves its memory above RecycleMemoryPages, the
 // Result says why, and the next call runs on a fresh instance.
 func TestRecycleInstances(t *testing.T) {
+	t.Parallel()
 	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
 	wasm := testwasm.Build(t, "./widget")
 	ctx := context.Background()

@@ -118,6 +118,7 @@ func TestCompileWorkerStopsAtItsMemoryLimit(t *testing.T) {
 // TestCompileWorkerStopsAtItsCPULimit: a compile under the memory limit
 // that runs longer than its CPU limit is killed by the kernel.
 func TestCompileWorkerStopsAtItsCPULimit(t *testing.T) {
+	t.Parallel()
 	opts := engine.Options{Compile: engine.CompileOptions{
 		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
 		Worker: worker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: time.Second}),
@@ -132,6 +133,7 @@ func TestCompileWorkerStopsAtItsCPULimit(t *testing.T) {
 // TestCompileWorkerStopsAtItsTimeout: the host kills a worker that runs
 // past its wall-clock timeout.
 func TestCompileWorkerStopsAtItsTimeout(t *testing.T) {
+	t.Parallel()
 	opts := engine.Options{Compile: engine.CompileOptions{
 		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
 		Worker: worker(t, engine.CompileWorker{MaxMemory: 4 << 30, Timeout: 300 * time.Millisecond}),
@@ -146,6 +148,7 @@ func TestCompileWorkerStopsAtItsTimeout(t *testing.T) {
 // TestCompileWorkerStopsAtItsCodeLimit: a compile whose machine code is
 // larger than MaxCodeBytes cannot write it.
 func TestCompileWorkerStopsAtItsCodeLimit(t *testing.T) {
+	t.Parallel()
 	opts := engine.Options{Compile: engine.CompileOptions{Worker: worker(t, engine.CompileWorker{MaxCodeBytes: 1 << 20})}}
 	err := loadErr(t, opts, testwasm.Build(t, "./widget"))
 	var limit *engine.CompileLimitError
@@ -160,6 +163,7 @@ func TestCompileWorkerStopsAtItsCodeLimit(t *testing.T) {
 // again, under another key, would have added a second). A second engine
 // on the same directory loads the same bytes from it too.
 func TestCompileWorkerHandsCodeOverThroughTheCache(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for i := range 2 {
 		e, err := engine.New(engine.Options{CompilationCacheDir: dir, Compile: engine.CompileOptions{Worker: worker(t, engine.CompileWorker{})}})
@@ -190,6 +194,7 @@ func TestCompileWorkerHandsCodeOverThroughTheCache(t *testing.T) {
 // fails the load with an error that says so, not an InvalidModuleError:
 // the bytes are not at fault.
 func TestCompileWorkerMustBeAWorker(t *testing.T) {
+	t.Parallel()
 	w := &engine.CompileWorker{Command: func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, "false") }}
 	e, err := engine.New(engine.Options{Compile: engine.CompileOptions{Worker: w}})
 	if err != nil {

@@ -88,6 +88,7 @@ func decode(t *testing.T, b []byte) abi.Response {
 }
 
 func TestLoadReadsManifestAndDigest(t *testing.T) {
+	t.Parallel()
 	wasm := testwasm.Build(t, "./widget")
 	m, err := newEngine(t).Load(context.Background(), "widget.wasm", wasm, engine.Limits{})
 	if err != nil {
@@ -112,6 +113,7 @@ func TestLoadReadsManifestAndDigest(t *testing.T) {
 }
 
 func TestReconcileWidget(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./widget", engine.Limits{})
 	res, err := m.Reconcile(context.Background(), "reconcile default/w", request(t, map[string]any{"size": 3, "color": "blue"}))
 	if err != nil {
@@ -128,6 +130,7 @@ func TestReconcileWidget(t *testing.T) {
 }
 
 func TestLoadRejectsBadModules(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		wasm []byte
@@ -161,6 +164,7 @@ func TestLoadRejectsBadModules(t *testing.T) {
 // exports _start and no _initialize. The error says so and how to build a
 // reactor, not to rebuild against guest-sdk (it was).
 func TestLoadRejectsCommandModule(t *testing.T) {
+	t.Parallel()
 	_, err := newEngine(t).Load(context.Background(), "widget.wasm", testwasm.BuildCommand(t, "./widget"), engine.Limits{})
 	var invalid *engine.InvalidModuleError
 	if !errors.As(err, &invalid) {
@@ -181,6 +185,7 @@ func TestLoadRejectsCommandModule(t *testing.T) {
 }
 
 func TestLoadRejectsMemoryOverLimit(t *testing.T) {
+	t.Parallel()
 	// Go guests start with more than one page of memory.
 	_, err := newEngine(t).Load(context.Background(), "w", testwasm.Build(t, "./widget"), engine.Limits{MemoryLimitPages: 1})
 	if !engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "memoryPages") {
@@ -221,6 +226,7 @@ func TestCallerCancel(t *testing.T) {
 }
 
 func TestGuestExitIsTrap(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./internal/testguests/misbehave", engine.Limits{MaxInstances: 1})
 	_, err := m.Reconcile(context.Background(), "reconcile default/exit", request(t, map[string]any{"mode": "exit"}))
 	var trap *engine.TrapError
@@ -236,6 +242,7 @@ func TestGuestExitIsTrap(t *testing.T) {
 }
 
 func TestGuestPanicIsRecoveredIntoError(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./internal/testguests/misbehave", engine.Limits{})
 	res, err := m.Reconcile(context.Background(), "reconcile default/panic", request(t, map[string]any{"mode": "panic"}))
 	if err != nil {
@@ -248,6 +255,7 @@ func TestGuestPanicIsRecoveredIntoError(t *testing.T) {
 }
 
 func TestSizeLimits(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./internal/testguests/misbehave", engine.Limits{MaxRequestBytes: 1 << 20, MaxResponseBytes: 64 << 10})
 	ctx := context.Background()
 
@@ -268,6 +276,7 @@ func TestSizeLimits(t *testing.T) {
 
 // TestConcurrentCalls hammers one module from many goroutines; run with -race.
 func TestConcurrentCalls(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./widget", engine.Limits{MaxInstances: 3})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
@@ -303,6 +312,7 @@ func TestConcurrentCalls(t *testing.T) {
 // TestGuestLogLevels checks the log host function through the conformance
 // guest: each level arrives in the call's logger, named "guest".
 func TestGuestLogLevels(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./internal/tck", engine.Limits{})
 	var lines []string
 	logger := funcr.New(func(prefix, args string) { lines = append(lines, prefix+" "+args) }, funcr.Options{Verbosity: 1})
@@ -334,6 +344,7 @@ func TestGuestLogLevels(t *testing.T) {
 // A manifest may ask for less than the caller allows (its own limits, or
 // the defaults), never more: what it asks over that is lowered, and said.
 func TestManifestLimits(t *testing.T) {
+	t.Parallel()
 	wasm := testwasm.Build(t, "./webapp")
 	ctx := context.Background()
 	m, err := newEngine(t).Load(ctx, "webapp", wasm, engine.Limits{})
@@ -366,6 +377,7 @@ func TestManifestLimits(t *testing.T) {
 // TestConformanceManifestTriggers loads the conformance guest, whose
 // manifest declares a trigger, and checks the host reads it as declared.
 func TestConformanceManifestTriggers(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./internal/tck", engine.Limits{})
 	want := []abi.Trigger{{Kind: abi.GroupVersionKind{Version: "v1", Kind: "Secret"}, Field: "spec.secretName"}}
 	if got := m.Manifest().Triggers; !reflect.DeepEqual(got, want) {

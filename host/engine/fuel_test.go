@@ -73,6 +73,11 @@ func mustFuelSequence(t *testing.T, opts engine.Options) []uint64 {
 // TestMain doubles as the child process of TestFuelIsDeterministic: with
 // WASMRECONCILE_FUEL_CHILD set to a wasm path it prints that module's fuel
 // sequence and exits.
+// The tests that measure the process (resident set, mapped code, how
+// late a deadline or cancel lands, the memory budget's waits) and those
+// sharing the idle engine's hook do not call t.Parallel: go test runs
+// the parallel ones only after every serial test has returned, so those
+// run alone. The others run beside each other.
 func TestMain(m *testing.M) {
 	// The compile worker of the tests that isolate compiles: a build of
 	// its own, since this binary may be -race.
@@ -99,14 +104,21 @@ func TestMain(m *testing.M) {
 
 // TestFuelIsDeterministic runs the same calls on new engines, on the
 // interpreter, and in another process, and requires identical fuel counts.
-// The first engine compiles the guest itself; the others may take its code
-// from the tests' compilation cache (compiling is seconds under -race).
+// The first engine compiles the guest cold (in the compile worker); the
+// others may take its code from the tests' compilation cache.
 func TestFuelIsDeterministic(t *testing.T) {
+	t.Parallel()
 	cache, err := testshare.CompilationCacheDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := mustFuelSequence(t, engine.Options{})
+	// A cold compile, in the compile worker (a build without -race:
+	// compiling this guest in a -race process takes most of a minute).
+	w, err := engine.SelfCompileWorker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := mustFuelSequence(t, engine.Options{Compile: engine.CompileOptions{Worker: w}})
 	for i, f := range a {
 		if f == 0 {
 			t.Fatalf("call %d reported no fuel: %v", i, a)
@@ -115,37 +127,52 @@ func TestFuelIsDeterministic(t *testing.T) {
 	if a[3] != a[4] {
 		t.Errorf("two fresh instances used different fuel for the same request: %d vs %d", a[3], a[4])
 	}
-	if b := mustFuelSequence(t, engine.Options{CompilationCacheDir: cache}); fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Errorf("second engine: %v, first: %v", b, a)
-	}
-	if c := mustFuelSequence(t, engine.Options{Interpreter: true}); fmt.Sprint(a) != fmt.Sprint(c) {
-		t.Errorf("interpreter: %v, compiler: %v", c, a)
-	}
-	if d := mustFuelSequence(t, engine.Options{FuelSlice: 1000, CompilationCacheDir: cache}); fmt.Sprint(a) != fmt.Sprint(d) {
-		t.Errorf("with a 1000-unit slice (many refuels): %v, default slice: %v", d, a)
-	}
-
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "WASMRECONCILE_FUEL_CHILD="+testwasm.BuildFile(t, "./widget"), "WASMRECONCILE_FUEL_CACHE="+cache)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child process: %v\n%s", err, out)
-	}
-	var child string
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(line, "FUEL "); ok {
-			child = v
+	// The other runs compare with the first and not with each other:
+	// they run beside each other.
+	same := func(t *testing.T, what string, got []uint64) {
+		if fmt.Sprint(a) != fmt.Sprint(got) {
+			t.Errorf("%s: %v, first engine: %v", what, got, a)
 		}
 	}
-	if child != fmt.Sprint(a) {
-		t.Errorf("another process: %q, this process: %q", child, fmt.Sprint(a))
-	}
+	t.Run("group", func(t *testing.T) {
+		t.Run("second engine", func(t *testing.T) {
+			t.Parallel()
+			same(t, "second engine", mustFuelSequence(t, engine.Options{CompilationCacheDir: cache}))
+		})
+		t.Run("interpreter", func(t *testing.T) {
+			t.Parallel()
+			same(t, "interpreter", mustFuelSequence(t, engine.Options{Interpreter: true}))
+		})
+		t.Run("slice", func(t *testing.T) {
+			t.Parallel()
+			same(t, "with a 1000-unit slice (many refuels)", mustFuelSequence(t, engine.Options{FuelSlice: 1000, CompilationCacheDir: cache}))
+		})
+		t.Run("process", func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), "WASMRECONCILE_FUEL_CHILD="+testwasm.BuildFile(t, "./widget"), "WASMRECONCILE_FUEL_CACHE="+cache)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child process: %v\n%s", err, out)
+			}
+			var child string
+			for _, line := range strings.Split(string(out), "\n") {
+				if v, ok := strings.CutPrefix(line, "FUEL "); ok {
+					child = v
+				}
+			}
+			if child != fmt.Sprint(a) {
+				t.Errorf("another process: %q, this process: %q", child, fmt.Sprint(a))
+			}
+		})
+	})
 	t.Logf("fuel per call: %v (identical across engines, interpreter, slice sizes and processes)", a)
 }
 
 // TestHammerMixed calls one pool from many goroutines with a mix of healthy
 // calls and calls that run out of fuel; run it with -race.
 func TestHammerMixed(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./internal/testguests/misbehave", engine.Limits{MaxInstances: 3, Fuel: 50_000_000})
 	ok := request(t, map[string]any{"mode": "count", "iterations": int64(100)})
 	spin := request(t, map[string]any{"mode": "spin"})
@@ -184,6 +211,7 @@ func TestHammerMixed(t *testing.T) {
 }
 
 func TestFreshInstancePerCall(t *testing.T) {
+	t.Parallel()
 	m := load(t, "./widget", engine.Limits{FreshInstancePerCall: true, MaxInstances: 2})
 	for i := 0; i < 3; i++ {
 		if _, err := m.Reconcile(context.Background(), "reconcile", request(t, map[string]any{"size": i})); err != nil {
@@ -196,6 +224,7 @@ func TestFreshInstancePerCall(t *testing.T) {
 }
 
 func TestCompilationCacheDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	e, err := engine.New(engine.Options{CompilationCacheDir: dir})
@@ -203,7 +232,13 @@ func TestCompilationCacheDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close(ctx)
-	m, err := e.Load(ctx, "widget", testwasm.Build(t, "./widget"), engine.Limits{})
+	// A small guest: this tests where compiled code goes, not compiling
+	// (the widget takes half a minute to compile under -race).
+	echo, err := os.ReadFile("testdata/echo.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(ctx, "echo", echo, engine.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

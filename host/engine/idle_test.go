@@ -12,7 +12,8 @@ import (
 
 // The idle tests share one Engine, and an anchor module that stays open
 // keeps the widget's compiled code in it, so that each test's load
-// compiles nothing (minutes under -race otherwise).
+// compiles nothing (minutes under -race otherwise); the first load reads
+// the tests' compilation cache.
 var idleEngine struct {
 	once   sync.Once
 	e      *Engine
@@ -28,11 +29,11 @@ func loadIdle(t *testing.T, rel *releases, limits Limits) *Module {
 	ctx := context.Background()
 	wasm := testwasm.Build(t, "./widget")
 	idleEngine.once.Do(func() {
-		idleEngine.e, idleEngine.err = New(Options{IdleReleased: func(module string) {
+		idleEngine.e, idleEngine.err = New(testCache(t, Options{IdleReleased: func(module string) {
 			if r := idleEngine.hook.Load(); r != nil {
 				r.record(module)
 			}
-		}})
+		}}))
 		if idleEngine.err == nil {
 			idleEngine.anchor, idleEngine.err = idleEngine.e.Load(ctx, "anchor", wasm, Limits{MaxInstances: 1, IdleInstanceTimeout: -1})
 		}

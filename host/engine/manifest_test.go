@@ -8,6 +8,7 @@ import (
 )
 
 func TestValidateTriggers(t *testing.T) {
+	t.Parallel()
 	pvc := abi.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"}
 	base := func(tr ...abi.Trigger) abi.Manifest {
 		return abi.Manifest{Name: "backup", For: abi.GroupVersionKind{Group: "example.io", Version: "v1", Kind: "Backup"},

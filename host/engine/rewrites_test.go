@@ -45,6 +45,7 @@ func loadName(t *testing.T, dir string, wasm []byte, l Limits) string {
 // one is replaced by a fresh rewrite, other limits use another file, and
 // refused bytes leave none.
 func TestRewritesAreCachedBesideTheCode(t *testing.T) {
+	t.Parallel()
 	echo, grow := readTestdata(t, "echo.wasm"), readTestdata(t, "grow.wasm")
 	dir := t.TempDir()
 
