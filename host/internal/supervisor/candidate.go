@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
@@ -84,7 +83,7 @@ func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *Candid
 		return "", &CandidateError{Module: name, Source: sourceOf(spec), Err: errors.New("the module does not run; a candidate needs a serving version")}
 	}
 	if spec == nil {
-		s.dropCandidate(r)
+		s.rollout.end(r, dropped, nil)
 		s.mu.Unlock()
 		return "", nil
 	}
@@ -94,7 +93,7 @@ func (s *Supervisor) SetCandidate(ctx context.Context, name string, spec *Candid
 	fail := func(err error) (string, error) {
 		s.mu.Lock()
 		if r := s.modules[name]; r != nil {
-			s.dropCandidate(r)
+			s.rollout.end(r, dropped, nil)
 		}
 		s.mu.Unlock()
 		return "", &CandidateError{Module: name, Source: spec.Source.String(), Err: err}
@@ -152,18 +151,11 @@ func (s *Supervisor) candidateVersion(ctx context.Context, name string, c *candi
 		s.mu.Unlock()
 		return false, false, errors.New("the module stopped while its candidate loaded")
 	}
-	if prev := r.candidate; prev != nil && prev.key == c.key && reflect.DeepEqual(prev.opts, c.opts) {
+	if s.rollout.current(r, c) {
 		s.mu.Unlock()
 		return true, false, nil
 	}
-	for _, kept := range r.versions {
-		if kept.key == c.key {
-			c.version = kept.version
-		}
-	}
-	if c.version == nil && r.candidate != nil && r.candidate.key == c.key {
-		c.version = r.candidate.version
-	}
+	c.version = s.rollout.compiled(r, c.key)
 	s.mu.Unlock()
 	if c.version != nil {
 		return false, false, nil
@@ -176,10 +168,8 @@ func (s *Supervisor) candidateVersion(ctx context.Context, name string, c *candi
 	return false, true, nil
 }
 
-// installCandidate makes c module name's candidate, in place of the one
-// before, if the module still serves and c is the same module (name,
-// kinds, triggers, finalizer) as its serving version. A canary's objects
-// change hands at once (every object is requeued).
+// installCandidate makes c module name's candidate (rollout.install), if
+// the module still serves.
 func (s *Supervisor) installCandidate(name string, c *candidate, source string) error {
 	s.mu.Lock()
 	r := s.modules[name]
@@ -191,24 +181,9 @@ func (s *Supervisor) installCandidate(name string, c *candidate, source string) 
 		s.mu.Unlock()
 		return errors.New("the module stopped while its candidate loaded")
 	}
-	if err := sameKinds(serving.Module, c.version.Module); err != nil {
+	if err := s.rollout.install(name, r, c, serving); err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("%w; a candidate must be the same module with the same kinds, triggers and finalizer (change those with a new spec.source instead)", err)
-	}
-	opts := c.opts
-	opts.Observe = func(result string) { s.opts.Metrics.Shadow.WithLabelValues(name, result).Inc() }
-	for _, res := range []string{"agree", "differ", "candidate_error", "skipped"} {
-		s.opts.Metrics.Shadow.WithLabelValues(name, res)
-	}
-	c.shadow = shadow.New(c.version.Module, r.rec.Decoder(), opts)
-	prev := r.candidate
-	r.candidate = c
-	r.rec.SetShadow(c.shadow)
-	if prev != nil {
-		s.closeCandidate(r, prev, prev.version != c.version)
-	}
-	if c.opts.Canary != nil || (prev != nil && prev.opts.Canary != nil) {
-		s.requeueAll(r) // the share's objects change hands now, not at their next event
+		return err
 	}
 	servingDigest := serving.Module.Digest()
 	s.mu.Unlock()
@@ -222,47 +197,10 @@ func (s *Supervisor) Candidate(name string) (CandidateStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.modules[name]
-	if r == nil || r.candidate == nil {
+	if r == nil {
 		return CandidateStatus{}, false
 	}
-	return CandidateStatus{Digest: r.candidate.digest, Since: r.candidate.since, Stats: r.candidate.shadow.Stats(), Canary: r.candidate.opts.Canary.String()}, true
-}
-
-// dropCandidate stops r's candidate, if any. s.mu is held.
-func (s *Supervisor) dropCandidate(r *running) {
-	if r.candidate == nil {
-		return
-	}
-	c := r.candidate
-	r.candidate = nil
-	if r.rec != nil && r.rec.Shadow() == c.shadow {
-		r.rec.SetShadow(nil)
-	}
-	s.closeCandidate(r, c, true)
-	if c.opts.Canary != nil && !s.closed {
-		s.requeueAll(r) // the canary's objects go back to the serving version now
-	}
-}
-
-// closeCandidate stops c's workers and, when retire is set and r's
-// versions do not hold its version (a promotion made it serve), closes
-// the version once its calls finish, in the background. s.mu is held.
-func (s *Supervisor) closeCandidate(r *running, c *candidate, retire bool) {
-	if retire {
-		for _, kept := range r.versions {
-			if kept.version == c.version {
-				retire = false
-			}
-		}
-	}
-	s.goroutines.Add(1)
-	go func() {
-		defer s.goroutines.Done()
-		c.shadow.Close()
-		if retire {
-			_ = c.version.Retire(context.Background())
-		}
-	}()
+	return s.rollout.status(r)
 }
 
 func sourceOf(spec *CandidateSpec) string {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
@@ -65,14 +64,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			stopped := r.stopped
 			s.stopController(r)
 			r.slot.Close()
-			if c := r.candidate; c != nil {
-				// The new controller starts without a candidate (its rules
-				// may differ); the candidate's version goes unless it is
-				// the one about to serve.
-				r.candidate = nil
-				r.rec.SetShadow(nil)
-				s.closeCandidate(r, c, c.version != version)
-			}
+			s.rollout.end(r, restarted, version)
 			// A finalizer the new version does not declare (for the same
 			// kind) is drained from the old kind's objects once the old
 			// controller has stopped; the old kinds are released then.
@@ -134,69 +126,34 @@ func (s *Supervisor) requeueAll(r *running) {
 	}()
 }
 
-// startController starts r's controller under s.ctx. s.mu is held.
+// startController starts r's controller under s.ctx (lifecycle.go), with
+// its informers reporting to r's health. s.mu is held.
 func (s *Supervisor) startController(r *running) {
-	newController := func() (crcontroller.Controller, error) {
-		return r.rec.NewController(s.opts.Manager, reconciler.ControllerOptions{
-			MaxConcurrentReconciles: r.spec.Policy.MaxConcurrentReconciles, RateLimiter: ratelimit.New(r.spec.Policy.RateLimit), Requeue: r.requeue,
-		})
-	}
-	c, err := newController()
-	if err != nil && !meta.IsNoMatchError(err) {
-		s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
+	report := s.informerReport(r)
+	ctx := reconciler.WithInformerReport(s.ctx, report)
+	since := time.Now() // the sync timeout runs from here: a standby's modules loaded long before it leads
+	cancel, stopped := s.lifecycle.start(ctx, controllerRun{
+		module: r.spec.Name,
+		build: func() (starter, error) {
+			c, err := r.rec.NewController(s.opts.Manager, reconciler.ControllerOptions{
+				MaxConcurrentReconciles: r.spec.Policy.MaxConcurrentReconciles, RateLimiter: ratelimit.New(r.spec.Policy.RateLimit), Requeue: r.requeue,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		},
+		// A kind the controller indexes (an owned kind, the reconciled
+		// kind of a field trigger) is not served: its CRD is not
+		// installed. Report the module's unserved kinds as its sources
+		// would; the controller is built again until they are served.
+		unserved: func(err error, attempt int) { s.reportUnserved(r.rec.Manifest(), err, attempt, report) },
+	})
+	if cancel == nil {
 		return
 	}
-	r.health.since = time.Now() // the sync timeout runs from here: a standby's modules loaded long before it leads
-	ctx, cancel := context.WithCancel(s.ctx)
-	report := s.informerReport(r)
-	ctx = reconciler.WithInformerReport(ctx, report)
-	stopped := make(chan struct{})
+	r.health.since = since
 	r.cancel, r.stopped = cancel, stopped
-	s.goroutines.Add(1)
-	go func() {
-		defer s.goroutines.Done()
-		defer close(stopped)
-		defer cancel() // a controller that fails to start releases its sources too
-		// A kind the controller indexes (an owned kind, the reconciled kind
-		// of a field trigger) is not served: its CRD is not installed.
-		// Report the module's unserved kinds as its sources would, and
-		// build the controller again every InformerRetry until they are.
-		for attempt := 1; err != nil; attempt++ {
-			s.reportUnserved(r.rec.Manifest(), err, attempt, report)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(reconciler.InformerRetry):
-			}
-			if c, err = newController(); err != nil && !meta.IsNoMatchError(err) {
-				s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
-				return
-			}
-		}
-		// A controller whose kinds do not sync in its CacheSyncTimeout (the
-		// operator may not list one) stops with an error: it is started
-		// again, with backoff, until its controller is replaced or removed.
-		// The module is unready meanwhile (Ready, Status.SyncProblem); the
-		// other modules are not affected.
-		backoff := reconciler.InformerRetry
-		for {
-			err := c.Start(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			s.opts.Log.Error(err, "module controller stopped; starting it again", "module", r.spec.Name, "after", backoff.String())
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 5*time.Minute)
-			if c, err = newController(); err != nil {
-				s.opts.Log.Error(err, "controller not started", "module", r.spec.Name)
-				return
-			}
-		}
-	}()
 }
 
 // reportUnserved reports to report the kinds of m the API server does not

@@ -372,7 +372,7 @@ func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 		}
 		f := it.r.rec.Manifest().For
 		synced, _ := s.synced(ctx, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind})
-		m := lifecycle(it.r.rec.Activity(), synced, now, s.opts.QuiescentAfter)
+		m := lifecycleStates(it.r.rec.Activity(), synced, now, s.opts.QuiescentAfter)
 		m.Name, m.Digest, m.Pool = it.name, v.Module.Digest(), v.Module.PoolStats()
 		m.SyncFailed, m.CacheStale = it.h.syncWarned, it.h.staleWarned
 		out = append(out, m)
@@ -380,8 +380,8 @@ func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 	return out
 }
 
-// lifecycle computes a module's lifecycle states from its activity.
-func lifecycle(a reconciler.Activity, synced bool, now time.Time, quiescentAfter time.Duration) metrics.Module {
+// lifecycleStates computes a module's lifecycle states from its activity.
+func lifecycleStates(a reconciler.Activity, synced bool, now time.Time, quiescentAfter time.Duration) metrics.Module {
 	converged := synced && a.Queued == 0 && a.Active == 0 && a.Failing == 0
 	return metrics.Module{
 		Initialized: synced,

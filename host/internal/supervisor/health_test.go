@@ -27,7 +27,7 @@ func TestLifecycleStates(t *testing.T) {
 		{"queued", reconciler.Activity{Queued: 3}, true, [3]bool{true, false, false}},
 		{"not synced", reconciler.Activity{}, false, [3]bool{false, false, false}},
 	} {
-		m := lifecycle(c.a, c.synced, now, time.Minute)
+		m := lifecycleStates(c.a, c.synced, now, time.Minute)
 		if got := [3]bool{m.Initialized, m.Converged, m.Quiescent}; got != c.want {
 			t.Errorf("%s: initialized, converged, quiescent = %v, want %v", c.name, got, c.want)
 		}

@@ -220,10 +220,7 @@ func (s *Supervisor) install(spec Spec, f fetched, version *versionslot.Version,
 	r = s.modules[spec.Name]
 	r.loaded = *loaded
 	if c := r.candidate; c != nil && c.version == version {
-		// The candidate was promoted: it serves now, and no longer shadows.
-		r.candidate = nil
-		r.rec.SetShadow(nil)
-		s.closeCandidate(r, c, false)
+		s.rollout.end(r, promoted, version) // it serves now, and no longer shadows
 	}
 	if !interpreted {
 		s.remember(r, f.key, version)

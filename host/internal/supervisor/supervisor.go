@@ -1,16 +1,18 @@
 // Package supervisor runs module controllers and replaces them at run time.
 // It owns the reload policy and every goroutine it starts.
 //
-// The Supervisor coordinates; each job has a file of its own: loading
-// (load.go: the loader type fetches, verifies and compiles; versions.go:
-// the versions kept compiled), controller lifecycle (controllers.go: the
-// reload policy, start, stop, requeue; identity.go: impersonation),
-// rollout (candidate.go: a candidate is fetched, compiled and installed
-// in three steps; shadow, canary, promotion), drain (drain.go: the
-// drainer type waits out a removed module's finalizers) and health
-// (health.go: the health type decides a module's load-health episodes
-// from what the informers and each check report; readiness). The loader,
-// the drainer and health have unit tests of their own.
+// The Supervisor coordinates; each job is a type of its own, with its own
+// tests: loading (load.go: the loader fetches, verifies and compiles;
+// versions.go: the versions kept compiled), controller lifecycle
+// (lifecycle.go: start, build again while a kind is not served, restart
+// with backoff, stop; controllers.go: the reload policy that decides
+// between a swap and a new controller, and requeues; identity.go:
+// impersonation), rollout (rollout.go: a candidate beside the serving
+// version, its canary share, and how it ends, replaced, dropped,
+// restarted away or promoted; candidate.go fetches and compiles it),
+// drain (drain.go: the drainer waits out a removed module's finalizers)
+// and health (health.go: the health type decides a module's load-health
+// episodes from what the informers and each check report; readiness).
 //
 // A Supervisor owns one controller per module name. Apply fetches a
 // module's bytes from its source, verifies the pinned sha256, loads them
@@ -61,7 +63,9 @@ type Supervisor struct {
 	closed  bool
 	kinds   map[schema.GroupVersionKind]int // modules using each kind's informer
 
-	drainer *drainer // finalizers of removed or replaced modules (drain.go)
+	drainer   *drainer   // finalizers of removed or replaced modules (drain.go)
+	lifecycle *lifecycle // starts, restarts and stops controllers (lifecycle.go)
+	rollout   *rollout   // candidates: shadow, canary, promotion (rollout.go)
 
 	closing     context.Context // ends when Close is called: bounds background compiles and drains
 	closeCancel context.CancelFunc
@@ -87,7 +91,7 @@ type running struct {
 	candidate *candidate
 
 	cancel  context.CancelFunc // stops the controller; nil while it does not run
-	stopped chan struct{}      // closed when the controller's goroutine returns
+	stopped <-chan struct{}    // closed when the controller's goroutine returns
 	events  *authz.Recorder    // posts as Spec.ServiceAccount; nil for the operator's identity
 
 	health health
@@ -109,6 +113,8 @@ func New(opts Options) (*Supervisor, error) {
 		loader:  loader{engine: opts.Engine, interpreter: opts.Interpreter, limits: opts.Policy.Limits, metrics: opts.Metrics, log: opts.Log},
 		closing: closing, closeCancel: cancel}
 	s.drainer = &drainer{log: opts.Log, leading: s.leading, closing: closing, goroutines: &s.goroutines, timing: defaultDrainTiming}
+	s.lifecycle = (&lifecycle{log: opts.Log, goroutines: &s.goroutines}).withDefaults()
+	s.rollout = &rollout{metrics: opts.Metrics, goroutines: &s.goroutines, requeueAll: s.requeueAll}
 	return s, nil
 }
 
@@ -138,7 +144,7 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}()
 	<-ctx.Done()
 	s.mu.Lock()
-	stopped := map[string]chan struct{}{}
+	stopped := map[string]<-chan struct{}{}
 	for name, r := range s.modules {
 		if r.stopped != nil {
 			stopped[name] = r.stopped
@@ -195,7 +201,7 @@ func (s *Supervisor) Remove(name string) bool {
 	stopped := r.stopped
 	s.stopController(r)
 	r.slot.Close()
-	s.dropCandidate(r)
+	s.rollout.end(r, dropped, nil)
 	for _, c := range r.versions {
 		s.retire(c.version)
 	}
@@ -222,7 +228,7 @@ func (s *Supervisor) Close(ctx context.Context) error {
 		s.releaseIdentity(r)
 		s.stopController(r)
 		r.slot.Close()
-		s.dropCandidate(r)
+		s.rollout.end(r, closing, nil)
 		for _, c := range r.versions {
 			versions = append(versions, c.version)
 		}
