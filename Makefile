@@ -138,7 +138,7 @@ TEST_FLAGS   ?= -parallel 3
 # started last ends the run alone.
 # The spec suite is left out: it runs without -race, before.
 SPEC_PKG     := ./host/internal/instrument/spectest/
-TEST_PKGS    ?= ./host/engine/ ./host/operator/internal/clusterscoped/ ./cmd/operator/ ./host/operator/ ./host/operator/internal/wholeprocess/ ./host/internal/reconciler/ ./host/operator/internal/faults/ ./internal/image/ $(shell $(GO) list ./... | grep -v '/host/internal/instrument/spectest$$')
+TEST_PKGS    ?= ./host/operator/ ./host/engine/ ./host/operator/internal/clusterscoped/ ./cmd/operator/ ./host/operator/internal/wholeprocess/ ./host/operator/internal/clusterhardening/ ./host/operator/internal/faults/ ./host/internal/reconciler/ ./internal/image/ $(shell $(GO) list ./... | grep -v '/host/internal/instrument/spectest$$')
 # Where the test processes of one run share what is costly to make.
 TEST_SHARE   := $(BIN)/test-share
 # Where they keep compiled guests across runs and clones: beside the

@@ -53,7 +53,7 @@ func TestReconcileModuleLimitsSchema(t *testing.T) {
 	}
 	// At the maxima it is admitted (the operator's ceilings clamp it).
 	rm := optest.CreateModule(t, e.C, "at-maxima", v1alpha1.Source{SHA256: strings.Repeat("0", 64), File: "/m/a.wasm"})
-	setSpec(t, e.C, rm.Name, func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, rm.Name, func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Limits = v1alpha1.Limits{Fuel: 1_000_000_000_000, MemoryPages: 65536, Timeout: &metav1.Duration{Duration: time.Hour}}
 	})
 }
@@ -101,7 +101,7 @@ func TestReconcileModuleCeilings(t *testing.T) {
 	if got.Status.EffectiveLimits == nil || *got.Status.EffectiveLimits != want {
 		t.Errorf("status.effectiveLimits = %+v, want %+v", got.Status.EffectiveLimits, want)
 	}
-	if ev := waitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonLimitsClamped); !strings.Contains(ev, "fuel 1000000000 clamped") {
+	if ev := optest.WaitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonLimitsClamped); !strings.Contains(ev, "fuel 1000000000 clamped") {
 		t.Errorf("LimitsClamped Event %q", ev)
 	}
 
@@ -129,7 +129,7 @@ func TestReconcileModuleCeilings(t *testing.T) {
 	// A reload that clamps the same (a new config) records no second
 	// Event. (An Event recorded late would make this pass wrongly, never
 	// fail wrongly.)
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Config = &apiextensionsv1.JSON{Raw: []byte(`{"reloaded":true}`)}
 	})
 	testenv.Eventually(t, 2*time.Minute, "the new config loaded", func() error {
@@ -157,7 +157,7 @@ func TestReconcileModuleCeilings(t *testing.T) {
 	}
 
 	// Limits within the ceilings: nothing clamped, the condition clears.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Limits = v1alpha1.Limits{Fuel: 90_000, Timeout: &metav1.Duration{Duration: time.Second}, MemoryPages: 512}
 	})
 	got = optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLimitsClamped, metav1.ConditionFalse, modulecontroller.ReasonWithinCeilings)

@@ -90,7 +90,7 @@ func TestModuleIdentityOfReconcileModules(t *testing.T) {
 	}
 
 	// A namespace without a name is refused at load, loudly.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.ServiceAccountName, spec.ServiceAccountNamespace = "", e.NS
 	})
 	cond := optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionTrue, "")

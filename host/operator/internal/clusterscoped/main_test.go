@@ -9,5 +9,6 @@ import (
 )
 
 // TestMain runs the package's tests against one real kube-apiserver and
-// etcd of its own (optest.Main): cluster-scoped objects every operator watching ReconcileModules would see.
+// etcd of its own (optest.Main): cluster-scoped objects every operator
+// watching ReconcileModules would see.
 func TestMain(m *testing.M) { os.Exit(optest.Main(m, testenv.MainOptions{OwnControlPlane: true})) }

@@ -91,7 +91,7 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 	}
 
 	// With the pull Secret, v1 serves.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source.OCI.PullSecret = &v1alpha1.SecretRef{Namespace: e.NS, Name: "regcred"}
 	})
 	rm = optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
@@ -106,7 +106,7 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 
 	// A digest the registry does not have: refused, v1 keeps serving.
 	missing := "oci://" + reg.Host + "/modules/widget@sha256:" + strings.Repeat("e", 64)
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref = missing })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref = missing })
 	rm = optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
 	if msg := rm.Status.LastError; !strings.Contains(msg, "no such repository or digest") {
 		t.Errorf("status.lastError = %q, want the digest refused", msg)
@@ -116,14 +116,14 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 	}
 
 	// A sha256 beside the digest must match what the digest names.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source.OCI.Ref, spec.Source.SHA256 = ref2.String(), supervisor.Digest(v1)
 	})
 	optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionTrue, modulecontroller.ReasonDigestMismatch)
 
 	// v2's digest rolls out.
 	since := time.Now()
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
 	optest.ModuleCondition(t, e.C, "widget", modulecontroller.ConditionLoadFailed, metav1.ConditionFalse, modulecontroller.ReasonLoaded)
 	optest.WaitVersion(t, e.C, e.NS, []string{"from-oci"}, "2", since)
 
@@ -131,7 +131,7 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 	// digest never fetched fails naming the registry.
 	reg.Close()
 	since = time.Now()
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref, spec.Source.SHA256 = ref1.String(), "" })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref, spec.Source.SHA256 = ref1.String(), "" })
 	// LoadFailed was False already: wait for the condition of this
 	// generation.
 	testenv.Eventually(t, 2*time.Minute, "LoadFailed=False of the spec naming v1 again", func() error {

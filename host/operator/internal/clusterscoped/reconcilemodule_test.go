@@ -30,34 +30,6 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
-// setSpec changes a ReconcileModule's spec, retrying on conflicts.
-func setSpec(t *testing.T, c client.Client, name string, mutate func(spec *v1alpha1.ReconcileModuleSpec)) {
-	t.Helper()
-	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	testenv.Update(t, c, rm, func() { mutate(&rm.Spec) })
-}
-
-// waitModuleEvent waits for an Event with reason on the ReconcileModule of
-// uid and returns its message.
-func waitModuleEvent(t *testing.T, c client.Client, uid types.UID, reason string) string {
-	t.Helper()
-	var msg string
-	testenv.Eventually(t, 2*time.Minute, "a "+reason+" Event", func() error {
-		var events corev1.EventList
-		if err := c.List(context.Background(), &events); err != nil {
-			return err
-		}
-		for _, e := range events.Items { // events.k8s.io Events are readable as core Events too
-			if e.InvolvedObject.UID == uid && e.Reason == reason {
-				msg = e.Message
-				return nil
-			}
-		}
-		return fmt.Errorf("none yet")
-	})
-	return msg
-}
-
 func gz(t *testing.T, b []byte) []byte {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -132,31 +104,31 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	if err := e.C.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v1), Secret: &v1alpha1.KeyRef{Namespace: e.NS, Name: "widget-secret"}}
 	})
 	rm = optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonFetchFailed)
 	if msg := rm.Status.LastError; !strings.Contains(msg, `no key "module.wasm.gz"`) || !strings.Contains(msg, "kubectl create secret") {
 		t.Errorf("status.lastError = %q, want the missing key and how to create it", msg)
 	}
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.Secret.Key = "module.wasm" })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.Secret.Key = "module.wasm" })
 	optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionFalse, modulecontroller.ReasonLoaded)
 
 	// A wrong digest: refused, v1 keeps serving.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.SHA256 = supervisor.Digest(v2) })
 	rm = optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionTrue, modulecontroller.ReasonDigestMismatch)
 	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "")
 	if msg := rm.Status.LastError; !strings.Contains(msg, "update the pinned sha256") {
 		t.Errorf("status.lastError = %q, want the digest mismatch with what to do", msg)
 	}
-	waitModuleEvent(t, e.C, rm.UID, modulecontroller.ReasonDigestMismatch)
+	optest.WaitModuleEvent(t, e.C, rm.UID, modulecontroller.ReasonDigestMismatch)
 
 	// A file source with v2: the Widget is reconciled by v2, no restart.
 	file := filepath.Join(t.TempDir(), "widget.wasm")
 	if err := os.WriteFile(file, v2, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v2), File: file}
 	})
 	optest.ModuleCondition(t, e.C, "widget", "LoadFailed", metav1.ConditionFalse, "")
@@ -165,13 +137,13 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	// A URL source: roll back to v1.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(gz(t, v1)) }))
 	defer srv.Close()
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Source = v1alpha1.Source{SHA256: supervisor.Digest(v1), URL: srv.URL + "/widget.wasm.gz"}
 	})
 	optest.WaitVersion(t, e.C, e.NS, []string{"managed"}, "1", time.Now())
 
 	// Paused: changes wait; resuming reconciles them.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = true })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = true })
 	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionFalse, modulecontroller.ReasonPaused)
 	reconciles := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"})
 	optest.UpdateWidgetSize(t, e.C, e.NS, "managed", 8)
@@ -197,13 +169,13 @@ func TestReconcileModuleLifecycle(t *testing.T) {
 	if got := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); got != reconciles {
 		t.Errorf("paused module called the guest: %v reconciles", got-reconciles)
 	}
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = false })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Paused = false })
 	optest.WaitSummary(t, e.C, e.NS, "managed", "8 x grey")
 
 	// New controller settings (concurrency, rate) replace the controller;
 	// the module keeps reconciling.
 	restarted := optest.Gather(t, reg, "wasmreconcile_module_reloads_total", map[string]string{"module": "widget", "result": "restarted"})
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Limits = v1alpha1.Limits{MaxConcurrentReconciles: 2, Rate: v1alpha1.Rate{QPS: 5, Burst: 10}}
 	})
 	testenv.Eventually(t, time.Minute, "new controller settings to replace the controller", func() error {
@@ -258,7 +230,7 @@ func TestModuleObjectEvents(t *testing.T) {
 		}
 		uids[name] = optest.CreateModule(t, e.C, name, v1alpha1.Source{SHA256: supervisor.Digest(b), File: file}).UID
 	}
-	msg := waitModuleEvent(t, e.C, uids["tck"], modulecontroller.ReasonSyncFailed)
+	msg := optest.WaitModuleEvent(t, e.C, uids["tck"], modulecontroller.ReasonSyncFailed)
 	if !strings.Contains(msg, "Probe") || !strings.Contains(msg, "CRD") {
 		t.Errorf("SyncFailed message %q should name the kind and what to check", msg)
 	}
@@ -267,9 +239,9 @@ func TestModuleObjectEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	optest.WaitSummary(t, e.C, e.NS, "quiet", "1 x grey")
-	waitModuleEvent(t, e.C, uids["widget"], modulecontroller.ReasonCacheStale)
+	optest.WaitModuleEvent(t, e.C, uids["widget"], modulecontroller.ReasonCacheStale)
 	optest.UpdateWidgetSize(t, e.C, e.NS, "quiet", 2)
-	waitModuleEvent(t, e.C, uids["widget"], "Fresh")
+	optest.WaitModuleEvent(t, e.C, uids["widget"], "Fresh")
 }
 
 // TestModuleNameConflict runs widget from a file, with a second file of

@@ -25,20 +25,6 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
-// waitRollout waits until the ReconcileModule's status satisfies ok and
-// returns it.
-func waitRollout(t *testing.T, c client.Client, name, what string, ok func(*v1alpha1.ReconcileModule) error) *v1alpha1.ReconcileModule {
-	t.Helper()
-	rm := &v1alpha1.ReconcileModule{}
-	testenv.Eventually(t, 3*time.Minute, what, func() error {
-		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, rm); err != nil {
-			return err
-		}
-		return ok(rm)
-	})
-	return rm
-}
-
 func shadowCount(t *testing.T, reg prometheus.Gatherer, module, result string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -121,7 +107,7 @@ func TestShadowRollout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := waitRollout(t, e.C, "widget", "3 differences counted", func(rm *v1alpha1.ReconcileModule) error {
+	got := optest.WaitModule(t, e.C, "widget", "3 differences counted", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Differences < int64(len(names)) {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -150,10 +136,10 @@ func TestShadowRollout(t *testing.T) {
 	}
 
 	// A candidate that agrees is promoted after 3 agreeing calls.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Candidate = &v1alpha1.Candidate{Source: src(same, "same.wasm"), Promote: &v1alpha1.Promote{AfterAgreeing: 3}}
 	})
-	waitRollout(t, e.C, "widget", "the agreeing candidate running", func(rm *v1alpha1.ReconcileModule) error {
+	optest.WaitModule(t, e.C, "widget", "the agreeing candidate running", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Digest != supervisor.Digest(same) || rm.Status.ObservedGeneration != rm.Generation {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -162,7 +148,7 @@ func TestShadowRollout(t *testing.T) {
 	for i, n := range names {
 		resize(t, e.C, e.NS, n, int64(3+i))
 	}
-	got = waitRollout(t, e.C, "widget", "the candidate promoted", func(rm *v1alpha1.ReconcileModule) error {
+	got = optest.WaitModule(t, e.C, "widget", "the candidate promoted", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Promoted == nil {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -173,7 +159,7 @@ func TestShadowRollout(t *testing.T) {
 		got.Status.Digest != supervisor.Digest(same) {
 		t.Fatalf("promotion %+v, status.digest %s", p, got.Status.Digest)
 	}
-	if msg := waitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonPromoted); !strings.Contains(msg, "remove spec.candidate to roll back") {
+	if msg := optest.WaitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonPromoted); !strings.Contains(msg, "remove spec.candidate to roll back") {
 		t.Errorf("Promoted Event %q", msg)
 	}
 	testenv.Eventually(t, time.Minute, "the promoted digest in wasmreconcile_module_info", func() error {
@@ -189,8 +175,8 @@ func TestShadowRollout(t *testing.T) {
 	}
 
 	// Removing the candidate rolls back to spec.source, still compiled.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
-	waitRollout(t, e.C, "widget", "rolled back to spec.source", func(rm *v1alpha1.ReconcileModule) error {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
+	optest.WaitModule(t, e.C, "widget", "rolled back to spec.source", func(rm *v1alpha1.ReconcileModule) error {
 		if rm.Status.ObservedGeneration != rm.Generation || rm.Status.Digest != supervisor.Digest(v1) || rm.Status.Rollout != nil {
 			return fmt.Errorf("generation %d/%d, digest %s, rollout %+v", rm.Status.ObservedGeneration, rm.Generation, rm.Status.Digest, rm.Status.Rollout)
 		}
@@ -203,10 +189,10 @@ func TestShadowRollout(t *testing.T) {
 	// A candidate that is another module is refused; the serving version
 	// is untouched.
 	other := testwasm.Build(t, "./internal/testguests/misbehave")
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Candidate = &v1alpha1.Candidate{Source: src(other, "other.wasm")}
 	})
-	got = waitRollout(t, e.C, "widget", "another module refused as a candidate", func(rm *v1alpha1.ReconcileModule) error {
+	got = optest.WaitModule(t, e.C, "widget", "another module refused as a candidate", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; rm.Status.ObservedGeneration != rm.Generation || r == nil || r.Candidate == nil || r.Candidate.LastError == "" {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -216,7 +202,7 @@ func TestShadowRollout(t *testing.T) {
 		got.Status.Digest != supervisor.Digest(v1) {
 		t.Errorf("candidate of another module: lastError %q, serving %s", msg, got.Status.Digest)
 	}
-	waitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonCandidateFailed)
+	optest.WaitModuleEvent(t, e.C, got.UID, modulecontroller.ReasonCandidateFailed)
 }
 
 // TestCanaryRollout runs a candidate as a canary against the real API
@@ -291,7 +277,7 @@ func TestCanaryRollout(t *testing.T) {
 		want[n] = "1"
 	}
 	servedBy("the 50% share served by the candidate, the rest by spec.source", want)
-	got := waitRollout(t, e.C, "widget", "the canary's calls counted", func(rm *v1alpha1.ReconcileModule) error {
+	got := optest.WaitModule(t, e.C, "widget", "the canary's calls counted", func(rm *v1alpha1.ReconcileModule) error {
 		c := rm.Status.Rollout
 		if c == nil || c.Candidate == nil || c.Candidate.ServedByCandidate < int64(len(canary)) || c.Candidate.ServedByServing < int64(len(stable)) {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
@@ -306,7 +292,7 @@ func TestCanaryRollout(t *testing.T) {
 	labelled := stable[0]
 	w := optest.Widget(e.NS, labelled, 0)
 	testenv.Update(t, e.C, w, func() { w.SetLabels(map[string]string{"track": "canary"}) })
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) {
 		spec.Candidate.Canary = &v1alpha1.Canary{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"track": "canary"}}}
 	})
 	for n := range want {
@@ -314,7 +300,7 @@ func TestCanaryRollout(t *testing.T) {
 	}
 	want[labelled] = "2"
 	servedBy("only the labelled object served by the candidate", want)
-	waitRollout(t, e.C, "widget", "the selector in status", func(rm *v1alpha1.ReconcileModule) error {
+	optest.WaitModule(t, e.C, "widget", "the selector in status", func(rm *v1alpha1.ReconcileModule) error {
 		if c := rm.Status.Rollout; c == nil || c.Candidate == nil || c.Candidate.Canary != "objects matching track=canary" {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
@@ -322,7 +308,7 @@ func TestCanaryRollout(t *testing.T) {
 	})
 
 	// No candidate: every object back to spec.source.
-	setSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
+	optest.SetModuleSpec(t, e.C, "widget", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Candidate = nil })
 	want[labelled] = "1"
 	servedBy("every object served by spec.source", want)
 }

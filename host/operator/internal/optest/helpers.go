@@ -292,3 +292,46 @@ func Gadget(ns, name, mode string) *unstructured.Unstructured {
 
 // ResponderKind is the claim guest's kind.
 var ResponderKind = schema.GroupVersionKind{Group: "test.wasmreconcile.io", Version: "v1", Kind: "Responder"}
+
+// WaitModule waits, for up to 3 minutes, until ReconcileModule name
+// satisfies ok (what describes it for the failure message), and returns
+// it.
+func WaitModule(t *testing.T, c client.Client, name, what string, ok func(*v1alpha1.ReconcileModule) error) *v1alpha1.ReconcileModule {
+	t.Helper()
+	rm := &v1alpha1.ReconcileModule{}
+	testenv.Eventually(t, 3*time.Minute, what, func() error {
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, rm); err != nil {
+			return err
+		}
+		return ok(rm)
+	})
+	return rm
+}
+
+// SetModuleSpec changes a ReconcileModule's spec, retrying on conflicts.
+func SetModuleSpec(t *testing.T, c client.Client, name string, mutate func(spec *v1alpha1.ReconcileModuleSpec)) {
+	t.Helper()
+	rm := &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	testenv.Update(t, c, rm, func() { mutate(&rm.Spec) })
+}
+
+// WaitModuleEvent waits for an Event with reason on the ReconcileModule of
+// uid and returns its message.
+func WaitModuleEvent(t *testing.T, c client.Client, uid types.UID, reason string) string {
+	t.Helper()
+	var msg string
+	testenv.Eventually(t, 2*time.Minute, "a "+reason+" Event", func() error {
+		var events corev1.EventList
+		if err := c.List(context.Background(), &events); err != nil {
+			return err
+		}
+		for _, e := range events.Items { // events.k8s.io Events are readable as core Events too
+			if e.InvolvedObject.UID == uid && e.Reason == reason {
+				msg = e.Message
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet")
+	})
+	return msg
+}

@@ -1,4 +1,4 @@
-package clusterscoped_test
+package clusterhardening_test
 
 import (
 	"context"
@@ -126,7 +126,7 @@ func TestModuleWaitsForItsCRD(t *testing.T) {
 		}
 		return nil
 	})
-	msg := waitModuleEvent(t, e.C, uid, modulecontroller.ReasonSyncFailed)
+	msg := optest.WaitModuleEvent(t, e.C, uid, modulecontroller.ReasonSyncFailed)
 	if !strings.Contains(msg, "kind Latecomer of late.wasmreconcile.io/v1 is not served by the API server: install its CRD") {
 		t.Errorf("SyncFailed message %q", msg)
 	}
@@ -155,7 +155,7 @@ func TestModuleWaitsForItsCRD(t *testing.T) {
 		}
 		return nil
 	})
-	waitModuleEvent(t, e.C, uid, supervisor.ReasonSynced)
+	optest.WaitModuleEvent(t, e.C, uid, supervisor.ReasonSynced)
 	if events := moduleEvents(t, e.C, uid, modulecontroller.ReasonSyncFailed); len(events) != 1 || events[0].Count > 1 {
 		t.Errorf("%d SyncFailed Events after the episode, want one", len(events))
 	}

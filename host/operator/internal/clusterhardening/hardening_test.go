@@ -1,4 +1,4 @@
-package clusterscoped_test
+package clusterhardening_test
 
 import (
 	"context"
@@ -162,10 +162,10 @@ func TestCompileBombReconcileModule(t *testing.T) {
 		t.Logf("the bomb was refused %s after its ReconcileModule was created: %s", time.Since(begin).Round(time.Millisecond), msg)
 
 		// As a candidate: refused, the serving version untouched.
-		setSpec(t, e.C, "widget", func(s *v1alpha1.ReconcileModuleSpec) {
+		optest.SetModuleSpec(t, e.C, "widget", func(s *v1alpha1.ReconcileModuleSpec) {
 			s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "widget-bomb", testwasm.CompileBomb(4000, 4000, `{"name":"widget","for":{"group":"examples.wasmreconcile.io","version":"v1alpha1","kind":"Widget"}}`))}
 		})
-		got := waitRollout(t, e.C, "widget", "the bomb candidate refused", func(rm *v1alpha1.ReconcileModule) error {
+		got := optest.WaitModule(t, e.C, "widget", "the bomb candidate refused", func(rm *v1alpha1.ReconcileModule) error {
 			if r := rm.Status.Rollout; r == nil || r.Candidate == nil || !strings.Contains(r.Candidate.LastError, "--max-function-complexity") {
 				return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 			}
@@ -194,7 +194,7 @@ func TestCompileBombReconcileModule(t *testing.T) {
 
 		// Another ReconcileModule's change, while the bomb compiles.
 		changed := time.Now()
-		setSpec(t, e.C, "widget", func(s *v1alpha1.ReconcileModuleSpec) { s.Paused = true })
+		optest.SetModuleSpec(t, e.C, "widget", func(s *v1alpha1.ReconcileModuleSpec) { s.Paused = true })
 		optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionFalse, "Paused")
 		applied := time.Since(changed)
 		if c := conditionOf(t, e.C, "bomb", "Loading"); c == nil || c.Status != metav1.ConditionTrue {

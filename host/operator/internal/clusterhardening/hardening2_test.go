@@ -1,4 +1,4 @@
-package clusterscoped_test
+package clusterhardening_test
 
 import (
 	"context"
@@ -172,7 +172,7 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	if code, b := get(urlOnly); code != http.StatusForbidden || !strings.Contains(string(b), "may not read") {
 		t.Errorf("an account with only the endpoint's role: HTTP %d %s, want 403", code, b)
 	}
-	rm := waitRollout(t, e.C, "secretcopy", "a difference and the failure in status", func(rm *v1alpha1.ReconcileModule) error {
+	rm := optest.WaitModule(t, e.C, "secretcopy", "a difference and the failure in status", func(rm *v1alpha1.ReconcileModule) error {
 		r := rm.Status.Rollout
 		if r == nil || r.Candidate == nil || len(r.Candidate.FirstDifferences) == 0 || rm.Status.LastError == "" {
 			return fmt.Errorf("rollout %+v, lastError %q", r, rm.Status.LastError)
@@ -223,7 +223,7 @@ func TestCanaryWithRecorderHasNoPanic(t *testing.T) {
 	moduleFromBytes(t, e, "widget", testwasm.BuildVersion(t, "./widget", "1"), func(s *v1alpha1.ReconcileModuleSpec) {
 		s.Candidate = &v1alpha1.Candidate{Source: fileSource(t, "widget-v2", testwasm.BuildVersion(t, "./widget", "2")), Canary: &v1alpha1.Canary{Percent: &half}}
 	})
-	waitRollout(t, e.C, "widget", "the canary running", func(rm *v1alpha1.ReconcileModule) error {
+	optest.WaitModule(t, e.C, "widget", "the canary running", func(rm *v1alpha1.ReconcileModule) error {
 		if r := rm.Status.Rollout; r == nil || r.Candidate == nil || r.Candidate.Digest == "" {
 			return fmt.Errorf("rollout %+v", rm.Status.Rollout)
 		}
