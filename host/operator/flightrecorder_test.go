@@ -209,7 +209,9 @@ func replays(t *testing.T, wasm string, got []modtest.Case) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(engine.Options{})
+	// The operator's compiled code: replaying is what is tested, and
+	// compiling the guests again in this -race process took half a minute.
+	eng, err := engine.New(engine.Options{CompilationCacheDir: optest.CompilationCache()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,24 @@ package shadow
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/compare"
+	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
+
+// TestMain removes what testshare made for this process alone (a plain
+// go test, outside make test).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testshare.Cleanup()
+	os.Exit(code)
+}
 
 // TestShadowQueueAndClose runs a real candidate: jobs beyond its queue are
 // skipped without waiting, the jobs taken agree with the same guest's
@@ -17,7 +27,13 @@ import (
 // Shadow takes nothing.
 func TestShadowQueueAndClose(t *testing.T) {
 	ctx := context.Background()
-	eng, err := engine.New(engine.Options{})
+	// The tests' compilation cache (testshare): compiling the widget in
+	// this -race process takes seconds, and is not what is tested.
+	dir, err := testshare.CompilationCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Options{CompilationCacheDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
