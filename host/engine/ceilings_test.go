@@ -173,8 +173,10 @@ func TestCeilingManifestAsksForMore(t *testing.T) {
 // the module is first instantiated; then the manifest may lower them
 // (fuel: 9e9 is under the clamped 2^50) but not raise them (timeout and
 // memory).
+//
+// Not parallel: the grow call runs under the 200 ms ceiling, which tests
+// running beside it on a loaded machine pushed past (204 ms).
 func TestCeilingCallerOverCeiling(t *testing.T) {
-	t.Parallel()
 	c := Limits{Fuel: 1 << 50, Timeout: 200 * time.Millisecond, MemoryLimitPages: 32}
 	m := loadCeiling(t, ceilingEngine(t, c), Limits{Fuel: 1 << 60, Timeout: time.Hour, MemoryLimitPages: 65536})
 	if l := m.Limits(); l.Fuel != 9_000_000_000 || l.Timeout != 200*time.Millisecond || l.MemoryLimitPages != 32 {
