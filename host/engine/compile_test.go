@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
 const bombManifest = `{"name":"bomb","for":{"group":"test.wasmreconcile.io","version":"v1","kind":"Gadget"}}`
@@ -23,18 +24,6 @@ const bombManifest = `{"name":"bomb","for":{"group":"test.wasmreconcile.io","ver
 // function has 4,000 locals and 4,000 ifs. Compiled in process it costs
 // wazero's optimizing compiler about 20 s of CPU and 900 MB.
 func bomb48k() []byte { return testwasm.CompileBomb(4000, 4000, bombManifest) }
-
-// worker is a compile worker that re-runs this test binary (TestMain calls
-// engine.MaybeRunCompileWorker) with the limits of w.
-func worker(t *testing.T, w engine.CompileWorker) *engine.CompileWorker {
-	t.Helper()
-	self, err := engine.SelfCompileWorker()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Command = self.Command
-	return &w
-}
 
 // loadErr loads wasm on a new engine of opts and returns the load's error,
 // failing the test when the load succeeds.
@@ -95,7 +84,7 @@ func TestCompileBombRefusedBeforeCompiling(t *testing.T) {
 func TestCompileWorkerStopsAtItsMemoryLimit(t *testing.T) {
 	opts := engine.Options{Compile: engine.CompileOptions{
 		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
-		Worker: worker(t, engine.CompileWorker{MaxMemory: 256 << 20}),
+		Worker: testworker.With(t, engine.CompileWorker{MaxMemory: 256 << 20}),
 	}}
 	before := rssBytes(t)
 	start := time.Now()
@@ -121,7 +110,7 @@ func TestCompileWorkerStopsAtItsCPULimit(t *testing.T) {
 	t.Parallel()
 	opts := engine.Options{Compile: engine.CompileOptions{
 		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
-		Worker: worker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: time.Second}),
+		Worker: testworker.With(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: time.Second}),
 	}}
 	err := loadErr(t, opts, bomb48k())
 	var limit *engine.CompileLimitError
@@ -136,7 +125,7 @@ func TestCompileWorkerStopsAtItsTimeout(t *testing.T) {
 	t.Parallel()
 	opts := engine.Options{Compile: engine.CompileOptions{
 		MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
-		Worker: worker(t, engine.CompileWorker{MaxMemory: 4 << 30, Timeout: 300 * time.Millisecond}),
+		Worker: testworker.With(t, engine.CompileWorker{MaxMemory: 4 << 30, Timeout: 300 * time.Millisecond}),
 	}}
 	err := loadErr(t, opts, bomb48k())
 	var limit *engine.CompileLimitError
@@ -149,7 +138,7 @@ func TestCompileWorkerStopsAtItsTimeout(t *testing.T) {
 // larger than MaxCodeBytes cannot write it.
 func TestCompileWorkerStopsAtItsCodeLimit(t *testing.T) {
 	t.Parallel()
-	opts := engine.Options{Compile: engine.CompileOptions{Worker: worker(t, engine.CompileWorker{MaxCodeBytes: 1 << 20})}}
+	opts := engine.Options{Compile: engine.CompileOptions{Worker: testworker.With(t, engine.CompileWorker{MaxCodeBytes: 1 << 20})}}
 	err := loadErr(t, opts, testwasm.Build(t, "./widget"))
 	var limit *engine.CompileLimitError
 	if !errors.As(err, &limit) || limit.Limit != "code" || !strings.Contains(err.Error(), "--compile-max-code-bytes") {
@@ -166,7 +155,7 @@ func TestCompileWorkerHandsCodeOverThroughTheCache(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	for i := range 2 {
-		e, err := engine.New(engine.Options{CompilationCacheDir: dir, Compile: engine.CompileOptions{Worker: worker(t, engine.CompileWorker{})}})
+		e, err := engine.New(engine.Options{CompilationCacheDir: dir, Compile: engine.CompileOptions{Worker: testworker.With(t, engine.CompileWorker{})}})
 		if err != nil {
 			t.Fatal(err)
 		}

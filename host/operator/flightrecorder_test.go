@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,17 +106,7 @@ func TestFlightRecorder(t *testing.T) {
 		optest.Rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
 
 	getModule := func(tok, module string) (int, []byte) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module="+module, nil)
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, []byte(err.Error())
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return optest.FlightRecords(ctx, mo.MetricsBindAddress, tok, module)
 	}
 	get := func(tok string) (int, []byte) { return getModule(tok, "widget") }
 	var got struct {

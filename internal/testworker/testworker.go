@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
@@ -55,4 +56,18 @@ func Environ() []string {
 		}
 	}
 	return out
+}
+
+// With is w with its Command set to this process's compile worker
+// (engine.SelfCompileWorker; TestMain calls Use and
+// engine.MaybeRunCompileWorker): a worker with the test's own limits. It
+// fails the test when no worker can be found.
+func With(t testing.TB, w engine.CompileWorker) *engine.CompileWorker {
+	t.Helper()
+	self, err := engine.SelfCompileWorker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Command = self.Command
+	return &w
 }

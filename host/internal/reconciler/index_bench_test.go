@@ -8,25 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
-	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -66,38 +58,9 @@ func BenchmarkChildIndex(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer module.Close(ctx)
-	skip := true
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: &skip},
-		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{empty: {}, crowded: {}}, DefaultTransform: cache.TransformStripManagedFields()},
-		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	rec, err := reconciler.New(reconciler.Options{
-		Slot: versionslot.NewSlot(versionslot.New(module)), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("bench/claim"), Metrics: m, Scopes: protocol.MapperScopes(mgr.GetRESTMapper()),
-		Policy: policy.Policy{Storm: policy.Storm{Disabled: true}}, // every call below reaches the guest
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := rec.NewController(mgr, reconciler.ControllerOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := mgr.Add(c); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	// Every call below reaches the guest.
+	rec, cached, stop := benchController(b, cp.Config, module, policy.Policy{Storm: policy.Storm{Disabled: true}}, empty, crowded)
+	defer stop()
 
 	response := map[string]any{"status": map[string]any{"phase": "ready"}, "children": []any{
 		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "child-a"}, "data": map[string]any{"k": "a"}},
@@ -114,14 +77,14 @@ func BenchmarkChildIndex(b *testing.B) {
 		for _, ns := range []string{empty, crowded} {
 			u := &unstructured.Unstructured{}
 			u.SetGroupVersionKind(responderGVK)
-			if err := mgr.GetClient().Get(ctx, types.NamespacedName{Namespace: ns, Name: "r"}, u); err != nil {
+			if err := cached.Get(ctx, types.NamespacedName{Namespace: ns, Name: "r"}, u); err != nil {
 				return err
 			}
 			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != "ready" {
 				return fmt.Errorf("%s: status %v", ns, u.Object["status"])
 			}
 			var cms corev1.ConfigMapList
-			if err := mgr.GetClient().List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{reconciler.ModuleLabel: "claim"}); err != nil {
+			if err := cached.List(ctx, &cms, client.InNamespace(ns), client.MatchingLabels{reconciler.ModuleLabel: "claim"}); err != nil {
 				return err
 			}
 			if len(cms.Items) != 2 {
@@ -129,7 +92,7 @@ func BenchmarkChildIndex(b *testing.B) {
 			}
 		}
 		var all corev1.ConfigMapList
-		if err := mgr.GetClient().List(ctx, &all, client.InNamespace(crowded)); err != nil {
+		if err := cached.List(ctx, &all, client.InNamespace(crowded)); err != nil {
 			return err
 		}
 		if len(all.Items) < unrelated {
@@ -151,7 +114,7 @@ func BenchmarkChildIndex(b *testing.B) {
 		t0 := time.Now()
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMapList"))
-		if err := mgr.GetClient().List(ctx, list, client.InNamespace(crowded)); err != nil {
+		if err := cached.List(ctx, list, client.InNamespace(crowded)); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(t0)

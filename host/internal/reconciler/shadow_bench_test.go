@@ -6,24 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
-	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -54,39 +45,9 @@ func BenchmarkShadowOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer candidate.Close(ctx)
-	skip := true
-	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: &skip},
-		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}, DefaultTransform: cache.TransformStripManagedFields()},
-		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	rec, err := reconciler.New(reconciler.Options{
-		Slot: versionslot.NewSlot(versionslot.New(module)), Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder("bench/claim"), Metrics: m, Scopes: protocol.MapperScopes(mgr.GetRESTMapper()),
-		// Every reconcile below calls the guest, and so the candidate.
-		Policy: policy.Policy{Storm: policy.Storm{Disabled: true}, CallUnchanged: true},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := rec.NewController(mgr, reconciler.ControllerOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := mgr.Add(c); err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	// Every reconcile below calls the guest, and so the candidate.
+	rec, cached, stop := benchController(b, cp.Config, module, policy.Policy{Storm: policy.Storm{Disabled: true}, CallUnchanged: true}, ns)
+	defer stop()
 
 	response := map[string]any{"status": map[string]any{"phase": "ready"}, "children": []any{
 		map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "child-a"}, "data": map[string]any{"k": "a"}},
@@ -97,7 +58,7 @@ func BenchmarkShadowOverhead(b *testing.B) {
 	testenv.Eventually(b, 5*time.Minute, "the Responder converged", func() error {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(responderGVK)
-		if err := mgr.GetClient().Get(ctx, types.NamespacedName{Namespace: ns, Name: "r"}, u); err != nil {
+		if err := cached.Get(ctx, types.NamespacedName{Namespace: ns, Name: "r"}, u); err != nil {
 			return err
 		}
 		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != "ready" {

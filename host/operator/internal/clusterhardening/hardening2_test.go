@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -131,15 +130,7 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	bindClusterRole(t, cs, "recorder-url-"+e.NS, e.NS, []rbacv1.PolicyRule{{NonResourceURLs: []string{operator.FlightRecorderPath}, Verbs: []string{"get"}}}, "reader", "url-only")
 	optest.GrantRole(t, e.C, e.NS, "reader", "optest.Gadget-reader", optest.Rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
 	get := func(token string) (int, []byte) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mo.MetricsBindAddress+operator.FlightRecorderPath+"?module=secretcopy", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return 0, []byte(err.Error())
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return optest.FlightRecords(ctx, mo.MetricsBindAddress, token, "secretcopy")
 	}
 
 	// Wait for a success whose answer copied the value (status and

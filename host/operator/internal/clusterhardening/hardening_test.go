@@ -27,6 +27,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
 
 // The hardening tests attack the operator as a tenant would, against the
@@ -35,18 +36,6 @@ import (
 // everywhere, a canary that fails beside the flight recorder, a related
 // object that never stops changing, a module of a kind the operator may
 // not list. Each fails without its fix (docs/security.md).
-
-// selfWorker is a compile worker that re-runs this test binary (TestMain
-// calls engine.MaybeRunCompileWorker).
-func selfWorker(t *testing.T, w engine.CompileWorker) *engine.CompileWorker {
-	t.Helper()
-	self, err := engine.SelfCompileWorker()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Command = self.Command
-	return &w
-}
 
 // moduleFromBytes creates a ReconcileModule of bytes b (written to a file),
 // deleted when the test ends.
@@ -147,7 +136,7 @@ func TestCompileBombReconcileModule(t *testing.T) {
 	t.Run("shape check", func(t *testing.T) {
 		optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 			ReconcileModules: true,
-			Engine:           operator.EngineOptions{Compile: engine.CompileOptions{Worker: selfWorker(t, engine.CompileWorker{})}},
+			Engine:           operator.EngineOptions{Compile: engine.CompileOptions{Worker: testworker.With(t, engine.CompileWorker{})}},
 			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
 		})
 		moduleFromBytes(t, e, "widget", v1, nil)
@@ -180,7 +169,7 @@ func TestCompileBombReconcileModule(t *testing.T) {
 		optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 			ReconcileModules: true,
 			Engine: operator.EngineOptions{Compile: engine.CompileOptions{MaxFunctionComplexity: math.MaxUint64, MaxModuleComplexity: math.MaxUint64,
-				Worker: selfWorker(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: 10 * time.Minute, Timeout: 15 * time.Second})}},
+				Worker: testworker.With(t, engine.CompileWorker{MaxMemory: 4 << 30, MaxCPU: 10 * time.Minute, Timeout: 15 * time.Second})}},
 			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
 		})
 		moduleFromBytes(t, e, "widget", v1, nil)

@@ -26,6 +26,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
 )
 
 // ClaimFinalizer is the finalizer the claim guest's "fin" variant
@@ -244,6 +245,27 @@ func WaitHTTP(t *testing.T, url string, status int, want string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s never answered %d with %q: last %s", url, status, want, last)
+}
+
+// FlightRecords gets the flight recorder's records of module from the
+// operator serving metrics at addr, with token as a bearer token ("" sends
+// no Authorization header). It returns the HTTP status and the body, or 0
+// and the error's text when the request fails.
+func FlightRecords(ctx context.Context, addr, token, module string) (int, []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+operator.FlightRecorderPath+"?module="+module, nil)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
 }
 
 // CreateModule creates a ReconcileModule and deletes it when the test ends:
