@@ -372,6 +372,16 @@ type ReconcileModuleStatus struct {
 	// +optional
 	Stats *Stats `json:"stats,omitempty"`
 
+	// Code is Loaded while the serving version's code is in memory, and
+	// Unloaded once it has served no call for the operator's
+	// --idle-module-timeout: it then keeps only its manifest and digest in
+	// memory, and the next event loads it back from the compilation cache
+	// (tens of milliseconds), which this field shows at the next status
+	// refresh.
+	// +optional
+	// +kubebuilder:validation:Enum=Loaded;Unloaded
+	Code string `json:"code,omitempty"`
+
 	// EffectiveLimits are the limits the version serving runs under: the
 	// spec's, the operator's flags and the defaults merged, held to the
 	// operator's ceilings, and lowered where the manifest asks for less.

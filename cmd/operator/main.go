@@ -233,6 +233,7 @@ Flags:
 	registerResponseLimits(fs, &opts.Policy.Response)
 	var guestLimits guestLimitFlags
 	guestLimits.register(fs)
+	fs.DurationVar(&opts.Policy.Limits.IdleModuleTimeout, "idle-module-timeout", engine.DefaultIdleModuleTimeout, "unload a module that has served no call for this long: its instances, compiled code and decoded module leave memory, and the next event loads it back from the compilation cache without compiling (counted in wasmreconcile_module_unloads_total and wasmreconcile_module_wake_seconds; status.code says Unloaded); 0: the default; negative: never")
 	registerEventBudget(fs, &opts.Policy.Events)
 	var ceilings ceilingFlags
 	ceilings.register(fs)

@@ -114,7 +114,9 @@ func (l *limitFlags) limits() (engine.Limits, error) {
 		return engine.Limits{}, fmt.Errorf("--timeout must be positive")
 	}
 	// Zero fields take the engine's defaults; the manifest may lower them.
-	limits := engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true}
+	// A one-shot run never idles: IdleModuleTimeout is negative, so
+	// nothing is kept on disk for loading a module back.
+	limits := engine.Limits{Fuel: l.fuel, Timeout: l.timeout, MemoryLimitPages: uint32(pages), MaxInstances: 1, FreshInstancePerCall: true, IdleModuleTimeout: -1}
 	return limits, l.guest.apply(&limits)
 }
 

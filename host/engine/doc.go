@@ -24,4 +24,13 @@
 // (Limits.Timeout) and the caller's context, and yields to the Go scheduler,
 // so a spinning guest cannot pin a P or stall the garbage collector. See
 // docs/metering.md.
+//
+// # Idle modules
+//
+// A Module that serves no call for Limits.IdleModuleTimeout is unloaded:
+// its instances are closed and its compiled code and decoded module
+// dropped, so that an idle module costs kilobytes, not megabytes. Its
+// metered bytes, its machine code and its input stay in the compilation
+// cache directory, and the next call loads it back from there without
+// compiling (Module.Loaded, Options.ModuleUnloaded and ModuleReloaded).
 package engine

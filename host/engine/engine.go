@@ -72,6 +72,17 @@ type Options struct {
 	// complexities are refused, and compiles run in this process.
 	Compile CompileOptions
 
+	// ModuleUnloaded, when set, is called with a module's name each time it
+	// is unloaded for having served no call for Limits.IdleModuleTimeout,
+	// and ModuleReloaded each time a call loads it back, with how long that
+	// took and why it failed (nil when it did not). ModuleUnloaded runs on
+	// a timer's goroutine, ModuleReloaded on the call's, while the calls
+	// that need the module wait: neither may block. The operator counts
+	// them in wasmreconcile_module_unloads_total and
+	// wasmreconcile_module_wake_seconds.
+	ModuleUnloaded func(module string)
+	ModuleReloaded func(module string, took time.Duration, err error)
+
 	// MemoryBudget, when set, bounds the memory of the engine's instances
 	// and compile workers, with every other engine that shares it (see
 	// MemoryBudget). The memory ceiling (Ceilings.MemoryLimitPages) is
@@ -92,6 +103,9 @@ type Engine struct {
 	workers      chan struct{} // a token per compile worker running (CompileWorker.MaxConcurrent)
 	tempCacheDir string        // the cache directory the engine made itself, removed by Close
 	rewrites     rewriteCache  // the instrumenter's output, beside the compiled code
+	originals    originals     // the input of unloadable modules, beside the compiled code
+	unloaded     func(module string)
+	reloaded     func(module string, took time.Duration, err error)
 
 	mu             sync.Mutex
 	validated      map[string]bool       // digests of input bytes wazero validated
@@ -137,7 +151,7 @@ func New(opts Options) (*Engine, error) {
 		}
 	}
 	e := &Engine{cacheDir: opts.CompilationCacheDir, fuelSlice: opts.FuelSlice, interpreter: opts.Interpreter, ceilings: ceilings,
-		idleReleased: opts.IdleReleased, compile: compile, budget: opts.MemoryBudget,
+		idleReleased: opts.IdleReleased, compile: compile, budget: opts.MemoryBudget, unloaded: opts.ModuleUnloaded, reloaded: opts.ModuleReloaded,
 		validated: map[string]bool{}, workerCompiled: map[string]bool{}, caches: map[string]*codeCache{}}
 	if compile.Worker != nil {
 		e.workers = make(chan struct{}, compile.Worker.MaxConcurrent)
@@ -157,6 +171,7 @@ func New(opts Options) (*Engine, error) {
 		}
 		_ = c.Close(context.Background())
 		e.rewrites = newRewriteCache(e.cacheDir)
+		e.originals = newOriginals(e.cacheDir)
 	}
 	return e, nil
 }
@@ -225,6 +240,12 @@ func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Con
 	}, nil
 }
 
+// instrumentOptions are the instrumenter's options for a module under l.
+func (e *Engine) instrumentOptions(l Limits) instrument.Options {
+	return instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true,
+		MaxFunctionComplexity: e.compile.MaxFunctionComplexity, MaxModuleComplexity: e.compile.MaxModuleComplexity}
+}
+
 // instrument returns the metered rewrite of wasm. Nothing of it is kept in
 // memory: after compiling, neither the input nor the rewrite is needed
 // (wazero decodes what it keeps), and a cache of rewrites would hold
@@ -235,8 +256,7 @@ func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Con
 // 3 MB widget guest), and only the digest of bytes that passed wazero's
 // validation is remembered, so that they skip it (another 0.2-0.4 s).
 func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) ([]byte, error) {
-	opts := instrument.Options{MaxTableElements: l.MaxTableElements, MaxCallDepth: l.MaxCallDepth, FunctionImportsOnly: true,
-		MaxFunctionComplexity: e.compile.MaxFunctionComplexity, MaxModuleComplexity: e.compile.MaxModuleComplexity}
+	opts := e.instrumentOptions(l)
 	cached := e.rewrites.path(digest, opts)
 	if out, ok := e.rewrites.get(cached); ok {
 		return out, nil // instrumented and validated when it was written
@@ -324,6 +344,16 @@ func (e *Engine) Close(ctx context.Context) error {
 // unknown import, a trap during _initialize, or an invalid manifest. It never
 // panics on bad input.
 func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
+	m, err := e.loadWithManifest(ctx, source, wasm, limits)
+	if err != nil {
+		return nil, err
+	}
+	e.unloadable(m, wasm)
+	return m, nil
+}
+
+// loadWithManifest is Load but for making the module unloadable.
+func (e *Engine) loadWithManifest(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
 	// The ceilings hold the caller's limits (flags, spec) before anything
 	// runs, and the manifest's below (ceilings.go).
 	limits, clamped := e.ceilings.clamp(limits, false)
@@ -469,75 +499,17 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return nil, nil, invalid("not a valid WebAssembly module", err)
 	}
 
-	cache, release, err := e.cacheFor(codeKey(m.digest, l))
+	c, err := e.compileCode(ctx, source, m.digest, metered, l)
 	if err != nil {
-		return nil, nil, fmt.Errorf("module[%s]: %w", source, err)
+		return nil, nil, err
 	}
-	if e.compile.Worker != nil {
-		// The worker compiles into the cache; the compile below reads it.
-		if err := e.compileInWorker(ctx, metered); err != nil {
-			release(ctx)
-			var limitErr *CompileLimitError
-			var failed *workerFailedError
-			switch {
-			case ctx.Err() != nil:
-				return nil, nil, fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
-			case errors.As(err, &limitErr):
-				return nil, nil, &InvalidModuleError{Module: source, Reason: "compile stopped", Err: limitErr,
-					Hint: "its code is too costly to compile (docs/metering.md, \"Compile bombs\"); simplify the module, or raise the limit"}
-			case errors.As(err, &failed):
-				return nil, nil, fmt.Errorf("module[%s]: %w; check the compile worker (--compile-in-process runs compiles in the operator instead)", source, err)
-			}
-			return nil, nil, invalid("not a valid WebAssembly module", err)
-		}
-	}
-	// No WithCloseOnContextDone: the fuel meter stops calls at their
-	// deadline. compilerConfig is the compile worker's too.
-	cfg := compilerConfig(e.interpreter).
-		WithCompilationCache(cache).
-		WithMemoryLimitPages(l.MemoryLimitPages)
-	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
-	var compiled wazero.CompiledModule
+	m.code = c
 	ok := false
 	defer func() {
 		if !ok {
-			_ = rt.Close(ctx)
-			if compiled != nil {
-				_ = compiled.Close(ctx) // see Module.Close
-			}
-			release(ctx)
+			_ = m.Close(ctx)
 		}
 	}()
-
-	compiled, err = rt.CompileModule(ctx, metered)
-	if err != nil {
-		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
-			return nil, nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
-		}
-		return nil, nil, invalid("not a valid WebAssembly module", err)
-	}
-	// Every WASI function is charged (cost.go) through a listener on the
-	// WASI host module only; guest functions carry none.
-	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, wasiMeter{}), rt); err != nil {
-		return nil, nil, fmt.Errorf("module[%s]: instantiating WASI: %w", source, err)
-	}
-	if err := instantiateHostModule(ctx, rt); err != nil {
-		return nil, nil, fmt.Errorf("module[%s]: instantiating host functions: %w", source, err)
-	}
-	if err := meter.Instantiate(ctx, rt); err != nil {
-		return nil, nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
-	}
-	if err := checkShape(compiled, l); err != nil {
-		var h *hintedError
-		if errors.As(err, &h) {
-			return nil, nil, &InvalidModuleError{Module: source, Reason: h.reason, Hint: h.hint}
-		}
-		return nil, nil, invalid(err.Error(), nil)
-	}
-	if err := checkImports(rt, compiled); err != nil {
-		return nil, nil, invalid(err.Error(), nil)
-	}
-	m.runtime, m.compiled, m.release = rt, compiled, release
 	m.budget = e.budget
 	m.pool = newPool(l.MaxInstances, m.newInstance, e.budget)
 
@@ -573,6 +545,86 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 	})
 	ok = true
 	return m, metered, nil
+}
+
+// compileCode compiles metered, the rewrite of the input with digest under
+// l, into a runtime of its own with the host modules, and checks its shape
+// and imports: the code a Module's instances run. Loading a module back
+// after it was unloaded calls it too (unload.go).
+func (e *Engine) compileCode(ctx context.Context, source, digest string, metered []byte, l Limits) (*code, error) {
+	invalid := func(reason string, err error) error {
+		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
+	}
+	cache, release, err := e.cacheFor(codeKey(digest, l))
+	if err != nil {
+		return nil, fmt.Errorf("module[%s]: %w", source, err)
+	}
+	if e.compile.Worker != nil {
+		// The worker compiles into the cache; the compile below reads it.
+		if err := e.compileInWorker(ctx, metered); err != nil {
+			release(ctx)
+			var limitErr *CompileLimitError
+			var failed *workerFailedError
+			switch {
+			case ctx.Err() != nil:
+				return nil, fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
+			case errors.As(err, &limitErr):
+				return nil, &InvalidModuleError{Module: source, Reason: "compile stopped", Err: limitErr,
+					Hint: "its code is too costly to compile (docs/metering.md, \"Compile bombs\"); simplify the module, or raise the limit"}
+			case errors.As(err, &failed):
+				return nil, fmt.Errorf("module[%s]: %w; check the compile worker (--compile-in-process runs compiles in the operator instead)", source, err)
+			}
+			return nil, invalid("not a valid WebAssembly module", err)
+		}
+	}
+	// No WithCloseOnContextDone: the fuel meter stops calls at their
+	// deadline. compilerConfig is the compile worker's too.
+	cfg := compilerConfig(e.interpreter).
+		WithCompilationCache(cache).
+		WithMemoryLimitPages(l.MemoryLimitPages)
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	var compiled wazero.CompiledModule
+	ok := false
+	defer func() {
+		if !ok {
+			_ = rt.Close(ctx)
+			if compiled != nil {
+				_ = compiled.Close(ctx) // see code.close
+			}
+			release(ctx)
+		}
+	}()
+
+	compiled, err = rt.CompileModule(ctx, metered)
+	if err != nil {
+		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
+			return nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
+		}
+		return nil, invalid("not a valid WebAssembly module", err)
+	}
+	// Every WASI function is charged (cost.go) through a listener on the
+	// WASI host module only; guest functions carry none.
+	if _, err := wasi_snapshot_preview1.Instantiate(experimental.WithFunctionListenerFactory(ctx, wasiMeter{}), rt); err != nil {
+		return nil, fmt.Errorf("module[%s]: instantiating WASI: %w", source, err)
+	}
+	if err := instantiateHostModule(ctx, rt); err != nil {
+		return nil, fmt.Errorf("module[%s]: instantiating host functions: %w", source, err)
+	}
+	if err := meter.Instantiate(ctx, rt); err != nil {
+		return nil, fmt.Errorf("module[%s]: instantiating the fuel meter: %w", source, err)
+	}
+	if err := checkShape(compiled, l); err != nil {
+		var h *hintedError
+		if errors.As(err, &h) {
+			return nil, &InvalidModuleError{Module: source, Reason: h.reason, Hint: h.hint}
+		}
+		return nil, invalid(err.Error(), nil)
+	}
+	if err := checkImports(rt, compiled); err != nil {
+		return nil, invalid(err.Error(), nil)
+	}
+	ok = true
+	return &code{runtime: rt, compiled: compiled, release: release}, nil
 }
 
 // checkShape verifies exports and imports before anything runs.

@@ -105,6 +105,23 @@ type Limits struct {
 	// recycled.
 	IdleInstanceTimeout time.Duration
 
+	// IdleModuleTimeout unloads a module that has served no call for this
+	// long: its instances are closed, and its compiled code and decoded
+	// module are dropped, keeping only its manifest, limits and digest (a
+	// few KiB). Its bytes and their metered rewrite stay on disk in the
+	// compilation cache directory, so the next call loads it back without
+	// instrumenting or compiling (tens of milliseconds for a Go guest; see
+	// docs/benchmarks.md), and no call is refused or reordered meanwhile:
+	// it waits for the load as it would for a free instance. Each unload
+	// and reload is reported to Options.ModuleUnloaded and
+	// Options.ModuleReloaded, and Module.Loaded says which state the
+	// module is in. A module loaded by an Engine without a compilation
+	// cache directory is never unloaded (there would be nothing to load it
+	// back from without compiling); an Engine with a compile worker always
+	// has one.
+	// Defaults to 15 minutes; negative keeps modules loaded.
+	IdleModuleTimeout time.Duration
+
 	// MaxCallDepth caps how deep the guest's calls may nest. A call that
 	// would go deeper stops with a *StackOverflowError. Without it, wazero
 	// grows the call stack to about 100 MB by doubling copies, outside the
@@ -130,6 +147,7 @@ const (
 	DefaultRecycleAfterCalls = 100_000
 
 	DefaultIdleInstanceTimeout = 5 * time.Minute
+	DefaultIdleModuleTimeout   = 15 * time.Minute
 )
 
 // withDefaults returns l with zero fields replaced by their defaults, or an
@@ -185,6 +203,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.IdleInstanceTimeout == 0 {
 		l.IdleInstanceTimeout = DefaultIdleInstanceTimeout
+	}
+	if l.IdleModuleTimeout == 0 {
+		l.IdleModuleTimeout = DefaultIdleModuleTimeout
 	}
 	if l.RecycleMemoryPages == 0 || l.RecycleMemoryPages > l.MemoryLimitPages {
 		l.RecycleMemoryPages = max(l.MemoryLimitPages/4*3, 1)

@@ -20,7 +20,9 @@ import (
 )
 
 // Module is a loaded guest module with its pool of instances. It is safe for
-// concurrent use; at most Limits.MaxInstances calls run at once.
+// concurrent use; at most Limits.MaxInstances calls run at once. A module
+// that serves no call for Limits.IdleModuleTimeout drops its instances and
+// code until its next call loads them back (Loaded, unload.go).
 type Module struct {
 	fuelSlice uint64
 	name      string
@@ -29,11 +31,19 @@ type Module struct {
 	limits    Limits
 	clamped   []Clamp // limits lowered to the engine's ceilings (ceilings.go)
 	manifest  abi.Manifest
-	runtime   wazero.Runtime
-	compiled  wazero.CompiledModule
-	release   func(context.Context) // gives back the compilation cache (Engine.cacheFor)
 	pool      *pool
 	budget    *MemoryBudget // Options.MemoryBudget; nil for none
+
+	// The compiled code, dropped while the module is unloaded (unload.go).
+	codeMu    sync.Mutex
+	code      *code                                // nil while unloaded or closed
+	users     int                                  // instances that exist or are being made; they use code
+	reload    func(context.Context) (*code, error) // loads the code back; nil: never unloaded
+	idleTimer *time.Timer                          // armed while loaded, when reload is set
+	closed    bool                                 // Close was called
+	lastCall  atomic.Int64                         // UnixNano of the end of the last call, or of the load
+	unloaded  func(module string)                  // Options.ModuleUnloaded
+	reloaded  func(string, time.Duration, error)   // Options.ModuleReloaded
 
 	closeOnce sync.Once
 	closeErr  error
@@ -152,19 +162,25 @@ func (m *Module) PoolStats() PoolStats {
 // of them closes. Closing twice does nothing.
 func (m *Module) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
-		m.closeErr = m.runtime.Close(ctx)
+		m.codeMu.Lock()
+		m.closed = true
+		c := m.code
+		m.code = nil
+		if m.idleTimer != nil {
+			m.idleTimer.Stop()
+			m.idleTimer = nil
+		}
+		m.codeMu.Unlock()
+		if c != nil {
+			// Closing the runtime stops the calls in flight.
+			m.closeErr = c.runtime.Close(ctx)
+		}
 		// Idle instances reach the compiled code: drop them, so that it
 		// can be freed while the Module itself is still referenced.
 		m.pool.close(ctx)
-		// A runtime built on a CompilationCache leaves the code it compiled
-		// in the cache when it closes: each CompiledModule holds one
-		// reference to it, counted by the bytes' hash, and Close gives it
-		// back (once: a second would take another module's). The cache,
-		// shared with the modules loaded from the same bytes, is closed
-		// with the last of them, which frees the code; instances still
-		// running keep it mapped until they are collected.
-		_ = m.compiled.Close(ctx)
-		m.release(ctx)
+		if c != nil {
+			c.close(ctx)
+		}
 	})
 	return m.closeErr
 }
@@ -216,6 +232,7 @@ func (m *Module) call(ctx context.Context, call string, budget uint64, timeout t
 	} else {
 		m.pool.put(inst, healthy)
 	}
+	m.lastCall.Store(start.Add(res.Duration).UnixNano()) // for IdleModuleTimeout (unload.go)
 	if err != nil {
 		res.Output = nil
 		return res, m.classify(ctx, call, inst, res.Duration, err)
@@ -235,8 +252,9 @@ func (m *Module) classify(parent context.Context, call string, inst *instance, e
 		stopped   *meter.StoppedError
 	)
 	var budgetErr *MemoryBudgetError
+	var reloadErr *ReloadError
 	if errors.As(err, &deadline) || errors.As(err, &canceled) || errors.As(err, &trap) ||
-		errors.As(err, &fuelErr) || errors.As(err, &memErr) || errors.As(err, &stackErr) || errors.As(err, &budgetErr) {
+		errors.As(err, &fuelErr) || errors.As(err, &memErr) || errors.As(err, &stackErr) || errors.As(err, &budgetErr) || errors.As(err, &reloadErr) {
 		return err // already classified, e.g. by newInstance
 	}
 	var depth *meter.DepthError
@@ -320,6 +338,7 @@ type instance struct {
 	idleSince                  time.Time     // when it was last put back idle
 	res                        *reservation  // its memory cap, held from the MemoryBudget; nil for none
 	memWait                    time.Duration // how long making it waited for res, until a call reports it
+	done                       func()        // Module.doneWithCode, called once when it closes
 }
 
 // newInstance makes an instance for a call or a load. With a MemoryBudget
@@ -345,16 +364,22 @@ func (m *Module) newInstance(ctx context.Context, call string, wait time.Duratio
 			return nil, e
 		}
 	}
-	inst, err := m.instantiate(ctx)
+	c, err := m.useCode(ctx, call)
 	if err != nil {
 		res.Release()
 		return nil, err
 	}
-	inst.res, inst.memWait = res, waited
+	inst, err := m.instantiate(ctx, c)
+	if err != nil {
+		m.doneWithCode()
+		res.Release()
+		return nil, err
+	}
+	inst.res, inst.memWait, inst.done = res, waited, m.doneWithCode
 	return inst, nil
 }
 
-func (m *Module) instantiate(ctx context.Context) (*instance, error) {
+func (m *Module) instantiate(ctx context.Context, c *code) (*instance, error) {
 	stderr := &tailBuffer{max: 8192}
 	clock := &fuelClock{}
 	cfg := wazero.NewModuleConfig().
@@ -373,7 +398,7 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 	ctx = withCallState(meter.WithMeter(ctx, &meter.Meter{Budget: m.limits.InitFuel, Slice: m.fuelSlice, Deadline: start.Add(m.limits.InitTimeout)}), st)
 	alloc := &linmem.Allocator{Ctx: ctx, Deadline: start.Add(m.limits.InitTimeout)}
 	clock.enter(ctx)
-	mod, err := m.runtime.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), m.compiled, cfg)
+	mod, err := c.runtime.InstantiateModule(experimental.WithMemoryAllocator(ctx, alloc), c.compiled, cfg)
 	if init := meter.FromContext(ctx); init != nil {
 		clock.exit(init.Consumed())
 	}
@@ -421,6 +446,10 @@ func (i *instance) close(ctx context.Context) {
 		_ = i.mod.Close(ctx)
 	}
 	i.res.Release()
+	if i.done != nil {
+		i.done()
+		i.done = nil
+	}
 }
 
 // pool bounds the instances of a module. Healthy instances are reused;
@@ -540,6 +569,33 @@ func (p *pool) reap(now time.Time) int {
 		reaped(n)
 	}
 	return n
+}
+
+// closeIdle closes every idle instance, unless a call holds or is making
+// one; it reports whether the pool is left with no instance. The module's
+// unloading calls it (unload.go).
+func (p *pool) closeIdle() bool {
+	p.mu.Lock()
+	if p.busy > 0 {
+		p.mu.Unlock()
+		return false
+	}
+	idle := p.idle
+	p.idle = nil
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	reaped := p.reaped
+	p.mu.Unlock()
+	for _, inst := range idle {
+		inst.close(context.Background())
+		p.live.Add(-1)
+	}
+	if len(idle) > 0 && reaped != nil {
+		reaped(len(idle)) // closed for having served no call, as the reaper does
+	}
+	return true
 }
 
 func (p *pool) get(ctx context.Context, call string, wait time.Duration) (*instance, error) {

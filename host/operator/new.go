@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -153,7 +152,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 		// over at once instead of after LeaseDuration.
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: mo.MetricsBindAddress, ExtraHandlers: map[string]http.Handler{flightrecorder.Path: records}},
-		HealthProbeBindAddress:        mo.HealthProbeBindAddress,
+		HealthProbeBindAddress:        "0", // probeServer serves them
 		PprofBindAddress:              mo.PprofBindAddress,
 		Cache:                         cacheOptions,
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
@@ -162,13 +161,20 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
 	opts.Informers = informers
 	h, err := Setup(mgr, opts)
 	if err != nil {
 		return nil, err
+	}
+	if mo.HealthProbeBindAddress != "0" {
+		probes, err := probeServer(mo.HealthProbeBindAddress, h)
+		if err == nil {
+			err = mgr.Add(probes)
+		}
+		if err != nil {
+			_ = h.Close(context.Background())
+			return nil, err
+		}
 	}
 	if fr := h.FlightRecorder(records.mayRead(mgr.GetRESTMapper())); fr != nil {
 		records.set(fr)

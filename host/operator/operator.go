@@ -126,7 +126,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		m.ReportBudget(budget.Stats)
 	}
 	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.Engine.CompilationCacheDir, Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
-		Compile: opts.Engine.Compile, MemoryBudget: budget}); err != nil {
+		ModuleUnloaded: h.observeUnload, ModuleReloaded: h.observeReload, Compile: opts.Engine.Compile, MemoryBudget: budget}); err != nil {
 		return nil, err
 	}
 	if opts.Engine.InterpreterFirst {
@@ -332,6 +332,24 @@ func (h *Host) Remove(name string) bool { return h.supervisor.Remove(name) }
 
 // Names lists the modules that run, sorted.
 func (h *Host) Names() []string { return h.supervisor.Names() }
+
+// observeUnload counts and logs a module's code unloaded for idleness
+// (engine.Options.ModuleUnloaded).
+func (h *Host) observeUnload(module string) {
+	h.metrics.ObserveUnload(module)
+	h.log.Info("module unloaded: it served no call for its idle module timeout; the next event loads it back", "module", module)
+}
+
+// observeReload counts and logs a module's code loaded back for a call
+// (engine.Options.ModuleReloaded).
+func (h *Host) observeReload(module string, took time.Duration, err error) {
+	h.metrics.ObserveWake(module, took, err)
+	if err != nil {
+		h.log.Error(err, "loading an unloaded module back failed; its calls fail until it loads", "module", module)
+		return
+	}
+	h.log.V(1).Info("module loaded back", "module", module, "took", took.Round(time.Millisecond).String())
+}
 
 // LoadErrors are the errors of Options.Modules (and of the ModuleDir files
 // present at Setup) that failed to load.

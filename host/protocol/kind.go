@@ -58,11 +58,16 @@ const (
 	// HostPanic: the host panicked while reconciling the object (a bug of
 	// the host's, recovered); retried with backoff.
 	HostPanic Kind = "HostPanic"
+	// ModuleUnavailable: the module, unloaded for having served no call
+	// for its idle module timeout, could not be loaded back (its files in
+	// the compilation cache directory are gone or damaged). The guest did
+	// not run; retried with backoff.
+	ModuleUnavailable Kind = "ModuleUnavailable"
 )
 
 // Kinds lists every Kind, Success first.
 var Kinds = []Kind{Success, ReconcileFailed, InvalidResponse, ApplyFailed, ChildConflict, FuelExhausted, DeadlineExceeded,
-	MemoryLimit, StackOverflow, GuestTrapped, ABIViolation, Canceled, InvalidModule, MemoryBudgetExceeded, HostPanic}
+	MemoryLimit, StackOverflow, GuestTrapped, ABIViolation, Canceled, InvalidModule, MemoryBudgetExceeded, HostPanic, ModuleUnavailable}
 
 // PanicError is a panic of the host's recovered while reconciling an
 // object: its value and the stack where it happened.
@@ -101,6 +106,7 @@ func KindOf(err error) Kind {
 		stack    *engine.StackOverflowError
 		abiErr   *engine.ABIError
 		budget   *engine.MemoryBudgetError
+		reload   *engine.ReloadError
 		panicked *PanicError
 	)
 	switch {
@@ -108,6 +114,8 @@ func KindOf(err error) Kind {
 		return HostPanic
 	case errors.As(err, &budget):
 		return MemoryBudgetExceeded
+	case errors.As(err, &reload):
+		return ModuleUnavailable
 	case errors.As(err, &children):
 		return children.Kind()
 	case errors.As(err, &guest):

@@ -11,6 +11,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
@@ -75,6 +77,13 @@ type Metrics struct {
 	// TriggerFanOutDropped counts objects a related object's event did
 	// not reconcile, over the trigger fan-out cap, by module.
 	TriggerFanOutDropped *prometheus.CounterVec
+	// ModuleUnloads counts a module's unloads for idleness
+	// (engine.Limits.IdleModuleTimeout).
+	ModuleUnloads *prometheus.CounterVec
+	// ModuleWakeSeconds observes how long the first call after an unload
+	// waited for the module's code to load back, by module and result (ok,
+	// failed).
+	ModuleWakeSeconds *prometheus.HistogramVec
 
 	modules *moduleCollector
 	budget  *budgetCollector
@@ -94,6 +103,9 @@ type Module struct {
 	// SyncFailed and CacheStale are the module's load-health warnings, true
 	// while they last.
 	SyncFailed, CacheStale bool
+	// Loaded is false while the serving version's code is unloaded for
+	// idleness (engine.Limits.IdleModuleTimeout).
+	Loaded bool
 }
 
 // New builds the collectors and registers them on reg. A collector that reg
@@ -184,6 +196,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_trigger_fanout_dropped_total",
 			Help: "Objects a related object's event did not reconcile because it mapped to more than --trigger-max-fanout objects, by module.",
 		}, []string{"module"}),
+		ModuleUnloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmreconcile_module_unloads_total",
+			Help: "Unloads of a module's code for having served no call for --idle-module-timeout, by module; the next call loads it back (wasmreconcile_module_wake_seconds).",
+		}, []string{"module"}),
+		ModuleWakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wasmreconcile_module_wake_seconds",
+			Help:    "How long the first call after an unload waited for the module's code to load back from the compilation cache, by module and result (ok, failed).",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+		}, []string{"module", "result"}),
 		modules: newModuleCollector(),
 		budget:  &budgetCollector{},
 	}
@@ -208,6 +229,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.HostPanics = promreg.Register(reg, m.HostPanics, &err)
 	m.TriggerDamped = promreg.Register(reg, m.TriggerDamped, &err)
 	m.TriggerFanOutDropped = promreg.Register(reg, m.TriggerFanOutDropped, &err)
+	m.ModuleUnloads = promreg.Register(reg, m.ModuleUnloads, &err)
+	m.ModuleWakeSeconds = promreg.Register(reg, m.ModuleWakeSeconds, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	m.budget = promreg.Register(reg, m.budget, &err)
 	if err != nil {
@@ -220,7 +243,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.modules, m.budget}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.ModuleUnloads, m.ModuleWakeSeconds, m.modules, m.budget}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and
@@ -251,6 +274,23 @@ func (m *Metrics) Init(module string) {
 	m.HostPanics.WithLabelValues(module)
 	m.TriggerDamped.WithLabelValues(module)
 	m.TriggerFanOutDropped.WithLabelValues(module)
+	m.ModuleUnloads.WithLabelValues(module)
+}
+
+// ObserveUnload records module's code unloaded for idleness
+// (engine.Options.ModuleUnloaded).
+func (m *Metrics) ObserveUnload(module string) {
+	m.ModuleUnloads.WithLabelValues(module).Inc()
+}
+
+// ObserveWake records how long loading module's code back took, and
+// whether it failed (engine.Options.ModuleReloaded).
+func (m *Metrics) ObserveWake(module string, took time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "failed"
+	}
+	m.ModuleWakeSeconds.WithLabelValues(module, result).Observe(took.Seconds())
 }
 
 // ObserveIdleRelease records one of module's instances closed for having

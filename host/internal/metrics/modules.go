@@ -21,7 +21,7 @@ func newModuleCollector() *moduleCollector {
 		info: prometheus.NewDesc("wasmreconcile_module_info",
 			"1 for each running module, with the sha256 digest of the bytes serving it.", []string{"module", "digest"}, nil),
 		state: prometheus.NewDesc("wasmreconcile_module_state",
-			"1 when the module is in the state: initialized (caches synced), converged (initialized, queue empty, nothing running, no object failing), quiescent (converged and nothing written for a while).", []string{"module", "state"}, nil),
+			"1 when the module is in the state: initialized (caches synced), converged (initialized, queue empty, nothing running, no object failing), quiescent (converged and nothing written for a while), loaded (its code is in memory; 0 while unloaded for --idle-module-timeout).", []string{"module", "state"}, nil),
 		health: prometheus.NewDesc("wasmreconcile_module_health",
 			"1 while the module has the load-health problem: SyncFailed (the cache of its kind has not synced) or CacheStale (no event or list for its kind for a while); whatever the module's source.", []string{"module", "problem"}, nil),
 		instances: prometheus.NewDesc("wasmreconcile_instances",
@@ -65,6 +65,7 @@ func (c *moduleCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(m.Initialized), m.Name, "initialized")
 			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(m.Converged), m.Name, "converged")
 			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(m.Quiescent), m.Name, "quiescent")
+			ch <- prometheus.MustNewConstMetric(c.state, prometheus.GaugeValue, b2f(m.Loaded), m.Name, "loaded")
 			ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(m.Pool.Live), m.Name, "live")
 			ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(m.Pool.Idle), m.Name, "idle")
 			ch <- prometheus.MustNewConstMetric(c.health, prometheus.GaugeValue, b2f(m.SyncFailed), m.Name, "SyncFailed")

@@ -69,6 +69,13 @@ const (
 	ReasonDeleting    = "Deleting"
 )
 
+// Values of status.code: whether the serving version's code is in memory
+// (engine.Module.Loaded).
+const (
+	CodeLoaded   = "Loaded"
+	CodeUnloaded = "Unloaded"
+)
+
 // DrainFinalizer is the finalizer of a ReconcileModule whose module
 // declares a finalizer: the ReconcileModule stays until the module's
 // finalizer is removed from every object of its kind, so that deleting it
@@ -273,6 +280,10 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if st, ok := c.supervisor.Status(obj.Name); ok {
 		s := st.Stats
 		status.Stats = &v1alpha1.Stats{Reconciles: s.Reconciles, Errors: s.Errors, MeanFuel: s.MeanFuel, MeanDurationSeconds: s.MeanDurationSeconds}
+		status.Code = CodeLoaded
+		if st.Unloaded {
+			status.Code = CodeUnloaded
+		}
 		if s.LastError != "" && !c.failedGenIs(obj.Name, gen) {
 			status.LastError = s.LastError
 		}

@@ -300,6 +300,10 @@ type Status struct {
 	// kind not served, a list the API server refused, a sync past the
 	// SyncTimeout. "" while the cache syncs normally.
 	SyncProblem string
+	// Unloaded is true while the serving version's code is out of memory
+	// for having served no call for its idle module timeout
+	// (engine.Limits.IdleModuleTimeout); the next call loads it back.
+	Unloaded bool
 }
 
 // Status returns module name's status, and whether it runs.
@@ -319,6 +323,9 @@ func (s *Supervisor) Status(name string) (Status, bool) {
 	}
 	st := Status{Loaded: r.loaded, Owner: r.spec.Owner, Paused: r.paused.Load(), Stats: r.stats.Snapshot(),
 		Activity: r.rec.Activity(), Unserved: unserved}
+	if v := r.slot.Current(); v != nil {
+		st.Unloaded = !v.Module.Loaded()
+	}
 	since, f := r.health.since, r.rec.Manifest().For
 	s.mu.Unlock()
 	// The cache is read outside s.mu.
@@ -373,7 +380,7 @@ func (s *Supervisor) Metrics(ctx context.Context) []metrics.Module {
 		f := it.r.rec.Manifest().For
 		synced, _ := s.synced(ctx, schema.GroupVersionKind{Group: f.Group, Version: f.Version, Kind: f.Kind})
 		m := lifecycleStates(it.r.rec.Activity(), synced, now, s.opts.QuiescentAfter)
-		m.Name, m.Digest, m.Pool = it.name, v.Module.Digest(), v.Module.PoolStats()
+		m.Name, m.Digest, m.Pool, m.Loaded = it.name, v.Module.Digest(), v.Module.PoolStats(), v.Module.Loaded()
 		m.SyncFailed, m.CacheStale = it.h.syncWarned, it.h.staleWarned
 		out = append(out, m)
 	}
