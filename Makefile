@@ -60,6 +60,29 @@ modules-c: toolchain-c ## Build the C guests (modules/tck-c, modules/widget-c) t
 	@echo "wasm    modules/widget-c -> bin/modules/widget-c.wasm"
 	@$(CLANG) $(WASI_CFLAGS) -o $(BIN)/modules/widget-c.wasm modules/widget-c/native/widget.c modules/widget-c/wasm.c
 
+# The Rust SDK (guest-sdk/rust) and the Rust guests, built with Debian's
+# rustc (1.63) and its wasm32-wasi standard library, without cargo: the SDK
+# has no dependency.
+RUSTC        ?= /usr/bin/rustc
+RUST_FLAGS   := --edition 2021 --target wasm32-wasi -C opt-level=s -C panic=abort
+RUST_RELEASE := -C lto -C strip=symbols -C codegen-units=1
+
+.PHONY: toolchain-rust
+toolchain-rust: ## Install the Rust guest toolchain (Debian's rustc, libstd-rust-dev-wasm32) with apt-get if it is missing.
+	@if [ ! -x $(RUSTC) ] || [ ! -d /usr/lib/rustlib/wasm32-wasi ]; then \
+	  echo "installing rustc and libstd-rust-dev-wasm32 with apt-get (once)"; \
+	  command -v apt-get >/dev/null || { echo "error: apt-get not found; install rustc with the wasm32-wasi standard library by hand and set RUSTC"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc libstd-rust-dev-wasm32 >/dev/null; \
+	fi
+
+.PHONY: modules-rust
+modules-rust: toolchain-rust ## Build the Rust SDK and the Rust guests (modules/tck-rust) to bin/modules/*.wasm.
+	@mkdir -p $(BIN)/modules $(BIN)/rust
+	@echo "rlib    guest-sdk/rust -> bin/rust/libwasmreconcile.rlib"
+	@$(RUSTC) $(RUST_FLAGS) --crate-type rlib --crate-name wasmreconcile -o $(BIN)/rust/libwasmreconcile.rlib guest-sdk/rust/src/lib.rs
+	@echo "wasm    modules/tck-rust -> bin/modules/tck-rust.wasm"
+	@$(RUSTC) $(RUST_FLAGS) $(RUST_RELEASE) --crate-type cdylib --extern wasmreconcile=$(BIN)/rust/libwasmreconcile.rlib -o $(BIN)/modules/tck-rust.wasm modules/tck-rust/tck.rs
+
 # The programs the build runs, pinned in hack/tools/go.mod.
 TOOLS := $(BIN)/tools
 
@@ -78,7 +101,7 @@ image: ## Build the operator image without Docker (go-containerregistry) into bi
 	$(GO) run ./hack/image --binary $(BIN)/operator-static $(if $(IMAGE),--push $(IMAGE),--layout $(BIN)/image)
 
 .PHONY: test
-test: controlplane registry modules modules-c operator tools ## Run all tests: unit, wasm guests, module cases, the C conformance guest, envtest integration tests and a real OCI registry.
+test: controlplane registry modules modules-c modules-rust operator tools ## Run all tests: unit, wasm guests, module cases, the C and Rust conformance guests, envtest integration tests and a real OCI registry.
 	@echo "== guest-sdk (native, then vet for wasip1)"
 	cd guest-sdk && $(GO) test ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	@echo "== guest-sdk/k8s against k8s.io/api (a module of its own: the SDK has no dependency)"
@@ -99,6 +122,11 @@ test: controlplane registry modules modules-c operator tools ## Run all tests: u
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-c.wasm modules/tck-c/testdata/cases
 	@echo "-- modules/widget-c (the widget's logic in C, on the Go widget's cases)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/widget-c.wasm modules/widget/testdata/cases
+	@echo "== guest-sdk/rust (native unit tests)"
+	@$(RUSTC) --edition 2021 --test -o $(BIN)/rust/sdk-test guest-sdk/rust/src/lib.rs && $(BIN)/rust/sdk-test -q
+	@echo "-- modules/tck-rust (the Rust guest, on the conformance cases of modules/internal/tck and those of tck-c)"
+	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-rust.wasm modules/internal/tck/testdata/cases
+	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-rust.wasm modules/tck-c/testdata/cases
 	@echo "== the WebAssembly spec suite through the instrumenter (without -race: it is single-threaded; host/internal/instrument/spectest)"
 	$(GO) test $(SPEC_PKG)
 	@echo "== host (with a real kube-apiserver and etcd: one shared, and one for each package that needs its own)"
@@ -194,6 +222,7 @@ bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measu
 	$(GO) test -run '^$$' -bench 'AdversarialTimeouts|CostModel' -benchtime=1x ./host/engine/
 	$(GO) test -run '^$$' -bench 'Soak' -benchtime=1x ./host/engine/
 	$(GO) test -run '^$$' -bench 'ModuleMemory' -benchtime=1x ./host/engine/
+	$(GO) test -run '^$$' -bench 'IdleModule' -benchtime=1x ./host/engine/
 	$(GO) test -run '^$$' -bench 'Reinstantiate' -benchtime=200x ./host/engine/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'Isolation' -benchtime=1x ./host/operator/internal/wholeprocess/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'ChildIndex' -benchtime=300x ./host/internal/reconciler/
