@@ -76,12 +76,14 @@ toolchain-rust: ## Install the Rust guest toolchain (Debian's rustc, libstd-rust
 	fi
 
 .PHONY: modules-rust
-modules-rust: toolchain-rust ## Build the Rust SDK and the Rust guests (modules/tck-rust) to bin/modules/*.wasm.
+modules-rust: toolchain-rust ## Build the Rust SDK and the Rust guests (modules/tck-rust, modules/widget-rust) to bin/modules/*.wasm.
 	@mkdir -p $(BIN)/modules $(BIN)/rust
 	@echo "rlib    guest-sdk/rust -> bin/rust/libwasmreconcile.rlib"
 	@$(RUSTC) $(RUST_FLAGS) --crate-type rlib --crate-name wasmreconcile -o $(BIN)/rust/libwasmreconcile.rlib guest-sdk/rust/src/lib.rs
 	@echo "wasm    modules/tck-rust -> bin/modules/tck-rust.wasm"
 	@$(RUSTC) $(RUST_FLAGS) $(RUST_RELEASE) --crate-type cdylib --extern wasmreconcile=$(BIN)/rust/libwasmreconcile.rlib -o $(BIN)/modules/tck-rust.wasm modules/tck-rust/tck.rs
+	@echo "wasm    modules/widget-rust -> bin/modules/widget-rust.wasm"
+	@$(RUSTC) $(RUST_FLAGS) $(RUST_RELEASE) --crate-type cdylib --extern wasmreconcile=$(BIN)/rust/libwasmreconcile.rlib -o $(BIN)/modules/widget-rust.wasm modules/widget-rust/widget.rs
 
 # The programs the build runs, pinned in hack/tools/go.mod.
 TOOLS := $(BIN)/tools
@@ -127,6 +129,8 @@ test: controlplane registry modules modules-c modules-rust operator tools ## Run
 	@echo "-- modules/tck-rust (the Rust guest, on the conformance cases of modules/internal/tck and those of tck-c)"
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-rust.wasm modules/internal/tck/testdata/cases
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-rust.wasm modules/tck-c/testdata/cases
+	@echo "-- modules/widget-rust (the widget's logic in Rust, on the Go widget's cases)"
+	@$(BIN)/operator test --crds examples/crds --memory-limit 64Mi $(BIN)/modules/widget-rust.wasm modules/widget/testdata/cases
 	@echo "== the WebAssembly spec suite through the instrumenter (without -race: it is single-threaded; host/internal/instrument/spectest)"
 	$(GO) test $(SPEC_PKG)
 	@echo "== host (with a real kube-apiserver and etcd: one shared, and one for each package that needs its own)"

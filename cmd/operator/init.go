@@ -19,7 +19,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/internal/rbacgen"
 )
 
-const initUsage = `Usage: operator init NAME --for GROUP/VERSION/KIND [--owns GROUP/VERSION/KIND ...] [--reads GROUP/VERSION/KIND ...] [--dir DIR] [--sdk PATH]
+const initUsage = `Usage: operator init NAME --for GROUP/VERSION/KIND [--owns GROUP/VERSION/KIND ...] [--reads GROUP/VERSION/KIND ...] [--dir DIR] [--sdk PATH] [--lang go|rust]
 
 Writes a new module, NAME, into DIR (default ./NAME), which must not exist
 or be empty:
@@ -35,6 +35,11 @@ or be empty:
   Makefile             build (GOOS=wasip1, -buildmode=c-shared), test, rbac
   rbac.yaml            its RBAC, as operator rbac prints it, for the
                        account wasmreconcile-modules/NAME
+
+With --lang rust, module.rs replaces go.mod, main.go and main_test.go: the
+manifest, the handler and its native tests on the Rust SDK
+(guest-sdk/rust), and the Makefile builds it with rustc alone (Debian's
+rustc 1.63 and libstd-rust-dev-wasm32; no cargo, no crates).
 
 Kinds are GROUP/VERSION/KIND (apps/v1/Deployment), or VERSION/KIND for the
 core group (v1/ConfigMap). The SDK's module path is served by no module
@@ -59,13 +64,14 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, initUsage); fs.PrintDefaults() }
 	var (
-		forKind, dir, sdk string
-		owns, reads       stringList
+		forKind, dir, sdk, lang string
+		owns, reads             stringList
 	)
 	fs.StringVar(&forKind, "for", "", "GROUP/VERSION/KIND the module reconciles (required)")
 	fs.Var(&owns, "owns", "GROUP/VERSION/KIND of the module's children (repeatable)")
 	fs.Var(&reads, "reads", "GROUP/VERSION/KIND the module may read besides --for and --owns (repeatable)")
 	fs.StringVar(&dir, "dir", "", "directory to write the module into; it must not exist, or be empty (default: ./NAME)")
+	fs.StringVar(&lang, "lang", scaffold.LangGo, "the module's language: go, or rust (module.rs on guest-sdk/rust, built with Debian's rustc: apt-get install rustc libstd-rust-dev-wasm32)")
 	fs.StringVar(&sdk, "sdk", "", "guest-sdk directory of a wasmreconcile checkout, which go.mod's replace points at (default: $"+scaffold.SDKEnv+", else the nearest guest-sdk/go.mod above the current directory)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -78,6 +84,9 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		return errors.New("operator init: want one module NAME; see operator init --help")
 	}
 	name := pos[0]
+	if lang != scaffold.LangGo && lang != scaffold.LangRust {
+		return fmt.Errorf("operator init: --lang %q: want go or rust", lang)
+	}
 	m, err := initManifest(name, forKind, owns, reads)
 	if err != nil {
 		return err
@@ -103,6 +112,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		Name: name, Dir: dir, SDK: sdkDir, For: kind(m.For), CRD: !builtin,
 		Operator:       operatorCommand(),
 		ServiceAccount: initAccountNamespace + "/" + name,
+		Lang:           lang,
 	}
 	for _, g := range m.Owns {
 		opts.Owns = append(opts.Owns, kind(g))
@@ -130,7 +140,11 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "no CRD: %s is a built-in kind; its status may have no room for the module's conditions\n", rbacgen.KindList([]abi.GroupVersionKind{m.For}))
 	}
 	fmt.Fprintf(stdout, "\nnext:\n  cd %s\n", dir)
-	fmt.Fprintf(stdout, "  make test    # go test; build %s.wasm; operator test on testdata/cases\n", name)
+	if lang == scaffold.LangRust {
+		fmt.Fprintf(stdout, "  make test    # rustc --test; build %s.wasm with rustc; operator test on testdata/cases\n", name)
+	} else {
+		fmt.Fprintf(stdout, "  make test    # go test; build %s.wasm; operator test on testdata/cases\n", name)
+	}
 	if opts.CRD {
 		fmt.Fprintf(stdout, "  %s dev --module-dir . --crds crds    # a local cluster running the module; make build reloads it\n", opts.Operator)
 	} else {

@@ -110,6 +110,93 @@ func TestInitScaffold(t *testing.T) {
 	}
 }
 
+// rustc is the Rust compiler the Rust scaffold's Makefile runs: $RUSTC,
+// else Debian's /usr/bin/rustc, which make test installs (make
+// toolchain-rust).
+func rustc(t *testing.T) string {
+	t.Helper()
+	r := os.Getenv("RUSTC")
+	if r == "" {
+		r = "/usr/bin/rustc"
+	}
+	if _, err := os.Stat(r); err != nil {
+		t.Fatalf("the Rust scaffold test needs rustc with the wasm32-wasi standard library: %v; run make toolchain-rust, or set RUSTC", err)
+	}
+	return r
+}
+
+// TestInitScaffoldRust runs the whole path of a module scaffolded with
+// --lang rust through its own Makefile: its native tests (rustc --test)
+// and its wasm build with rustc, then the cases through operator test's
+// code, and rbac.yaml regenerated from the built module.
+func TestInitScaffoldRust(t *testing.T) {
+	t.Parallel() // offline: files of its own, no global state
+	if testing.Short() {
+		t.Skip("builds scaffolded modules with rustc; skipped with -short")
+	}
+	rc := rustc(t)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"children", []string{"--owns", "v1/ConfigMap", "--owns", "apps/v1/Deployment", "--reads", "v1/Secret"}},
+		{"status-only", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "demo")
+			var out, errOut bytes.Buffer
+			args := append([]string{"demo", "--lang", "rust", "--for", "demo.example.com/v1alpha1/Demo", "--dir", dir, "--sdk", sdkDir()}, c.flags...)
+			if err := runInit(args, &out, &errOut); err != nil {
+				t.Fatalf("init: %v\n%s", err, errOut.String())
+			}
+			for _, f := range []string{"module.rs", "testdata/cases/reconcile.yaml", "crds/demos.demo.example.com.yaml", "Makefile", ".gitignore", "rbac.yaml"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Errorf("init wrote no %s: %v", f, err)
+				}
+				if !strings.Contains(out.String(), f) {
+					t.Errorf("init's output does not list %s:\n%s", f, out.String())
+				}
+			}
+			for _, f := range []string{"go.mod", "main.go", "main_test.go"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+					t.Errorf("init --lang rust wrote the Go module's %s", f)
+				}
+			}
+			mk := exec.Command("make", "test-native", "build", "RUSTC="+rc)
+			mk.Dir = dir
+			if b, err := mk.CombinedOutput(); err != nil {
+				t.Fatalf("make test-native build: %v\n%s", err, b)
+			} else if !strings.Contains(string(b), "test result: ok. 2 passed") || strings.Contains(string(b), "warning") {
+				t.Errorf("make test-native build: want the module's 2 native tests passing and no warning:\n%s", b)
+			}
+			wasm := filepath.Join(dir, "demo.wasm")
+			out.Reset()
+			errOut.Reset()
+			if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
+				t.Fatalf("operator test on the scaffold's cases: %v\n%s%s", err, out.String(), errOut.String())
+			}
+			if !strings.Contains(out.String(), "1 passed, 0 failed") {
+				t.Errorf("operator test: want 1 passed, got:\n%s", out.String())
+			}
+			out.Reset()
+			if err := runRBAC([]string{"--crds", filepath.Join(dir, "crds"), "--service-account", "wasmreconcile-modules/demo", wasm}, &out, &errOut); err != nil {
+				t.Fatalf("operator rbac: %v", err)
+			}
+			written, _ := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
+			if out.String() != string(written) {
+				t.Errorf("operator rbac on the built module differs from the rbac.yaml init wrote:\n--- operator rbac\n%s\n--- rbac.yaml\n%s", out.String(), written)
+			}
+		})
+	}
+	t.Run("unknown-language", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		err := runInit([]string{"demo", "--lang", "cobol", "--for", "demo.example.com/v1/Demo", "--dir", filepath.Join(t.TempDir(), "d"), "--sdk", sdkDir()}, &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), `--lang "cobol": want go or rust`) {
+			t.Errorf("init --lang cobol: %v, want an error naming the flag and the choices", err)
+		}
+	})
+}
+
 func TestInitErrors(t *testing.T) {
 	sdk := sdkDir()
 	tmp := t.TempDir()

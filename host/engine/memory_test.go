@@ -147,7 +147,8 @@ func closeIdle(m *Module) {
 }
 
 // BenchmarkModuleMemory loads WASMRECONCILE_MEMORY_MODULES (default 8)
-// widget modules into one Engine, each under other bytes (a custom section
+// widget modules (or WASMRECONCILE_MEMORY_WASM, another build of the
+// widget's logic) into one Engine, each under other bytes (a custom section
 // appended), after a first module that pays for what all share. It reports
 // what one more module costs with no instance (module-*), and what one more
 // warm instance (one that served the 2.4 KB request) costs (instance-*), in
@@ -160,6 +161,14 @@ func BenchmarkModuleMemory(b *testing.B) {
 	}
 	const instances = 3 // warm instances per module
 	wasm := testwasm.Build(b, "./widget")
+	if path := os.Getenv("WASMRECONCILE_MEMORY_WASM"); path != "" {
+		// Another build of the widget's logic: bin/modules/widget-rust.wasm,
+		// widget-c.wasm (make modules-rust, make modules-c).
+		var err error
+		if wasm, err = os.ReadFile(path); err != nil {
+			b.Fatal(err)
+		}
+	}
 	req := gadget(b, map[string]any{"size": 3, "color": "blue"}, 2400)
 	ctx := context.Background()
 	for range b.N {

@@ -256,6 +256,56 @@ impl Request {
     }
 }
 
+/// A status condition, as metav1.Condition.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Condition {
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    /// The generation the condition was computed from; 0 leaves it out.
+    pub observed_generation: i64,
+}
+
+impl Condition {
+    pub fn new(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+        Condition { type_: type_.into(), status: status.into(), reason: reason.into(), message: message.into(), observed_generation: 0 }
+    }
+
+    /// Sets the generation the condition was computed from.
+    pub fn generation(mut self, g: i64) -> Condition {
+        self.observed_generation = g;
+        self
+    }
+
+    /// The condition to write for object obj at time now, with
+    /// controller-runtime's meta.SetStatusCondition semantics: its
+    /// lastTransitionTime is now, unless obj's condition of the same type
+    /// has the same status, whose time is kept (so an unchanged condition
+    /// writes nothing).
+    pub fn for_object(&self, obj: &Value, now: &str) -> Value {
+        let old = obj.path(&["status", "conditions"]).items().iter().find(|c| c.get("type").as_str() == Some(self.type_.as_str()));
+        let mut time = now;
+        if let Some(old) = old {
+            let kept = old.get("lastTransitionTime").str_or_empty();
+            if old.get("status").as_str() == Some(self.status.as_str()) && !kept.is_empty() {
+                time = kept;
+            }
+        }
+        let mut c = Value::object()
+            .with("type", self.type_.as_str())
+            .with("status", self.status.as_str())
+            .with("lastTransitionTime", time)
+            .with("reason", self.reason.as_str())
+            .with("message", self.message.as_str());
+        if self.observed_generation != 0 {
+            c.set("observedGeneration", self.observed_generation);
+        }
+        c
+    }
+}
+
 /// An Event to record on the object.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {
@@ -656,6 +706,18 @@ mod tests {
         let v = Value::parse(out.as_bytes()).unwrap();
         assert_eq!(v.path(&["error", "terminal"]).as_bool(), Some(true));
         assert!(v.path(&["error", "message"]).str_or_empty().starts_with("guest: decoding the request: json: offset 0"));
+    }
+
+    #[test]
+    fn condition_keeps_its_time_while_its_status_holds() {
+        let obj = Value::parse(br#"{"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":"2025-01-01T00:00:00Z"}]}}"#).unwrap();
+        let now = "2026-01-01T00:00:00Z";
+        let same = Condition::new("Ready", "True", "Ok", "fine").generation(3).for_object(&obj, now);
+        assert_eq!(same.to_json(), r#"{"type":"Ready","status":"True","lastTransitionTime":"2025-01-01T00:00:00Z","reason":"Ok","message":"fine","observedGeneration":3}"#);
+        let flipped = Condition::new("Ready", "False", "Bad", "no").for_object(&obj, now);
+        assert_eq!(flipped.get("lastTransitionTime").as_str(), Some(now));
+        assert_eq!(Condition::new("Other", "True", "", "").for_object(&obj, now).get("lastTransitionTime").as_str(), Some(now));
+        assert!(flipped.get("observedGeneration").is_null());
     }
 
     #[test]

@@ -80,7 +80,21 @@ type Options struct {
 	// ServiceAccount is the NAMESPACE/NAME that `make rbac` binds the
 	// module's rights to; RBAC should be generated for the same account.
 	ServiceAccount string
+	// Lang is the module's language: LangGo (the default, "") or LangRust,
+	// which writes module.rs on the Rust SDK (SDK/rust) and a Makefile
+	// that builds it with rustc.
+	Lang string
 }
+
+// Languages of Options.Lang.
+const (
+	LangGo   = "go"
+	LangRust = "rust"
+)
+
+// rustSDKFile is the Rust SDK's one source file, under the guest-sdk
+// directory.
+var rustSDKFile = filepath.Join("rust", "src", "lib.rs")
 
 // File is a file Write wrote, relative to Options.Dir, and what it is for.
 type File struct {
@@ -97,6 +111,7 @@ type data struct {
 	CRDFile    string // crds/PLURAL.GROUP.yaml, or ""
 	Operator   string
 	SDKModule  string
+	RustSDK    string // the Rust SDK's source file (LangRust)
 }
 
 // Write creates opts.Dir and writes the module into it, and returns the
@@ -111,17 +126,21 @@ func Write(opts Options) ([]File, error) {
 	if err != nil {
 		return nil, err
 	}
+	rust := opts.Lang == LangRust
 	files := []struct {
 		tmpl, path, about string
 		skip              bool
 	}{
-		{"go.mod.tmpl", "go.mod", "requires the guest SDK, replaced by " + d.Replace, false},
-		{"main.go.tmpl", "main.go", "the manifest and the reconcile handler", false},
-		{"main_test.go.tmpl", "main_test.go", "native tests of the handler (go test), with package sdktest", false},
+		{"go.mod.tmpl", "go.mod", "requires the guest SDK, replaced by " + d.Replace, rust},
+		{"main.go.tmpl", "main.go", "the manifest and the reconcile handler", rust},
+		{"main_test.go.tmpl", "main_test.go", "native tests of the handler (go test), with package sdktest", rust},
+		{"module.rs.tmpl", "module.rs", "the manifest, the reconcile handler and its native tests (rustc --test), on the Rust SDK", !rust},
 		{"case.yaml.tmpl", filepath.Join("testdata", "cases", "reconcile.yaml"), "a case for `operator test` on the built .wasm", false},
 		{"crd.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ": describe its spec", !opts.CRD},
-		{"Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm), test, rbac", false},
-		{"gitignore.tmpl", ".gitignore", "ignores the built .wasm", false},
+		{"Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm), test, rbac", rust},
+		{"rust-Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm, with rustc), test, rbac", !rust},
+		{"gitignore.tmpl", ".gitignore", "ignores the built .wasm", rust},
+		{"rust-gitignore.tmpl", ".gitignore", "ignores the built .wasm and target/", !rust},
 	}
 	tmpl, err := template.New("").Funcs(template.FuncMap{"quote": quote}).ParseFS(templates, "templates/*.tmpl")
 	if err != nil {
@@ -178,6 +197,16 @@ func prepare(opts Options) (data, error) {
 	}
 	if d.Replace, err = replacePath(opts.Dir, opts.SDK); err != nil {
 		return data{}, err
+	}
+	switch opts.Lang {
+	case "", LangGo:
+	case LangRust:
+		d.RustSDK = filepath.Join(opts.SDK, rustSDKFile)
+		if _, err := os.Stat(d.RustSDK); err != nil {
+			return data{}, fmt.Errorf("the guest SDK at %s has no Rust SDK (%s): %w; pass --sdk with the guest-sdk directory of a checkout that has one", opts.SDK, rustSDKFile, err)
+		}
+	default:
+		return data{}, fmt.Errorf("scaffold: unknown language %q; use %q or %q", opts.Lang, LangGo, LangRust)
 	}
 	for _, k := range opts.Owns {
 		if k.Group == "" && k.Kind == "ConfigMap" {
