@@ -3,7 +3,7 @@
 // with the same logic and the same status write (hack/benche2e/native), on a
 // real kube-apiserver and etcd. It is run by `make bench-e2e`:
 //
-//	benche2e -assets DIR [-objects 2000,10000] [-workers 4] [-rounds 1] [-modules 20] [-module-objects 100]
+//	benche2e -assets DIR [-objects 2000,10000] [-workers 4] [-rounds 1] [-modules 20] [-module-objects 100] [-idle-module-timeout 30s] [-active-modules 2]
 //
 // It builds the operator, the native controller and the widget module once,
 // then for each object count runs the two controllers interleaved (native,
@@ -23,7 +23,10 @@
 // "missed" against the goals of issue 13. The many-module case (-modules N)
 // runs N kinds of the Widget's schema: N native processes, one per kind,
 // against one operator running N builds of the widget module, one per kind,
-// and compares their summed RSS.
+// and compares their summed RSS; then, in its idle phase, it keeps changing
+// the objects of -active-modules kinds for -idle-module-timeout (the
+// operator's) plus 20 s, checks that the operator unloaded every other
+// module, and compares the summed RSS again.
 //
 // Every process it starts (control planes, controllers) is stopped when it
 // ends, on an error or Ctrl-C too; the control plane and the controllers also
@@ -72,6 +75,10 @@ type bench struct {
 	timeout     time.Duration
 	start       time.Time
 	out         io.Writer
+	// The many-module case's idle phase: the operator unloads modules
+	// idle for idleModules; active kinds keep being changed.
+	idleModules time.Duration
+	active      int
 }
 
 func run() error {
@@ -85,6 +92,8 @@ func run() error {
 		creators      = flag.Int("creators", 4, "goroutines creating the objects")
 		idle          = flag.Duration("idle", 10*time.Second, "how long idle CPU is measured after the work queues drained")
 		timeout       = flag.Duration("timeout", 20*time.Minute, "longest wait for one run to converge")
+		idleModules   = flag.Duration("idle-module-timeout", 30*time.Second, "the operator's --idle-module-timeout in the many-module case, whose idle phase then waits this long plus 20 s before measuring RSS again (0 skips the phase)")
+		active        = flag.Int("active-modules", 2, "kinds of the many-module case whose objects keep changing during its idle phase")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
 	)
@@ -99,7 +108,11 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout}
+	if *active < 0 || (*modules > 0 && *active > *modules) || *idleModules < 0 {
+		return errors.New("-active-modules must be within 0..-modules, and -idle-module-timeout not negative")
+	}
+	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
+		idleModules: *idleModules, active: *active}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
 	}
@@ -297,6 +310,10 @@ type result struct {
 	reconciles float64       // controller_runtime_reconcile_total
 	cpConv     time.Duration // the control plane's CPU over converge
 	load       string        // load average when the run started
+	// The many-module case's idle phase: summed VmRSS at its end, and the
+	// operator's modules still loaded then.
+	rssIdleModules int64
+	loadedModules  int
 }
 
 // runOnce runs one variant ("native" or "operator") on a fresh control
@@ -342,6 +359,9 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 		p, err := startProc("operator", b.operatorBin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
 				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe}
+			if b.idlePhase(kinds) {
+				args = append(args, "--idle-module-timeout", b.idleModules.String())
+			}
 			for _, k := range kinds {
 				args = append(args, "--module", k.Wasm)
 			}
@@ -489,9 +509,65 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			res.reconciles += m["controller_runtime_reconcile_total"]
 		}
 	}
-	b.say("%s: idle CPU %.2fs in %s; RSS %.1f MiB (peak %.1f MiB); %s reconciles; stopping",
+	b.say("%s: idle CPU %.2fs in %s; RSS %.1f MiB (peak %.1f MiB); %s reconciles",
 		label, res.cpuIdle.Seconds(), b.idle, mib(res.rss), mib(res.hwm), thousands(int(res.reconciles)))
+	if b.idlePhase(kinds) {
+		if err := b.idleModulePhase(ctx, label, variant, dyn, kinds, procs, &res); err != nil {
+			return res, err
+		}
+	}
+	b.say("%s: stopping", label)
 	return res, nil
+}
+
+// idlePhase reports whether a run of kinds has the idle phase: the
+// many-module case, with -idle-module-timeout set.
+func (b *bench) idlePhase(kinds []kind) bool { return len(kinds) > 1 && b.idleModules > 0 }
+
+// idleModulePhase keeps changing one object of each of the first b.active
+// kinds, every 2 s, for the idle module timeout plus 20 s, and then reads
+// the summed RSS again: the operator has unloaded the other modules by
+// then (checked on wasmreconcile_module_state{state="loaded"}), the native
+// processes have had the same time and the same work.
+func (b *bench) idleModulePhase(ctx context.Context, label, variant string, dyn dynamic.Interface, kinds []kind, procs []*proc, res *result) error {
+	wait := b.idleModules + 20*time.Second
+	b.say("%s: idle phase: changing %d of %d kinds every 2 s for %s", label, b.active, len(kinds), wait)
+	end := time.Now().Add(wait)
+	for i := 0; time.Now().Before(end); i++ {
+		for _, k := range kinds[:b.active] {
+			if err := touchWidget(ctx, dyn, k, i); err != nil {
+				return err
+			}
+		}
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				return err
+			}
+		}
+		if err := sleep(ctx, 2*time.Second); err != nil {
+			return err
+		}
+	}
+	res.rssIdleModules = 0
+	for _, p := range procs {
+		rss, _, err := memory(p.pid())
+		if err != nil {
+			return err
+		}
+		res.rssIdleModules += rss
+	}
+	if variant == "operator" {
+		loaded, err := procs[0].scrapeSeries("wasmreconcile_module_state", `state="loaded"`)
+		if err != nil {
+			return err
+		}
+		res.loadedModules = int(loaded)
+		if res.loadedModules > b.active {
+			return fmt.Errorf("%s: %d of %d modules still loaded after %s of idleness; want at most the %d active ones", label, res.loadedModules, len(kinds), wait, b.active)
+		}
+	}
+	b.say("%s: after the idle phase: RSS %.1f MiB%s", label, mib(res.rssIdleModules), map[bool]string{true: fmt.Sprintf(", %d modules loaded", res.loadedModules), false: ""}[variant == "operator"])
+	return nil
 }
 
 // metric is one row of a report: a value per run.
@@ -522,13 +598,19 @@ func (b *bench) reportE2E(title string, runs []result) string {
 // reportModules formats the many-module runs.
 func (b *bench) reportModules(title string, n int, runs []result) string {
 	metrics := []metric{
-		{fmt.Sprintf("summed RSS idle (%d native processes vs one operator)", n), "MiB", func(r result) float64 { return mib(r.rss) }, 0.5},
+		{fmt.Sprintf("summed RSS idle (%d native processes vs one operator)", n), "MiB", func(r result) float64 { return mib(r.rss) }, 0.6},
 		{"summed RSS peak (VmHWM)", "MiB", func(r result) float64 { return mib(r.hwm) }, 0},
+	}
+	if b.idleModules > 0 {
+		metrics = append(metrics, metric{fmt.Sprintf("summed RSS, %d of %d kinds idle past --idle-module-timeout %s", n-b.active, n, b.idleModules), "MiB",
+			func(r result) float64 { return mib(r.rssIdleModules) }, 0.25})
+	}
+	metrics = append(metrics, []metric{
 		{"time to converge", "s", func(r result) float64 { return r.converge.Seconds() }, 0},
 		{"CPU to converge + queued work", "s", func(r result) float64 { return r.cpuDrain.Seconds() }, 0},
 		{fmt.Sprintf("idle CPU over %s", b.idle), "s", func(r result) float64 { return r.cpuIdle.Seconds() }, 0},
 		{"start-up CPU (to ready)", "s", func(r result) float64 { return r.startup.Seconds() }, 0},
-	}
+	}...)
 	return formatRuns(title, runs) + formatRatios(metrics, runs)
 }
 

@@ -163,6 +163,31 @@ func (p *proc) scrape(names ...string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// scrapeSeries sums the samples of metric name whose line contains
+// labels (such as `state="loaded"`).
+func (p *proc) scrapeSeries(name, labels string) (float64, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + p.metrics + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	total := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
+			continue
+		}
+		fields := strings.Fields(line)
+		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total, sc.Err()
+}
+
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
 var clockTicks = func() float64 {
 	out, err := exec.Command("getconf", "CLK_TCK").Output()

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -89,6 +90,17 @@ feed:
 		}
 	}
 	return err
+}
+
+// touchWidget changes the spec of the first object of k, round i: a call
+// to its module, and a status to write.
+func touchWidget(ctx context.Context, dyn dynamic.Interface, k kind, i int) error {
+	patch := fmt.Appendf(nil, `{"spec":{"size":%d}}`, i%10+1)
+	_, err := dyn.Resource(k.gvr()).Namespace(namespace).Patch(ctx, "w-00000", types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("changing %s w-00000: %w", k.Kind, err)
+	}
+	return nil
 }
 
 // readiness counts the objects whose status says they are reconciled: the

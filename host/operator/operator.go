@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,8 @@ type Host struct {
 	metrics     *metrics.Metrics
 	loadErrors  []error
 	log         logr.Logger
+	reclaimMu   sync.Mutex
+	reclaimDue  bool // reclaimSoon's return is due
 	maxBytes    int64
 	account     string         // Options.DefaultServiceAccount
 	ociOptions  source.Options // of oci:// Modules
@@ -338,6 +341,32 @@ func (h *Host) Names() []string { return h.supervisor.Names() }
 func (h *Host) observeUnload(module string) {
 	h.metrics.ObserveUnload(module)
 	h.log.Info("module unloaded: it served no call for its idle module timeout; the next event loads it back", "module", module)
+	h.reclaimSoon()
+}
+
+// reclaimDelay is how long after an unload the host returns the freed heap
+// to the operating system: unloads come in bursts (modules loaded
+// together idle together), and one collection serves the burst.
+const reclaimDelay = 5 * time.Second
+
+// reclaimSoon returns the heap an unload freed (a Go guest's decoded
+// module, about 7 MiB) to the operating system after reclaimDelay, unless a
+// return is already due. The runtime's scavenger would return it only
+// gradually, so the process's RSS, which the pod's limit and the platform's
+// bill count, would not show the unload for minutes.
+func (h *Host) reclaimSoon() {
+	h.reclaimMu.Lock()
+	defer h.reclaimMu.Unlock()
+	if h.reclaimDue {
+		return
+	}
+	h.reclaimDue = true
+	time.AfterFunc(reclaimDelay, func() {
+		h.reclaimMu.Lock()
+		h.reclaimDue = false
+		h.reclaimMu.Unlock()
+		debug.FreeOSMemory()
+	})
 }
 
 // observeReload counts and logs a module's code loaded back for a call
