@@ -482,3 +482,46 @@ func BenchmarkIdleModule(b *testing.B) {
 		_ = e.Close(ctx)
 	}
 }
+
+// TestUnloadRacesCalls: with a 1 ms idle timeout, calls from several
+// goroutines with pauses between them race the timer's unloads and each
+// other's loads; every call answers right, the module unloads and loads
+// back many times, and no instance is left behind (run under -race).
+func TestUnloadRacesCalls(t *testing.T) {
+	t.Parallel()
+	ev := &codeEvents{}
+	_, m, _ := loadUnloadable(t, readWasm(t, "testdata/echo.wasm"), Limits{IdleModuleTimeout: time.Millisecond, IdleInstanceTimeout: time.Millisecond, MaxInstances: 2}, ev)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 60 {
+				want := fmt.Appendf(nil, `{"g":%d,"i":%d}`, g, i)
+				res, err := m.Reconcile(context.Background(), "reconcile", want)
+				if err == nil && string(res.Output) != string(want) {
+					err = fmt.Errorf("answered %s to %s", res.Output, want)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(time.Duration(i%4) * time.Millisecond) // let the timer win some races
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	u, r := ev.counts()
+	if u < 2 || r < 2 {
+		t.Errorf("%d unloads and %d reloads over 240 calls with a 1 ms idle timeout; want several of each", u, r)
+	}
+	waitFor(t, "the last instance closed for idleness", func() bool { return m.PoolStats().Live == 0 })
+	for _, err := range ev.reloadErr {
+		if err != nil {
+			t.Errorf("a reload failed: %v", err)
+		}
+	}
+}
