@@ -140,6 +140,11 @@ func (in *Limits) DeepCopyInto(out *Limits) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.IdleTimeout != nil {
+		in, out := &in.IdleTimeout, &out.IdleTimeout
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	out.Rate = in.Rate
 }
 

@@ -110,7 +110,7 @@ type Limits struct {
 	// module are dropped, keeping only its manifest, limits and digest (a
 	// few KiB). Its bytes and their metered rewrite stay on disk in the
 	// compilation cache directory, so the next call loads it back without
-	// instrumenting or compiling (tens of milliseconds for a Go guest; see
+	// instrumenting or compiling (about 150 ms for the 3.2 MB widget; see
 	// docs/benchmarks.md), and no call is refused or reordered meanwhile:
 	// it waits for the load as it would for a free instance. Each unload
 	// and reload is reported to Options.ModuleUnloaded and

@@ -174,12 +174,15 @@ func checkKinds(spec v1alpha1.ReconcileModuleSpec, m *engine.Module) error {
 // layer, over the operator's (policy.Policy.Merge). spec.readNamespaces
 // unset is nil: the operator's --module-read-namespaces apply.
 func specPolicy(spec v1alpha1.ReconcileModuleSpec) policy.Policy {
-	var timeout time.Duration
+	var timeout, idle time.Duration
 	if spec.Limits.Timeout != nil {
 		timeout = spec.Limits.Timeout.Duration
 	}
+	if spec.Limits.IdleTimeout != nil {
+		idle = spec.Limits.IdleTimeout.Duration
+	}
 	return policy.Policy{
-		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages},
+		Limits:                  engine.Limits{Fuel: spec.Limits.Fuel, Timeout: timeout, MemoryLimitPages: spec.Limits.MemoryPages, IdleModuleTimeout: idle},
 		MaxConcurrentReconciles: spec.Limits.MaxConcurrentReconciles,
 		RateLimit:               policy.RateLimit{QPS: spec.Limits.Rate.QPS, Burst: spec.Limits.Rate.Burst},
 		ReadNamespaces:          spec.ReadNamespaces,
