@@ -79,6 +79,9 @@ type bench struct {
 	// idle for idleModules; active kinds keep being changed.
 	idleModules time.Duration
 	active      int
+	// heapProfiles: the operator serves pprof, and each run saves its heap
+	// profile into the work directory at the end (-heap-profiles).
+	heapProfiles bool
 }
 
 func run() error {
@@ -94,6 +97,7 @@ func run() error {
 		timeout       = flag.Duration("timeout", 20*time.Minute, "longest wait for one run to converge")
 		idleModules   = flag.Duration("idle-module-timeout", 30*time.Second, "the operator's --idle-module-timeout in the many-module case, whose idle phase then waits this long plus 20 s before measuring RSS again (0 skips the phase)")
 		active        = flag.Int("active-modules", 2, "kinds of the many-module case whose objects keep changing during its idle phase")
+		heapProfiles  = flag.Bool("heap-profiles", false, "run the operator with --pprof-bind-address and save its heap profile at the end of each run into the work directory (kept)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
 	)
@@ -112,7 +116,7 @@ func run() error {
 		return errors.New("-active-modules must be within 0..-modules, and -idle-module-timeout not negative")
 	}
 	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
-		idleModules: *idleModules, active: *active}
+		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
 	}
@@ -124,7 +128,7 @@ func run() error {
 		}
 		b.assets = strings.TrimSpace(string(out))
 	}
-	keep := *workDir != ""
+	keep := *workDir != "" || *heapProfiles
 	if b.work = *workDir; b.work == "" {
 		if b.work, err = os.MkdirTemp("", "wasmreconcile-benche2e-work-"); err != nil {
 			return err
@@ -356,11 +360,24 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			procs = append(procs, p)
 		}
 	} else {
+		pprofAddr, err := freeAddr()
+		if err != nil {
+			return res, err
+		}
+		defer func() {
+			if b.heapProfiles && err == nil {
+				err = saveHeapProfile(pprofAddr, filepath.Join(runDir, "operator-heap.pprof"))
+				b.say("%s: heap profile in %s", label, filepath.Join(runDir, "operator-heap.pprof"))
+			}
+		}()
 		p, err := startProc("operator", b.operatorBin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
 				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe}
 			if b.idlePhase(kinds) {
 				args = append(args, "--idle-module-timeout", b.idleModules.String())
+			}
+			if b.heapProfiles {
+				args = append(args, "--pprof-bind-address", pprofAddr)
 			}
 			for _, k := range kinds {
 				args = append(args, "--module", k.Wasm)
@@ -557,6 +574,10 @@ func (b *bench) idleModulePhase(ctx context.Context, label, variant string, dyn 
 		res.rssIdleModules += rss
 	}
 	if variant == "operator" {
+		if rw, x, file, err := residentByKind(procs[0].pid()); err == nil {
+			b.say("%s: the operator's resident set after the idle phase: %.1f MiB anonymous writable (Go heap, linear memories, stacks), %.1f MiB anonymous executable (compiled guests), %.1f MiB file-backed (the binary)",
+				label, mib(rw), mib(x), mib(file))
+		}
 		loaded, err := procs[0].scrapeSeries("wasmreconcile_module_state", `state="loaded"`)
 		if err != nil {
 			return err

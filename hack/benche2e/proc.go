@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -188,6 +189,22 @@ func (p *proc) scrapeSeries(name, labels string) (float64, error) {
 	return total, sc.Err()
 }
 
+// saveHeapProfile writes the heap profile served at addr (net/http/pprof)
+// to path, after a collection (?gc=1).
+func saveHeapProfile(addr, path string) error {
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
 var clockTicks = func() float64 {
 	out, err := exec.Command("getconf", "CLK_TCK").Output()
@@ -246,6 +263,45 @@ func memory(pid int) (rss, hwm int64, err error) {
 		}
 	}
 	return rss, hwm, nil
+}
+
+// residentByKind splits the resident set of pid by kind of mapping, from
+// /proc/PID/smaps: anonymous writable (the Go heap, guest linear memories,
+// stacks), anonymous executable (compiled guest code) and file-backed (the
+// binary), for telling where a process's memory is.
+func residentByKind(pid int) (anonRW, anonExec, file int64, err error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps"))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	kind := 0 // 1 anon rw, 2 anon exec, 3 file
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4: // a mapping's header
+			switch anon := len(f) == 5 || strings.HasPrefix(f[5], "["); {
+			case !anon:
+				kind = 3
+			case f[1][2] == 'x':
+				kind = 2
+			case f[1][1] == 'w':
+				kind = 1
+			default:
+				kind = 0
+			}
+		case len(f) == 3 && f[0] == "Rss:":
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			switch kind {
+			case 1:
+				anonRW += kb << 10
+			case 2:
+				anonExec += kb << 10
+			case 3:
+				file += kb << 10
+			}
+		}
+	}
+	return anonRW, anonExec, file, nil
 }
 
 // pidsWithArgPrefix returns the processes whose command line holds an
