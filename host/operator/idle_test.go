@@ -60,6 +60,9 @@ func TestIdleModuleUnloads(t *testing.T) {
 	optest.WaitHTTP(t, "http://"+mo.HealthProbeBindAddress+"/readyz", http.StatusOK, "ok")
 	optest.WaitHTTP(t, "http://"+mo.HealthProbeBindAddress+operator.ModulesPath, http.StatusOK, "1 modules: 0 loaded, 1 unloaded")
 	optest.WaitHTTP(t, "http://"+mo.HealthProbeBindAddress+operator.ModulesPath, http.StatusOK, "widget sha256:")
+	if code, body := optest.Get(t, "http://"+mo.HealthProbeBindAddress+operator.ModulesPath); code == http.StatusOK {
+		t.Logf("%s:\n%s", operator.ModulesPath, body)
+	}
 
 	// Three changes in a row while it is unloaded: the first wakes it,
 	// and the last one wins.

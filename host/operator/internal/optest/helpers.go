@@ -247,6 +247,19 @@ func WaitHTTP(t *testing.T, url string, status int, want string) {
 	t.Fatalf("%s never answered %d with %q: last %s", url, status, want, last)
 }
 
+// Get fetches url and returns its status and body; 0 and the error's text
+// when the request fails.
+func Get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // FlightRecords gets the flight recorder's records of module from the
 // operator serving metrics at addr, with token as a bearer token ("" sends
 // no Authorization header). It returns the HTTP status and the body, or 0
