@@ -84,6 +84,11 @@ modules-rust: toolchain-rust ## Build the Rust SDK and the Rust guests (modules/
 	@$(RUSTC) $(RUST_FLAGS) $(RUST_RELEASE) --crate-type cdylib --extern wasmreconcile=$(BIN)/rust/libwasmreconcile.rlib -o $(BIN)/modules/tck-rust.wasm modules/tck-rust/tck.rs
 	@echo "wasm    modules/widget-rust -> bin/modules/widget-rust.wasm"
 	@$(RUSTC) $(RUST_FLAGS) $(RUST_RELEASE) --crate-type cdylib --extern wasmreconcile=$(BIN)/rust/libwasmreconcile.rlib -o $(BIN)/modules/widget-rust.wasm modules/widget-rust/widget.rs
+	@# The widget's logic natively, for BenchmarkRustGuestVsNative (cgo, -tags rustnative).
+	@mkdir -p $(BIN)/rust/native
+	@echo "native  modules/widget-rust -> bin/rust/native/libwidget_rust.a"
+	@$(RUSTC) --edition 2021 -C opt-level=3 -C panic=abort --crate-type rlib --crate-name wasmreconcile -o $(BIN)/rust/native/libwasmreconcile.rlib guest-sdk/rust/src/lib.rs
+	@$(RUSTC) --edition 2021 -C opt-level=3 -C panic=abort --crate-type staticlib --crate-name widget_rust --extern wasmreconcile=$(BIN)/rust/native/libwasmreconcile.rlib -o $(BIN)/rust/native/libwidget_rust.a modules/widget-rust/widget.rs
 
 # The programs the build runs, pinned in hack/tools/go.mod.
 TOOLS := $(BIN)/tools
@@ -131,6 +136,8 @@ test: controlplane registry modules modules-c modules-rust operator tools ## Run
 	@$(BIN)/operator test --memory-limit 64Mi $(BIN)/modules/tck-rust.wasm modules/tck-c/testdata/cases
 	@echo "-- modules/widget-rust (the widget's logic in Rust, on the Go widget's cases)"
 	@$(BIN)/operator test --crds examples/crds --memory-limit 64Mi $(BIN)/modules/widget-rust.wasm modules/widget/testdata/cases
+	@echo "-- modules/widget-rust/native (the native build answers as the wasm one)"
+	cd modules && $(GO) test -tags rustnative ./widget-rust/native/
 	@echo "== the WebAssembly spec suite through the instrumenter (without -race: it is single-threaded; host/internal/instrument/spectest)"
 	$(GO) test $(SPEC_PKG)
 	@echo "== host (with a real kube-apiserver and etcd: one shared, and one for each package that needs its own)"
@@ -218,7 +225,7 @@ lint: verify-generated tools ## Generated files up to date, gofmt, goimports, go
 	  if [ -n "$$bad" ]; then echo "a collector is registered in init():"; echo "$$bad"; exit 1; fi
 
 .PHONY: bench
-bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measured within one run).
+bench: modules modules-rust ## Run the benchmarks behind docs/benchmarks.md (ratios are measured within one run).
 	$(GO) test -run '^$$' -bench 'ComputeLoop|Deadline|FourSpinners|FuelSlice' -benchtime=30x ./host/engine/
 	$(GO) test -run '^$$' -bench 'RoundTrip' -benchtime=3s ./host/engine/
 	$(GO) test -run '^$$' -bench 'JSONReconcile' -benchtime=400x ./host/engine/
@@ -230,6 +237,7 @@ bench: modules ## Run the benchmarks behind docs/benchmarks.md (ratios are measu
 	$(GO) test -run '^$$' -bench 'Reinstantiate' -benchtime=200x ./host/engine/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'Isolation' -benchtime=1x ./host/operator/internal/wholeprocess/
 	KUBEBUILDER_ASSETS="$$(hack/controlplane.sh)" $(GO) test -run '^$$' -bench 'ChildIndex' -benchtime=300x ./host/internal/reconciler/
+	cd modules && $(GO) test -tags rustnative -run '^$$' -bench 'RustGuestVsNative' -benchtime=20000x ./widget-rust/native/
 
 .PHONY: bench-e2e
 bench-e2e: controlplane ## End to end against a native controller-runtime controller: 2,000 and 10,000 Widgets, 20 modules vs 20 processes (~15 min).

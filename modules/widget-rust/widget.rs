@@ -11,6 +11,9 @@ use wasmreconcile::{export, log, Condition, Gvk, Level, Manifest, Request, Respo
 
 const MAX_SIZE: i64 = 100;
 
+// Natively (the staticlib of BenchmarkRustGuestVsNative) only reconcile is
+// called; export! uses the manifest in the wasm build.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 fn manifest() -> Manifest {
     Manifest::new("widget", Gvk::new("examples.wasmreconcile.io", "v1alpha1", "Widget"))
 }
@@ -43,3 +46,23 @@ fn reconcile(req: &Request) -> Response {
 }
 
 export!(manifest, reconcile);
+
+/// The same logic natively, for the native side of BenchmarkRustGuestVsNative
+/// (modules/widget-rust/native, built as a staticlib): the response to
+/// request [req, req+len) is written to [out, out+cap) when it fits; the
+/// return value is its length either way, so a caller with too small a
+/// buffer grows it and calls again.
+///
+/// # Safety
+///
+/// req must point to len readable bytes, and out to cap writable ones.
+#[cfg(not(target_arch = "wasm32"))]
+#[no_mangle]
+pub unsafe extern "C" fn widget_rust_reconcile(req: *const u8, len: usize, out: *mut u8, cap: usize) -> usize {
+    let input = std::slice::from_raw_parts(req, len);
+    let resp = wasmreconcile::abi::respond(input, reconcile);
+    if resp.len() <= cap {
+        std::ptr::copy_nonoverlapping(resp.as_ptr(), out, resp.len());
+    }
+    resp.len()
+}

@@ -5,16 +5,13 @@ package native
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/wasmreconcile/wasmreconcile/modules/internal/guestbench"
 )
 
 // TestReconcile checks the C logic natively on the widget's cases and on
@@ -45,27 +42,6 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-// benchRequest is the 2.4 KB Widget request of the Go benchmarks.
-func benchRequest() []byte {
-	ann := map[string]any{}
-	obj := map[string]any{
-		"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "Widget",
-		"metadata": map[string]any{"name": "bench", "namespace": "default", "generation": 3,
-			"labels": map[string]any{"app": "bench"}, "annotations": ann},
-		"spec": map[string]any{"size": 3, "color": "blue"},
-	}
-	enc := func() []byte {
-		b, _ := json.Marshal(map[string]any{"object": obj, "now": "2026-01-01T00:00:00Z"})
-		return b
-	}
-	req := enc()
-	for i := 0; len(req) < 2400; i++ {
-		ann[fmt.Sprintf("example.com/note-%02d", i)] = strings.Repeat("v", 40)
-		req = enc()
-	}
-	return req
-}
-
 // BenchmarkCGuestVsNative runs widget.c natively (cgo) and compiled to
 // wasm by clang (as `make modules-c` builds it) under wazero's compiler,
 // interleaved call by call in one process, on the 2.4 KB Widget request,
@@ -87,30 +63,20 @@ func BenchmarkCGuestVsNative(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
-	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions("_initialize").WithName(""))
+	g, err := guestbench.NewGuest(context.Background(), wasm)
 	if err != nil {
 		b.Fatal(err)
 	}
-	alloc, reconcile := mod.ExportedFunction("wr_alloc"), mod.ExportedFunction("wr_reconcile")
-	req := benchRequest()
-	var inGuest func() []byte
+	defer g.Close()
+	req := guestbench.Request()
 	call := func(req []byte) []byte {
-		res, err := alloc.Call(ctx, uint64(len(req)))
+		out, err := g.Call(req)
 		if err != nil {
 			b.Fatal(err)
 		}
-		mod.Memory().Write(uint32(res[0]), req)
-		if res, err = reconcile.Call(ctx, res[0], uint64(len(req))); err != nil {
-			b.Fatal(err)
-		}
-		out, _ := mod.Memory().Read(uint32(res[0]>>32), uint32(res[0]))
 		return out
 	}
-	inGuest = func() []byte { return call(req) }
+	inGuest := func() []byte { return call(req) }
 	// The cost of crossing into the guest and back (two exported calls,
 	// the request's copy): a two-byte request that fails at once.
 	crossStart := time.Now()
@@ -122,24 +88,6 @@ func BenchmarkCGuestVsNative(b *testing.B) {
 	if got, want := string(inGuest()), string(Reconcile(req, buf)); got != want {
 		b.Fatalf("the guest answers\n%s\nnatively\n%s", got, want)
 	}
-	var native, guest time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		start := time.Now()
-		buf = Reconcile(req, buf)
-		mid := time.Now()
-		inGuest()
-		end := time.Now()
-		native, guest = native+mid.Sub(start), guest+end.Sub(mid)
-	}
-	ratio := float64(guest) / float64(native)
-	b.ReportMetric(float64(native.Nanoseconds())/float64(b.N)/1e3, "native-us")
-	b.ReportMetric(float64(guest.Nanoseconds())/float64(b.N)/1e3, "guest-us")
-	b.ReportMetric(ratio, "guest/native")
 	b.ReportMetric(float64(crossing.Nanoseconds())/1e3, "crossing-us")
-	verdict := "met"
-	if ratio > 2 {
-		verdict = "missed"
-	}
-	b.Logf("C guest/native %.2fx against a goal of <=2x: %s (request %d bytes)", ratio, verdict, len(req))
+	guestbench.Interleave(b, "C", 2, req, func() { buf = Reconcile(req, buf) }, func() { inGuest() })
 }
