@@ -88,25 +88,30 @@ func TestInitScaffold(t *testing.T) {
 			// cache serves them from the second run on.
 			goTool(t, dir, []string{"GOOS=wasip1", "GOARCH=wasm"}, "build", "-trimpath", "-buildmode=c-shared", "-ldflags=-s -w", "-o", wasm, ".")
 
-			out.Reset()
-			errOut.Reset()
-			if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
-				t.Fatalf("operator test on the scaffold's cases: %v\n%s%s", err, out.String(), errOut.String())
-			}
-			if !strings.Contains(out.String(), "1 passed, 0 failed") {
-				t.Errorf("operator test: want 1 passed, got:\n%s", out.String())
-			}
-
-			// make rbac prints what init wrote.
-			out.Reset()
-			if err := runRBAC([]string{"--crds", filepath.Join(dir, "crds"), "--service-account", "wasmreconcile-modules/demo", wasm}, &out, &errOut); err != nil {
-				t.Fatalf("operator rbac: %v", err)
-			}
-			written, _ := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
-			if out.String() != string(written) {
-				t.Errorf("operator rbac on the built module differs from the rbac.yaml init wrote:\n--- operator rbac\n%s\n--- rbac.yaml\n%s", out.String(), written)
-			}
+			checkScaffoldModule(t, dir, wasm)
 		})
+	}
+}
+
+// checkScaffoldModule runs what a scaffolded module's Makefile runs after
+// its build, on wasm built in dir: its one case passes through operator
+// test's code, and make rbac prints the rbac.yaml init wrote.
+func checkScaffoldModule(t *testing.T, dir, wasm string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
+		t.Fatalf("operator test on the scaffold's cases: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "1 passed, 0 failed") {
+		t.Errorf("operator test: want 1 passed, got:\n%s", out.String())
+	}
+	out.Reset()
+	if err := runRBAC([]string{"--crds", filepath.Join(dir, "crds"), "--service-account", "wasmreconcile-modules/demo", wasm}, &out, &errOut); err != nil {
+		t.Fatalf("operator rbac: %v", err)
+	}
+	written, _ := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
+	if out.String() != string(written) {
+		t.Errorf("operator rbac on the built module differs from the rbac.yaml init wrote:\n--- operator rbac\n%s\n--- rbac.yaml\n%s", out.String(), written)
 	}
 }
 
@@ -169,23 +174,7 @@ func TestInitScaffoldRust(t *testing.T) {
 			} else if !strings.Contains(string(b), "test result: ok. 2 passed") || strings.Contains(string(b), "warning") {
 				t.Errorf("make test-native build: want the module's 2 native tests passing and no warning:\n%s", b)
 			}
-			wasm := filepath.Join(dir, "demo.wasm")
-			out.Reset()
-			errOut.Reset()
-			if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
-				t.Fatalf("operator test on the scaffold's cases: %v\n%s%s", err, out.String(), errOut.String())
-			}
-			if !strings.Contains(out.String(), "1 passed, 0 failed") {
-				t.Errorf("operator test: want 1 passed, got:\n%s", out.String())
-			}
-			out.Reset()
-			if err := runRBAC([]string{"--crds", filepath.Join(dir, "crds"), "--service-account", "wasmreconcile-modules/demo", wasm}, &out, &errOut); err != nil {
-				t.Fatalf("operator rbac: %v", err)
-			}
-			written, _ := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
-			if out.String() != string(written) {
-				t.Errorf("operator rbac on the built module differs from the rbac.yaml init wrote:\n--- operator rbac\n%s\n--- rbac.yaml\n%s", out.String(), written)
-			}
+			checkScaffoldModule(t, dir, filepath.Join(dir, "demo.wasm"))
 		})
 	}
 	t.Run("unknown-language", func(t *testing.T) {

@@ -135,15 +135,31 @@ func warmInstances(tb testing.TB, m *Module, k int, req []byte) {
 }
 
 // closeIdle closes m's idle instances.
-func closeIdle(m *Module) {
-	m.pool.mu.Lock()
-	idle := m.pool.idle
-	m.pool.idle = nil
-	m.pool.mu.Unlock()
-	for _, inst := range idle {
-		inst.close(context.Background())
-		m.pool.live.Add(-1)
+func closeIdle(m *Module) { m.pool.closeIdle() }
+
+// benchModules is WASMRECONCILE_MEMORY_MODULES, the modules the memory
+// benchmarks load beside the first; 8 when unset.
+func benchModules() int {
+	if n, err := strconv.Atoi(os.Getenv("WASMRECONCILE_MEMORY_MODULES")); err == nil && n > 0 {
+		return n
 	}
+	return 8
+}
+
+// loadVariant loads wasm under other bytes (a custom section named name,
+// so that it compiles on its own) on e under limits, and calls it once
+// with req.
+func loadVariant(b *testing.B, e *Engine, wasm []byte, name string, limits Limits, req []byte) *Module {
+	b.Helper()
+	ctx := context.Background()
+	m, err := e.Load(ctx, "widget.wasm", withCustomSection(wasm, name), limits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Reconcile(ctx, "warm", req); err != nil {
+		b.Fatal(err)
+	}
+	return m
 }
 
 // BenchmarkModuleMemory loads WASMRECONCILE_MEMORY_MODULES (default 8)
@@ -155,10 +171,7 @@ func closeIdle(m *Module) {
 // live Go heap and in resident set, against issue 13's goals: ≤15 MiB per
 // module, ≤6 MiB per warm instance.
 func BenchmarkModuleMemory(b *testing.B) {
-	modules := 8
-	if n, err := strconv.Atoi(os.Getenv("WASMRECONCILE_MEMORY_MODULES")); err == nil && n > 0 {
-		modules = n
-	}
+	modules := benchModules()
 	const instances = 3 // warm instances per module
 	wasm := testwasm.Build(b, "./widget")
 	if path := os.Getenv("WASMRECONCILE_MEMORY_WASM"); path != "" {
@@ -177,14 +190,7 @@ func BenchmarkModuleMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		load := func(i int) *Module {
-			m, err := e.Load(ctx, "widget.wasm", withCustomSection(wasm, fmt.Sprintf("bench-%d-%d", i, b.N)), Limits{MaxInstances: instances})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := m.Reconcile(ctx, "warm", req); err != nil {
-				b.Fatal(err)
-			}
-			return m
+			return loadVariant(b, e, wasm, fmt.Sprintf("bench-%d-%d", i, b.N), Limits{MaxInstances: instances}, req)
 		}
 		mods := []*Module{load(0)}
 		base := sampleMemory(b)

@@ -508,17 +508,13 @@ func (p *pool) evictOldest() int64 {
 		p.mu.Unlock()
 		return 0
 	}
-	inst := p.idle[0]
-	rest := copy(p.idle, p.idle[1:])
-	p.idle[rest] = nil
-	p.idle = p.idle[:rest]
+	taken := p.takeOldestLocked(1)
 	p.mu.Unlock()
 	var n int64
-	if inst.res != nil {
-		n = inst.res.n
+	if res := taken[0].res; res != nil {
+		n = res.n
 	}
-	inst.close(context.Background())
-	p.live.Add(-1)
+	p.closeTaken(context.Background(), taken, nil)
 	return n
 }
 
@@ -544,58 +540,66 @@ func (p *pool) armLocked() {
 // may call it with a time of its own.
 func (p *pool) reap(now time.Time) int {
 	p.mu.Lock()
-	if p.timer != nil {
-		p.timer.Stop() // a no-op when the timer is what called
-		p.timer = nil
-	}
+	p.stopTimerLocked() // a no-op when the timer is what called
 	n := 0
 	if p.idleTimeout > 0 {
 		for n < len(p.idle) && !now.Before(p.idle[n].idleSince.Add(p.idleTimeout)) {
 			n++
 		}
 	}
-	expired := append([]*instance(nil), p.idle[:n]...)
-	rest := copy(p.idle, p.idle[n:])
-	clear(p.idle[rest:]) // no stale references to closed instances
-	p.idle = p.idle[:rest]
+	expired := p.takeOldestLocked(n)
 	p.armLocked()
 	reaped := p.reaped
 	p.mu.Unlock()
-	for _, inst := range expired {
-		inst.close(context.Background())
-		p.live.Add(-1)
-	}
-	if n > 0 && reaped != nil {
-		reaped(n)
-	}
+	p.closeTaken(context.Background(), expired, reaped)
 	return n
 }
 
 // closeIdle closes every idle instance, unless a call holds or is making
 // one; it reports whether the pool is left with no instance. The module's
-// unloading calls it (unload.go).
+// unloading calls it (unload.go); the closings count as the reaper's.
 func (p *pool) closeIdle() bool {
 	p.mu.Lock()
 	if p.busy > 0 {
 		p.mu.Unlock()
 		return false
 	}
-	idle := p.idle
-	p.idle = nil
+	idle := p.takeOldestLocked(len(p.idle))
+	p.stopTimerLocked()
+	reaped := p.reaped
+	p.mu.Unlock()
+	p.closeTaken(context.Background(), idle, reaped)
+	return true
+}
+
+// takeOldestLocked removes the n longest idle instances from the idle
+// list and returns them. p.mu is held.
+func (p *pool) takeOldestLocked(n int) []*instance {
+	taken := append([]*instance(nil), p.idle[:n]...)
+	rest := copy(p.idle, p.idle[n:])
+	clear(p.idle[rest:]) // no stale references to closed instances
+	p.idle = p.idle[:rest]
+	return taken
+}
+
+// stopTimerLocked stops the reaper's timer. p.mu is held.
+func (p *pool) stopTimerLocked() {
 	if p.timer != nil {
 		p.timer.Stop()
 		p.timer = nil
 	}
-	reaped := p.reaped
-	p.mu.Unlock()
-	for _, inst := range idle {
-		inst.close(context.Background())
+}
+
+// closeTaken closes instances taken from the idle list, and tells reaped
+// (nil: no one) how many.
+func (p *pool) closeTaken(ctx context.Context, insts []*instance, reaped func(n int)) {
+	for _, inst := range insts {
+		inst.close(ctx)
 		p.live.Add(-1)
 	}
-	if len(idle) > 0 && reaped != nil {
-		reaped(len(idle)) // closed for having served no call, as the reaper does
+	if len(insts) > 0 && reaped != nil {
+		reaped(len(insts))
 	}
-	return true
 }
 
 func (p *pool) get(ctx context.Context, call string, wait time.Duration) (*instance, error) {
@@ -659,17 +663,10 @@ func (p *pool) close(ctx context.Context) {
 	}
 	p.mu.Lock()
 	p.closed = true
-	idle := p.idle
-	p.idle = nil
-	if p.timer != nil {
-		p.timer.Stop()
-		p.timer = nil
-	}
+	idle := p.takeOldestLocked(len(p.idle))
+	p.stopTimerLocked()
 	p.mu.Unlock()
-	for _, inst := range idle {
-		inst.close(ctx)
-		p.live.Add(-1)
-	}
+	p.closeTaken(ctx, idle, nil) // the module's closing, not idleness
 }
 
 func (p *pool) release() {

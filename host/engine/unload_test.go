@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -400,10 +399,7 @@ const (
 // first call of a loaded module whose instances were closed for idleness,
 // interleaved (goal: at most 100 ms more).
 func BenchmarkIdleModule(b *testing.B) {
-	modules := 8
-	if n, err := strconv.Atoi(os.Getenv("WASMRECONCILE_MEMORY_MODULES")); err == nil && n > 0 {
-		modules = n
-	}
+	modules := benchModules()
 	wasm := testwasm.Build(b, "./widget")
 	req := gadget(b, map[string]any{"size": 3, "color": "blue"}, 2400)
 	ctx := context.Background()
@@ -413,14 +409,7 @@ func BenchmarkIdleModule(b *testing.B) {
 			b.Fatal(err)
 		}
 		load := func(i int) *Module {
-			m, err := e.Load(ctx, "widget.wasm", withCustomSection(wasm, fmt.Sprintf("idle-%d-%d", i, b.N)), Limits{IdleModuleTimeout: time.Hour})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := m.Reconcile(ctx, "warm", req); err != nil {
-				b.Fatal(err)
-			}
-			return m
+			return loadVariant(b, e, wasm, fmt.Sprintf("idle-%d-%d", i, b.N), Limits{IdleModuleTimeout: time.Hour}, req)
 		}
 		mods := []*Module{load(0)}
 		base := sampleMemory(b)

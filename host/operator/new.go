@@ -169,7 +169,9 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	if mo.HealthProbeBindAddress != "0" {
 		probes, err := probeServer(mo.HealthProbeBindAddress, h)
 		if err == nil {
-			err = mgr.Add(probes)
+			if err = mgr.Add(probes); err != nil {
+				_ = probes.Listener.Close()
+			}
 		}
 		if err != nil {
 			_ = h.Close(context.Background())

@@ -23,7 +23,7 @@ const ModulesPath = "/readyz/modules"
 // ModulesPath on addr. The operator serves them itself instead of through
 // the manager's probe server, whose handlers are fixed, so that /readyz can
 // say which modules are loaded.
-func probeServer(addr string, h *Host) (manager.Runnable, error) {
+func probeServer(addr string, h *Host) (*manager.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for the health probes on %s: %w", addr, err)
