@@ -325,12 +325,15 @@ type Limits struct {
 	// cache: about 150 ms for a 3 MB Go module), a Go duration such
 	// as "10m". It overrides the operator's --idle-module-timeout for this
 	// module: "8760h" keeps a module whose first event must not wait
-	// loaded, a short one frees a rarely used module's memory sooner.
+	// loaded, a short one frees a rarely used module's memory sooner. At
+	// least 1m: loading a Go module back costs about 200 reconciles' CPU,
+	// so a shorter timeout would let a module's events make the operator
+	// reload it again and again.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="spec.limits.idleTimeout must be within 1s and 8760h"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('8760h')",message="spec.limits.idleTimeout must be within 1m and 8760h"
 	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
 
 	// MaxConcurrentReconciles is how many objects of the module are
