@@ -1,11 +1,11 @@
 package guest
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
+	"strconv"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
 )
 
 // ErrForbidden is returned by Get and List for a kind the manifest does not
@@ -19,7 +19,7 @@ type CacheError struct {
 }
 
 func (e *CacheError) Error() string {
-	return fmt.Sprintf("cache read: %s (status %d)", e.Message, e.Status)
+	return "cache read: " + e.Message + " (status " + strconv.FormatUint(uint64(e.Status), 10) + ")"
 }
 
 // Is makes errors.Is(err, ErrForbidden) work.
@@ -33,10 +33,15 @@ func Get(apiVersion, kind, namespace, name string) (obj Object, found bool, err 
 	status, out := cacheRead(abi.CacheRequest{Op: "get", APIVersion: apiVersion, Kind: kind, Namespace: namespace, Name: name})
 	switch status {
 	case abi.CacheOK:
-		if err := json.Unmarshal(out, &obj); err != nil {
-			return nil, false, fmt.Errorf("cache read: decoding %s %s/%s: %w", kind, namespace, name, err)
+		v, err := jsontree.Decode(out)
+		if err != nil {
+			return nil, false, &DecodeError{What: kind + " " + namespace + "/" + name, Err: err}
 		}
-		return obj, true, nil
+		m, ok := v.(map[string]any)
+		if !ok && v != nil {
+			return nil, false, &DecodeError{What: kind + " " + namespace + "/" + name, Err: errors.New("not a JSON object")}
+		}
+		return m, true, nil
 	case abi.CacheNotFound:
 		return nil, false, nil
 	}
@@ -51,9 +56,34 @@ func List(apiVersion, kind, namespace, labelSelector string) ([]Object, error) {
 	if status != abi.CacheOK {
 		return nil, &CacheError{Status: status, Message: string(out)}
 	}
-	var objs []Object
-	if err := json.Unmarshal(out, &objs); err != nil {
-		return nil, fmt.Errorf("cache read: decoding %s list: %w", kind, err)
+	v, err := jsontree.Decode(out)
+	if err != nil {
+		return nil, &DecodeError{What: kind + " list", Err: err}
+	}
+	if v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, &DecodeError{What: kind + " list", Err: errors.New("not a JSON array")}
+	}
+	objs := make([]Object, len(list))
+	for i, e := range list {
+		if objs[i], ok = e.(map[string]any); !ok && e != nil {
+			return nil, &DecodeError{What: kind + " list", Err: errors.New("item " + strconv.Itoa(i) + " is not a JSON object")}
+		}
 	}
 	return objs, nil
 }
+
+// DecodeError is a cache answer that is not the JSON the ABI promises: a
+// host bug, or a host that speaks another version of the ABI.
+type DecodeError struct {
+	What string // "Widget default/w", "Widget list"
+	Err  error
+}
+
+func (e *DecodeError) Error() string { return "cache read: decoding " + e.What + ": " + e.Err.Error() }
+
+// Unwrap returns the decoder's error.
+func (e *DecodeError) Unwrap() error { return e.Err }

@@ -24,11 +24,10 @@
 package guest
 
 import (
-	"encoding/json"
-	"fmt"
+	"strconv"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
-	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/format"
 )
 
 // Re-exported wire types; see package abi and docs/abi.md for the contract.
@@ -62,45 +61,51 @@ type HandlerFunc func(req *Request) *Response
 
 var (
 	manifest Manifest
-	handler  HandlerFunc
+	// serve decodes a request and runs the registered handler. It is a
+	// variable, set by Handle or HandleLazy, so that a module links the
+	// decoder of the handler it registers only.
+	serve func(request []byte) (*Response, error)
 )
 
-// Handle registers the module's manifest and its reconcile handler. Call it
-// exactly once, from an init function. It panics if called twice, so that a
-// module cannot silently serve the wrong handler.
+// Handle registers the module's manifest and its reconcile handler. Call it,
+// or HandleLazy, exactly once, from an init function. It panics if called
+// twice, so that a module cannot silently serve the wrong handler.
 func Handle(m Manifest, h HandlerFunc) {
-	if handler != nil {
-		panic("guest.Handle called twice")
-	}
 	if h == nil {
 		panic("guest.Handle: nil handler")
 	}
-	manifest, handler = m, h
+	register(m, func(request []byte) (*Response, error) {
+		req, err := decodeRequest(request)
+		if err != nil {
+			return nil, err
+		}
+		return h(req), nil
+	})
+}
+
+func register(m Manifest, s func([]byte) (*Response, error)) {
+	if serve != nil {
+		panic("guest.Handle or guest.HandleLazy called twice")
+	}
+	manifest, serve = m, s
 }
 
 // Errorf returns a Response that reports a retryable error; the host retries
-// with backoff.
+// with backoff. It formats with Sprintf.
 func Errorf(format string, args ...any) *Response {
-	return &Response{Error: &Error{Message: fmt.Sprintf(format, args...)}}
+	return &Response{Error: &Error{Message: Sprintf(format, args...)}}
 }
 
 // TerminalErrorf returns a Response that reports an error the host does not
-// retry until the object changes.
+// retry until the object changes. It formats with Sprintf.
 func TerminalErrorf(format string, args ...any) *Response {
-	return &Response{Error: &Error{Message: fmt.Sprintf(format, args...), Terminal: true}}
+	return &Response{Error: &Error{Message: Sprintf(format, args...), Terminal: true}}
 }
 
 // manifestJSON encodes the registered manifest.
 //
 //lint:ignore U1000 called by the wasip1 export (imports_wasip1.go); lint runs natively
-func manifestJSON() []byte {
-	b, err := json.Marshal(manifest)
-	if err != nil {
-		// Manifest holds only strings; this cannot fail.
-		panic(err)
-	}
-	return b
-}
+func manifestJSON() []byte { return appendManifest(nil, &manifest) }
 
 // Dispatch decodes a JSON Request, runs the registered handler and encodes its
 // Response. A handler panic is recovered and reported as a retryable error, so
@@ -113,7 +118,8 @@ func dispatchInto(buf, request []byte) []byte {
 	resp := dispatch(request)
 	b, err := encodeResponse(buf, resp)
 	if err != nil {
-		b, _ = json.Marshal(&Response{Error: &Error{Message: "guest: encoding response: " + err.Error()}})
+		// An error response holds only strings: this encoding cannot fail.
+		b, _ = encodeResponse(buf[:0], &Response{Error: &Error{Message: "guest: encoding response: " + err.Error()}})
 	}
 	return b
 }
@@ -123,35 +129,36 @@ func dispatchInto(buf, request []byte) []byte {
 const maxPooledEntries = 1 << 16
 
 func dispatch(request []byte) (resp *Response) {
-	if handler == nil {
+	if serve == nil {
 		return &Response{Error: &Error{Message: "guest: no handler registered; call guest.Handle from an init function", Terminal: true}}
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			resp = &Response{Error: &Error{Message: fmt.Sprintf("guest: handler panicked: %v", r)}}
+			resp = &Response{Error: &Error{Message: "guest: handler panicked: " + panicText(r)}}
 		}
 	}()
-	if lazyHandler != nil {
-		tape := tapes.Get().(*jsontree.Tape)
-		defer func() {
-			if cap(tape.Entries) <= maxPooledEntries { // keep no huge request's tape
-				tapes.Put(tape)
-			}
-		}()
-		req, err := parseLazy(request, tape)
-		if err != nil {
-			return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
-		}
-		resp = lazyHandler(req)
-	} else {
-		req, err := decodeRequest(request)
-		if err != nil {
-			return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
-		}
-		resp = handler(req)
+	resp, err := serve(request)
+	if err != nil {
+		return &Response{Error: &Error{Message: "guest: decoding request: " + err.Error(), Terminal: true}}
 	}
 	if resp == nil {
 		resp = &Response{}
 	}
 	return resp
+}
+
+// panicText is a recovered value as a panic prints it, for the usual
+// values, without linking Sprintf into every module.
+func panicText(r any) string {
+	switch x := r.(type) {
+	case error:
+		return x.Error()
+	case string:
+		return x
+	case format.Stringer:
+		return x.String()
+	case int:
+		return strconv.Itoa(x)
+	}
+	return "(" + format.TypeName(r) + ")"
 }

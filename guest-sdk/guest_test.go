@@ -8,10 +8,10 @@ import (
 
 // withHandler registers h for one test and restores the previous state.
 func withHandler(t *testing.T, h HandlerFunc) {
-	prevM, prevH := manifest, handler
-	manifest, handler = Manifest{Name: "t", For: GVK("g", "v1", "K")}, nil
+	prevM, prevS := manifest, serve
+	manifest, serve = Manifest{Name: "t", For: GVK("g", "v1", "K")}, nil
 	Handle(manifest, h)
-	t.Cleanup(func() { manifest, handler = prevM, prevH })
+	t.Cleanup(func() { manifest, serve = prevM, prevS })
 }
 
 func decode(t *testing.T, b []byte) Response {
@@ -52,9 +52,9 @@ func TestDispatchErrors(t *testing.T) {
 }
 
 func TestDispatchWithoutHandler(t *testing.T) {
-	prevM, prevH := manifest, handler
-	handler = nil
-	defer func() { manifest, handler = prevM, prevH }()
+	prevM, prevS := manifest, serve
+	serve = nil
+	defer func() { manifest, serve = prevM, prevS }()
 	if r := decode(t, Dispatch([]byte(`{}`))); r.Error == nil || !strings.Contains(r.Error.Message, "no handler registered") {
 		t.Errorf("got %+v", r.Error)
 	}

@@ -6,7 +6,16 @@ import (
 	"sync"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
 )
+
+// tapes are reused from call to call: a request's values are dead once its
+// handler returns. Natively (unit tests), calls may run in parallel.
+var tapes = sync.Pool{New: func() any { return &jsontree.Tape{} }}
+
+func getTape() *jsontree.Tape { return tapes.Get().(*jsontree.Tape) }
+
+func putTape(t *jsontree.Tape) { tapes.Put(t) }
 
 var (
 	logMu    sync.Mutex

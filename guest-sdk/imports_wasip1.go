@@ -3,11 +3,28 @@
 package guest
 
 import (
-	"encoding/json"
 	"unsafe"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/abi"
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
 )
+
+// spareTape is the last call's tape, reused by the next: a request's values
+// are dead once its handler returns, and a module runs one call at a time
+// (the host never enters an instance twice), so one slot does what a
+// sync.Pool would, without linking package sync.
+var spareTape *jsontree.Tape
+
+func getTape() *jsontree.Tape {
+	t := spareTape
+	spareTape = nil
+	if t == nil {
+		t = &jsontree.Tape{}
+	}
+	return t
+}
+
+func putTape(t *jsontree.Tape) { spareTape = t }
 
 //go:wasmimport wasmreconcile log
 func wasmLog(level int32, ptr unsafe.Pointer, length uint32)
@@ -85,7 +102,7 @@ func wasmCacheRead(reqPtr unsafe.Pointer, reqLen uint32, buf unsafe.Pointer, buf
 var cacheBuf = make([]byte, 64<<10)
 
 func cacheRead(req abi.CacheRequest) (abi.CacheStatus, []byte) {
-	b, _ := json.Marshal(req)
+	b := appendCacheRequest(nil, &req)
 	for {
 		packed := abi.PackedBuffer(wasmCacheRead(unsafe.Pointer(&b[0]), uint32(len(b)), unsafe.Pointer(&cacheBuf[0]), uint32(len(cacheBuf))))
 		status, n := abi.CacheStatus(packed.Ptr()), int(packed.Len())

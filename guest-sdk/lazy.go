@@ -2,11 +2,8 @@ package guest
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
@@ -27,22 +24,25 @@ func HandleLazy(m Manifest, h LazyHandlerFunc) {
 	if h == nil {
 		panic("guest.HandleLazy: nil handler")
 	}
-	Handle(m, func(req *Request) *Response {
-		r, err := Lazy(req)
+	register(m, func(request []byte) (*Response, error) {
+		tape := getTape()
+		defer func() {
+			if cap(tape.Entries) <= maxPooledEntries { // keep no huge request's tape
+				putTape(tape)
+			}
+		}()
+		req, err := parseLazy(request, tape)
 		if err != nil {
-			return TerminalErrorf("guest: encoding request: %v", err)
+			return nil, err
 		}
-		return h(r)
+		return h(req), nil
 	})
-	lazyHandler = h
 }
-
-var lazyHandler LazyHandlerFunc
 
 // Lazy returns req as a LazyRequest, for unit tests of a LazyHandlerFunc
 // written with a Request.
 func Lazy(req *Request) (*LazyRequest, error) {
-	b, err := json.Marshal(req)
+	b, err := appendRequest(nil, req)
 	if err != nil {
 		return nil, err
 	}
@@ -59,10 +59,6 @@ type LazyRequest struct {
 	attempt           int
 	now               string
 }
-
-// tapes are reused from call to call: a request's values are dead once
-// its handler returns.
-var tapes = sync.Pool{New: func() any { return &jsontree.Tape{} }}
 
 // ParseLazy reads the top level of a JSON Request. It locates every value
 // in one pass and checks the types of the request's fields, as decoding a
@@ -87,7 +83,7 @@ func parseLazy(data []byte, tape *jsontree.Tape) (*LazyRequest, error) {
 		}
 		want := func(ok bool, what string) error {
 			if !ok {
-				return fmt.Errorf("request field %q must be %s, got %s", k, what, v.kind())
+				return errors.New("request field " + strconv.Quote(k) + " must be " + what + ", got " + v.kind())
 			}
 			return nil
 		}

@@ -102,8 +102,8 @@ func TestParseLazyRefusesWhatDecodingRefuses(t *testing.T) {
 // TestHandleLazyDispatch: a lazy handler serves Dispatch, and its panics
 // are recovered as for Handle.
 func TestHandleLazyDispatch(t *testing.T) {
-	defer func(h HandlerFunc, l LazyHandlerFunc) { handler, lazyHandler = h, l }(handler, lazyHandler)
-	handler, lazyHandler = nil, nil
+	defer func(s func([]byte) (*Response, error)) { serve = s }(serve)
+	serve = nil
 	HandleLazy(Manifest{Name: "lazy"}, func(req *LazyRequest) *Response {
 		if req.Object().Meta().Name == "boom" {
 			panic("boom")
@@ -120,7 +120,7 @@ func TestHandleLazyDispatch(t *testing.T) {
 	if err := json.Unmarshal(Dispatch([]byte(`{"object":7}`)), &resp); err != nil || resp.Error == nil || !resp.Error.Terminal {
 		t.Fatalf("bad request: %+v (%v)", resp, err)
 	}
-	// The Request form, for unit tests, reaches the same handler.
+	// Lazy turns a Request into a LazyRequest, for unit tests of a handler.
 	r, err := Lazy(&Request{Object: map[string]any{"metadata": map[string]any{"name": "x"}}})
 	if err != nil || r.Object().Meta().Name != "x" {
 		t.Fatalf("Lazy: %v", err)

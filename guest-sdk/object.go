@@ -1,6 +1,10 @@
 package guest
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
+)
 
 // Object wraps an unstructured Kubernetes object decoded from JSON.
 // Numbers decode as float64, as encoding/json does.
@@ -72,6 +76,26 @@ type Condition struct {
 	LastTransitionTime string `json:"lastTransitionTime"`
 	Reason             string `json:"reason"`
 	Message            string `json:"message"`
+}
+
+// AppendJSON appends c's JSON encoding (its json tags' members, keys
+// sorted), so that a Condition in a status needs no encoding/json.
+func (c Condition) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"lastTransitionTime":`...)
+	b = jsontree.AppendString(b, c.LastTransitionTime)
+	b = append(b, `,"message":`...)
+	b = jsontree.AppendString(b, c.Message)
+	if c.ObservedGeneration != 0 {
+		b = append(b, `,"observedGeneration":`...)
+		b = strconv.AppendInt(b, c.ObservedGeneration, 10)
+	}
+	b = append(b, `,"reason":`...)
+	b = jsontree.AppendString(b, c.Reason)
+	b = append(b, `,"status":`...)
+	b = jsontree.AppendString(b, c.Status)
+	b = append(b, `,"type":`...)
+	b = jsontree.AppendString(b, c.Type)
+	return append(b, '}'), nil
 }
 
 // Condition returns the status condition of type t, if the object has one.

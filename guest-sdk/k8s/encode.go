@@ -2,8 +2,6 @@ package k8s
 
 import (
 	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"slices"
 	"strconv"
 
@@ -63,7 +61,8 @@ func (w *writer) key(k string) bool {
 }
 
 // extraMember writes Extra's member k. A value the SDK's encoder does not
-// handle (a struct, say) is encoded with encoding/json.
+// handle (a struct, say) is an error, unless package stdjson made
+// encoding/json the fallback.
 func (w *writer) extraMember(k string) {
 	if w.n > 0 {
 		w.b = append(w.b, ',')
@@ -71,13 +70,7 @@ func (w *writer) extraMember(k string) {
 	w.n++
 	w.b = jsontree.AppendString(w.b, k)
 	w.b = append(w.b, ':')
-	start := len(w.b)
 	b, err := jsontree.Append(w.b, w.extra[k])
-	if errors.Is(err, jsontree.ErrUnsupported) {
-		var out []byte
-		out, err = json.Marshal(w.extra[k])
-		b = append(w.b[:start], out...)
-	}
 	if err != nil {
 		w.fail(err)
 		return

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"reflect"
 	"strings"
@@ -93,12 +94,17 @@ func TestExtra(t *testing.T) {
 			"image":         "override",    // replaces the modelled field
 			"aaa":           true,          // before every modelled key
 			"zzz":           []any{1, "x"}, // after every modelled key
-			"securityContext": struct { // not the SDK's: encoding/json
+			"securityContext": struct { // not the SDK's: encoding/json, through package stdjson
 				RunAsNonRoot bool `json:"runAsNonRoot"`
 			}{true},
 			"workingDir": nil, // explicit null replaces the (empty) modelled field
 		},
 	}
+	_, err := c.AppendJSON(nil)
+	if !errors.Is(err, jsontree.ErrUnsupported) || !strings.Contains(err.Error(), "struct { RunAsNonRoot bool") {
+		t.Fatalf("a struct in Extra without stdjson: got %v, want an error naming its type", err)
+	}
+	useStdJSON(t)
 	got, err := c.AppendJSON(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -192,9 +198,19 @@ func init() {
 		func(*guest.Request) *guest.Response { return response })
 }
 
+// useStdJSON makes encoding/json the encoder of the values the SDK does
+// not handle, as importing package stdjson does, for the rest of the test.
+func useStdJSON(t *testing.T) {
+	jsontree.SetFallback(json.Marshal)
+	t.Cleanup(func() { jsontree.SetFallback(nil) })
+}
+
+type point struct{ X, Y int }
+
 // TestDispatch encodes typed children in a response, through the SDK's
 // encoder and through its encoding/json fallback (a struct in the status).
 func TestDispatch(t *testing.T) {
+	useStdJSON(t)
 	req := []byte(`{"object":{"metadata":{"name":"x"}},"attempt":0,"now":"2026-01-01T00:00:00Z"}`)
 	for _, s := range scenarios {
 		response = &guest.Response{Children: s.maps("shop")}
@@ -206,10 +222,12 @@ func TestDispatch(t *testing.T) {
 		if !strings.Contains(want, `"children":[{"apiVersion"`) {
 			t.Errorf("%s: no children in %s", s.name, want)
 		}
-		cond := guest.Condition{Type: "Ready", Status: "True"}
-		response = &guest.Response{Children: s.maps("shop"), Status: map[string]any{"c": cond}}
+		response = &guest.Response{Children: s.maps("shop"), Status: map[string]any{"c": point{1, 2}}}
 		want = string(guest.Dispatch(req))
-		response = &guest.Response{Children: s.typed("shop"), Status: map[string]any{"c": cond}}
+		if !strings.Contains(want, `"status":{"c":{"X":1,"Y":2}}`) {
+			t.Errorf("%s: the struct is not in %s", s.name, want)
+		}
+		response = &guest.Response{Children: s.typed("shop"), Status: map[string]any{"c": point{1, 2}}}
 		if got := string(guest.Dispatch(req)); got != want {
 			t.Errorf("%s, encoding/json fallback: typed\n%s\nmaps\n%s", s.name, got, want)
 		}

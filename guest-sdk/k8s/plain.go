@@ -1,9 +1,6 @@
 package k8s
 
 import (
-	"encoding/json"
-	"errors"
-
 	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/jsontree"
 )
@@ -16,9 +13,6 @@ import (
 // decoding the whole child.
 func Plain(child map[string]any) (guest.Object, error) {
 	b, err := jsontree.Append(nil, child)
-	if errors.Is(err, jsontree.ErrUnsupported) {
-		b, err = json.Marshal(child)
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func TestFuelClockKeepsMemoryFlat(t *testing.T) {
 	// The eager build: it allocates per call as the widget did when the
 	// leak was found, so its runtime reads the clock as often. The lazy
 	// one allocates so little that 25,000 calls would not show the leak.
-	m := benchLoad(t, testwasm.BuildLdflags(t, "./widget", "-X main.Decode=eager"), Options{}, Limits{MaxInstances: 1})
+	m := benchLoad(t, testwasm.BuildFlags(t, "./widget", "-tags=eager"), Options{}, Limits{MaxInstances: 1})
 	ctx := context.Background()
 	var firstMem uint32
 	var firstFuel, fuel uint64

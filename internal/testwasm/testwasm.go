@@ -73,6 +73,17 @@ func BuildLdflags(tb testing.TB, pkg, ldflags string) []byte {
 	return b
 }
 
+// BuildFlags is Build with more `go build` flags, such as "-tags=eager" and
+// "-ldflags=-X main.Version=2".
+func BuildFlags(tb testing.TB, pkg string, flags ...string) []byte {
+	tb.Helper()
+	b, err := build(pkg, flags...)
+	if err != nil {
+		tb.Fatalf("building guest %s with %q: %v", pkg, flags, err)
+	}
+	return b
+}
+
 // BuildCommand builds pkg as a WASI command (`go build` without
 // -buildmode=c-shared, as an author who forgets the flag would): the module
 // exports _start instead of _initialize, and the host refuses it.

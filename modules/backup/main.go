@@ -22,7 +22,6 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -86,7 +85,7 @@ func Reconcile(req *guest.Request) *guest.Response {
 		return &guest.Response{Error: &guest.Error{Message: "reading PersistentVolumeClaim " + ns + "/" + target + ": " + err.Error()}}
 	}
 	if !found {
-		msg := fmt.Sprintf("PersistentVolumeClaim %s/%s does not exist; create it, and the Backup is reconciled again when it appears", ns, target)
+		msg := guest.Sprintf("PersistentVolumeClaim %s/%s does not exist; create it, and the Backup is reconciled again when it appears", ns, target)
 		return &guest.Response{
 			Children: guest.NoChildren(), // nothing to back up: no CronJob
 			Status:   status(guest.Condition{Status: "False", Reason: "TargetMissing", Message: msg}, map[string]any{"targetPhase": ""}),
@@ -167,12 +166,12 @@ func Reconcile(req *guest.Request) *guest.Response {
 		}
 	}
 	cond := guest.Condition{Status: "True", Reason: "Scheduled",
-		Message: fmt.Sprintf("backing up PersistentVolumeClaim %s on %q, keeping %d archives", target, schedule, retain)}
+		Message: guest.Sprintf("backing up PersistentVolumeClaim %s on %q, keeping %d archives", target, schedule, retain)}
 	if suspend {
 		cond.Reason, cond.Message = "Suspended", "the CronJob is suspended (spec.suspend)"
 	}
 	if seen < len(children) {
-		cond.Status, cond.Reason, cond.Message = "False", "Progressing", fmt.Sprintf("waiting for %d of %d children", len(children)-seen, len(children))
+		cond.Status, cond.Reason, cond.Message = "False", "Progressing", guest.Sprintf("waiting for %d of %d children", len(children)-seen, len(children))
 	}
 	return &guest.Response{Children: children, Status: status(cond, extra)}
 }
@@ -186,7 +185,7 @@ func invalidSpec(target, schedule string) string {
 		return "" // @daily, @hourly, ...: the API server checks them
 	}
 	if n := len(strings.Fields(schedule)); n != 5 {
-		return fmt.Sprintf("spec.schedule %q has %d fields; a cron schedule has 5 (minute hour day-of-month month day-of-week), e.g. %q", schedule, n, defaultSchedule)
+		return guest.Sprintf("spec.schedule %q has %d fields; a cron schedule has 5 (minute hour day-of-month month day-of-week), e.g. %q", schedule, n, defaultSchedule)
 	}
 	return ""
 }

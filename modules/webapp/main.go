@@ -19,7 +19,6 @@
 package main
 
 import (
-	"fmt"
 	"sort"
 
 	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
@@ -49,7 +48,7 @@ func Reconcile(req *guest.Request) *guest.Response {
 		if len(req.Children) > 0 {
 			return &guest.Response{
 				Children: guest.NoChildren(), // an empty list deletes every child; nil would leave them
-				Events:   []guest.Event{{Type: "Normal", Reason: "TearingDown", Message: fmt.Sprintf("deleting %d children before the WebApp goes", len(req.Children))}},
+				Events:   []guest.Event{{Type: "Normal", Reason: "TearingDown", Message: guest.Sprintf("deleting %d children before the WebApp goes", len(req.Children))}},
 			}
 		}
 		return &guest.Response{Finalized: true}
@@ -64,7 +63,7 @@ func Reconcile(req *guest.Request) *guest.Response {
 		port = 80
 	}
 	if port < 1 || port > 65535 { // the CRD's bounds, for objects given offline
-		return invalidSpec(obj, gen, req.Now, fmt.Sprintf("spec.port %d is outside 1..65535", port))
+		return invalidSpec(obj, gen, req.Now, guest.Sprintf("spec.port %d is outside 1..65535", port))
 	}
 	expose := true
 	if v, found := obj.NestedField("spec", "expose"); found {
@@ -75,7 +74,7 @@ func Reconcile(req *guest.Request) *guest.Response {
 	if cfg, ok := obj.NestedField("spec", "config"); ok {
 		if m, ok := cfg.(map[string]any); ok {
 			for k, v := range m {
-				data[k] = fmt.Sprint(v)
+				data[k] = guest.Sprint(v)
 			}
 		}
 	}
@@ -112,9 +111,9 @@ func Reconcile(req *guest.Request) *guest.Response {
 		}
 	}
 	cond := guest.Condition{Type: "Ready", Status: "True", ObservedGeneration: gen, Reason: "ChildrenReady",
-		Message: fmt.Sprintf("%d children ready", len(children))}
+		Message: guest.Sprintf("%d children ready", len(children))}
 	if missing > 0 {
-		cond.Status, cond.Reason, cond.Message = "False", "Progressing", fmt.Sprintf("waiting for %d of %d children", missing, len(children))
+		cond.Status, cond.Reason, cond.Message = "False", "Progressing", guest.Sprintf("waiting for %d of %d children", missing, len(children))
 	}
 	if names == nil {
 		names = []any{}

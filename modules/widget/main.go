@@ -13,7 +13,6 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 
 	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
@@ -44,30 +43,10 @@ var (
 	Kind  = "Widget"
 )
 
-// Decode, set with -ldflags "-X main.Decode=eager", makes this build
-// decode the whole request first, as guest.Handle does, before the same
-// logic: the eager SDK path's allocations, for the host's soak test of the
-// fuel clock (host/engine). Leave it unset otherwise.
-var Decode = "lazy"
-
 func init() {
-	m := guest.Manifest{Name: Name, For: guest.GVK(Group, "v1alpha1", Kind)}
-	if Decode == "eager" {
-		guest.Handle(m, func(req *guest.Request) *guest.Response {
-			lazy, err := guest.Lazy(req)
-			if err != nil {
-				return guest.TerminalErrorf("widget: %v", err)
-			}
-			return Reconcile(lazy)
-		})
-		return
-	}
-	// HandleLazy: the handler reads four fields of a 2.4 KB request, and
-	// the SDK's scanner skips the rest without decoding it.
-	guest.HandleLazy(m, Reconcile)
+	handle(guest.Manifest{Name: Name, For: guest.GVK(Group, "v1alpha1", Kind)})
 }
 
-// Reconcile computes a Widget's status from its spec.
 func Reconcile(req *guest.LazyRequest) *guest.Response {
 	if Bug == "loop" {
 		//lint:ignore SA5002 the spinning build of the widget, for the engine's deadline tests
@@ -89,17 +68,17 @@ func Reconcile(req *guest.LazyRequest) *guest.Response {
 
 	status := map[string]any{"observedGeneration": gen}
 	if size < 0 || size > MaxSize {
-		msg := fmt.Sprintf("spec.size %d is outside 0..%d; set spec.size within range", size, MaxSize)
+		msg := "spec.size " + strconv.FormatInt(size, 10) + " is outside 0.." + strconv.Itoa(MaxSize) + "; set spec.size within range"
 		status["summary"] = "invalid"
 		status["conditions"] = []any{obj.SetCondition(guest.Condition{
 			Type: "Ready", Status: "False", ObservedGeneration: gen, Reason: "InvalidSpec", Message: msg,
 		}, req.Now())}
-		guest.Warnf("%s/%s: %s", meta.Namespace, meta.Name, msg)
+		guest.Warn(meta.Namespace + "/" + meta.Name + ": " + msg)
 		return &guest.Response{Status: status, Error: &guest.Error{Message: msg, Terminal: true}}
 	}
 
-	// strconv, not fmt, on the path every reconcile takes: fmt's
-	// reflection is slow in wasm (docs/benchmarks.md).
+	// strconv, not guest.Sprintf, here and above: what Sprintf costs
+	// (0.1 MB of module) is worth it for many messages, not for two.
 	status["summary"] = strconv.FormatInt(size, 10) + " x " + color
 	status["conditions"] = []any{obj.SetCondition(guest.Condition{
 		Type: "Ready", Status: "True", ObservedGeneration: gen, Reason: "Reconciled",

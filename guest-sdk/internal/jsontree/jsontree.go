@@ -8,12 +8,13 @@ package jsontree
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/wasmreconcile/wasmreconcile/guest-sdk/internal/format"
 )
 
 // Decode parses one JSON value; trailing non-space bytes are an error.
@@ -26,7 +27,7 @@ func Decode(data []byte) (any, error) {
 	}
 	d.space()
 	if d.pos != len(d.data) {
-		return nil, d.errorf("unexpected data after the top-level value")
+		return nil, d.errorAt("unexpected data after the top-level value")
 	}
 	return v, nil
 }
@@ -38,8 +39,8 @@ type decoder struct {
 	pos  int
 }
 
-func (d *decoder) errorf(format string, args ...any) error {
-	return fmt.Errorf("json: offset %d: %s", d.pos, fmt.Sprintf(format, args...))
+func (d *decoder) errorAt(msg string) error {
+	return errors.New("json: offset " + strconv.Itoa(d.pos) + ": " + msg)
 }
 
 func (d *decoder) space() {
@@ -55,10 +56,10 @@ func (d *decoder) space() {
 
 func (d *decoder) value(depth int) (any, error) {
 	if depth > maxDepth {
-		return nil, d.errorf("exceeded max depth")
+		return nil, d.errorAt("exceeded max depth")
 	}
 	if d.pos >= len(d.data) {
-		return nil, d.errorf("unexpected end of input")
+		return nil, d.errorAt("unexpected end of input")
 	}
 	switch c := d.data[d.pos]; {
 	case c == '{':
@@ -76,12 +77,12 @@ func (d *decoder) value(depth int) (any, error) {
 	case c == '-' || (c >= '0' && c <= '9'):
 		return d.number()
 	}
-	return nil, d.errorf("invalid character %q looking for beginning of value", d.data[d.pos])
+	return nil, d.errorAt("invalid character " + strconv.QuoteRune(rune(d.data[d.pos])) + " looking for beginning of value")
 }
 
 func (d *decoder) literal(lit string) error {
 	if len(d.data)-d.pos < len(lit) || string(d.data[d.pos:d.pos+len(lit)]) != lit {
-		return d.errorf("invalid literal, want %s", lit)
+		return d.errorAt("invalid literal, want " + lit)
 	}
 	d.pos += len(lit)
 	return nil
@@ -98,7 +99,7 @@ func (d *decoder) object(depth int) (any, error) {
 	for {
 		d.space()
 		if d.pos >= len(d.data) || d.data[d.pos] != '"' {
-			return nil, d.errorf("want a string object key")
+			return nil, d.errorAt("want a string object key")
 		}
 		k, err := d.string()
 		if err != nil {
@@ -106,7 +107,7 @@ func (d *decoder) object(depth int) (any, error) {
 		}
 		d.space()
 		if d.pos >= len(d.data) || d.data[d.pos] != ':' {
-			return nil, d.errorf("want ':' after object key")
+			return nil, d.errorAt("want ':' after object key")
 		}
 		d.pos++
 		d.space()
@@ -117,7 +118,7 @@ func (d *decoder) object(depth int) (any, error) {
 		m[k] = v
 		d.space()
 		if d.pos >= len(d.data) {
-			return nil, d.errorf("unexpected end of object")
+			return nil, d.errorAt("unexpected end of object")
 		}
 		switch d.data[d.pos] {
 		case ',':
@@ -126,7 +127,7 @@ func (d *decoder) object(depth int) (any, error) {
 			d.pos++
 			return m, nil
 		default:
-			return nil, d.errorf("want ',' or '}' in object")
+			return nil, d.errorAt("want ',' or '}' in object")
 		}
 	}
 }
@@ -148,7 +149,7 @@ func (d *decoder) array(depth int) (any, error) {
 		a = append(a, v)
 		d.space()
 		if d.pos >= len(d.data) {
-			return nil, d.errorf("unexpected end of array")
+			return nil, d.errorAt("unexpected end of array")
 		}
 		switch d.data[d.pos] {
 		case ',':
@@ -157,7 +158,7 @@ func (d *decoder) array(depth int) (any, error) {
 			d.pos++
 			return a, nil
 		default:
-			return nil, d.errorf("want ',' or ']' in array")
+			return nil, d.errorAt("want ',' or ']' in array")
 		}
 	}
 }
@@ -169,7 +170,7 @@ func (d *decoder) number() (any, error) {
 	}
 	f, err := strconv.ParseFloat(string(d.data[start:d.pos]), 64)
 	if err != nil {
-		return nil, d.errorf("number %s out of range", d.data[start:d.pos])
+		return nil, d.errorAt("number " + string(d.data[start:d.pos]) + " out of range")
 	}
 	return f, nil
 }
@@ -198,7 +199,7 @@ func (d *decoder) string() (string, error) {
 	var b []byte
 	for {
 		if d.pos >= len(d.data) {
-			return "", d.errorf("unexpected end of string")
+			return "", d.errorAt("unexpected end of string")
 		}
 		c := d.data[d.pos]
 		switch {
@@ -209,7 +210,7 @@ func (d *decoder) string() (string, error) {
 			}
 			return string(b), nil
 		case c < 0x20:
-			return "", d.errorf("invalid control character in string")
+			return "", d.errorAt("invalid control character in string")
 		case c != '\\':
 			b = append(b, c)
 			d.pos++
@@ -217,7 +218,7 @@ func (d *decoder) string() (string, error) {
 		}
 		d.pos++ // backslash
 		if d.pos >= len(d.data) {
-			return "", d.errorf("unexpected end of string escape")
+			return "", d.errorAt("unexpected end of string escape")
 		}
 		e := d.data[d.pos]
 		d.pos++
@@ -237,7 +238,7 @@ func (d *decoder) string() (string, error) {
 		case 'u':
 			r, ok := d.hex4()
 			if !ok {
-				return "", d.errorf("invalid \\u escape")
+				return "", d.errorAt("invalid \\u escape")
 			}
 			if utf16.IsSurrogate(r) {
 				r2 := utf8.RuneError
@@ -251,14 +252,14 @@ func (d *decoder) string() (string, error) {
 							d.pos = save
 						}
 					} else {
-						return "", d.errorf("invalid \\u escape")
+						return "", d.errorAt("invalid \\u escape")
 					}
 				}
 				r = r2
 			}
 			b = utf8.AppendRune(b, r)
 		default:
-			return "", d.errorf("invalid escape character %q", e)
+			return "", d.errorAt("invalid escape character " + strconv.QuoteRune(rune(e)))
 		}
 	}
 }
@@ -285,8 +286,38 @@ func (d *decoder) hex4() (rune, bool) {
 	return r, true
 }
 
-// ErrUnsupported reports a value Encode cannot encode.
+// ErrUnsupported reports a value Append cannot encode; errors.Is finds it
+// in an *UnsupportedError.
 var ErrUnsupported = errors.New("json: unsupported value")
+
+// UnsupportedError is a value of a type Append does not encode, with no
+// fallback set, or a float that JSON cannot hold.
+type UnsupportedError struct {
+	Type  string // as fmt's %T writes it
+	Value string // for a float: NaN, +Inf or -Inf
+}
+
+func (e *UnsupportedError) Error() string {
+	if e.Value != "" {
+		return "json: unsupported value: " + e.Value
+	}
+	return "json: cannot encode a value of type " + e.Type + ": the guest SDK encodes maps, slices, strings, " +
+		"numbers, booleans and values with an AppendJSON method (package k8s's types); build the value from those, " +
+		"or import _ \"github.com/wasmreconcile/wasmreconcile/guest-sdk/stdjson\" to encode other types with " +
+		"encoding/json (it makes the module about 1.2 MB larger)"
+}
+
+// Is makes errors.Is(err, ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// fallback encodes what Append does not; package stdjson sets it.
+var fallback func(v any) ([]byte, error)
+
+// SetFallback makes Append encode the values of the types it does not
+// handle with f, such as json.Marshal; nil restores the default, an
+// *UnsupportedError. It is for package stdjson's init and for tests: it is
+// not safe to call while Append runs.
+func SetFallback(f func(v any) ([]byte, error)) { fallback = f }
 
 // Appender is a value that encodes itself, such as the typed objects of
 // package k8s. AppendJSON appends exactly one JSON value to b, written as
@@ -377,7 +408,14 @@ func Append(b []byte, v any) ([]byte, error) {
 	case Appender: // after the concrete types, which pay nothing for it
 		return x.AppendJSON(b)
 	}
-	return nil, fmt.Errorf("%w of type %T", ErrUnsupported, v)
+	if fallback != nil {
+		out, err := fallback(v)
+		if err != nil {
+			return nil, err
+		}
+		return append(b, out...), nil
+	}
+	return nil, &UnsupportedError{Type: format.TypeName(v)}
 }
 
 // AppendStringMap appends m as a JSON object with sorted keys; nil is
@@ -408,7 +446,7 @@ func AppendString(b []byte, s string) []byte { return appendString(b, s) }
 // appendFloat formats like encoding/json.
 func appendFloat(b []byte, f float64) ([]byte, error) {
 	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return nil, fmt.Errorf("%w: %v", ErrUnsupported, f)
+		return nil, &UnsupportedError{Type: "float64", Value: strconv.FormatFloat(f, 'g', -1, 64)}
 	}
 	abs := math.Abs(f)
 	format := byte('f')

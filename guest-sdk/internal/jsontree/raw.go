@@ -1,6 +1,7 @@
 package jsontree
 
 import (
+	"strconv"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -47,7 +48,7 @@ func (t *Tape) Index(data []byte) error {
 	for {
 		// A value starts at d.pos.
 		if d.pos >= len(data) {
-			return d.errorf("unexpected end of input")
+			return d.errorAt("unexpected end of input")
 		}
 		i := uint32(len(t.Entries))
 		t.Entries = append(t.Entries, Entry{Start: uint32(d.pos), KeyStart: keyStart, KeyEnd: keyEnd, KeyEscaped: keyEscaped})
@@ -56,7 +57,7 @@ func (t *Tape) Index(data []byte) error {
 		switch c := data[d.pos]; {
 		case c == '{' || c == '[':
 			if len(t.stack) >= maxDepth {
-				return d.errorf("exceeded max depth")
+				return d.errorAt("exceeded max depth")
 			}
 			d.pos++
 			d.space()
@@ -87,7 +88,7 @@ func (t *Tape) Index(data []byte) error {
 				return err
 			}
 		default:
-			return d.errorf("invalid character %q looking for beginning of value", c)
+			return d.errorAt("invalid character " + strconv.QuoteRune(rune(c)) + " looking for beginning of value")
 		}
 		if !open {
 			t.Entries[i].End, t.Entries[i].Next = uint32(d.pos), i+1
@@ -99,7 +100,7 @@ func (t *Tape) Index(data []byte) error {
 			}
 			if len(t.stack) == 0 {
 				if d.pos != len(data) {
-					return d.errorf("unexpected data after the top-level value")
+					return d.errorAt("unexpected data after the top-level value")
 				}
 				return nil
 			}
@@ -107,7 +108,7 @@ func (t *Tape) Index(data []byte) error {
 			object := data[t.Entries[top].Start] == '{'
 			if !open { // after a member or an element: ',' or the close
 				if d.pos >= len(data) {
-					return d.errorf("unexpected end of object or array")
+					return d.errorAt("unexpected end of object or array")
 				}
 				if c := data[d.pos]; c == '}' && object || c == ']' && !object {
 					d.pos++
@@ -116,16 +117,16 @@ func (t *Tape) Index(data []byte) error {
 					continue
 				} else if c != ',' {
 					if object {
-						return d.errorf("want ',' or '}' in object")
+						return d.errorAt("want ',' or '}' in object")
 					}
-					return d.errorf("want ',' or ']' in array")
+					return d.errorAt("want ',' or ']' in array")
 				}
 				d.pos++
 				d.space()
 			}
 			if object { // a member's key and ':'
 				if d.pos >= len(data) || data[d.pos] != '"' {
-					return d.errorf("want a string object key")
+					return d.errorAt("want a string object key")
 				}
 				ks := d.pos + 1
 				esc, err := d.skipString()
@@ -135,7 +136,7 @@ func (t *Tape) Index(data []byte) error {
 				keyStart, keyEnd, keyEscaped = uint32(ks), uint32(d.pos-1), esc
 				d.space()
 				if d.pos >= len(data) || data[d.pos] != ':' {
-					return d.errorf("want ':' after object key")
+					return d.errorAt("want ':' after object key")
 				}
 				d.pos++
 				d.space()
@@ -188,13 +189,13 @@ func (d *decoder) skipString() (escaped bool, err error) {
 			pos += 2
 		case c < 0x20:
 			d.pos = pos
-			return false, d.errorf("invalid control character in string")
+			return false, d.errorAt("invalid control character in string")
 		default:
 			pos++
 		}
 	}
 	d.pos = pos
-	return false, d.errorf("unexpected end of string")
+	return false, d.errorAt("unexpected end of string")
 }
 
 // plain8 reports whether none of the eight bytes packed in x (in either
@@ -223,12 +224,12 @@ func (d *decoder) skipNumber() error {
 	if d.pos < len(d.data) && d.data[d.pos] == '0' {
 		d.pos++
 	} else if digits() == 0 {
-		return d.errorf("invalid number")
+		return d.errorAt("invalid number")
 	}
 	if d.pos < len(d.data) && d.data[d.pos] == '.' {
 		d.pos++
 		if digits() == 0 {
-			return d.errorf("invalid number: no digits after '.'")
+			return d.errorAt("invalid number: no digits after '.'")
 		}
 	}
 	if d.pos < len(d.data) && (d.data[d.pos] == 'e' || d.data[d.pos] == 'E') {
@@ -237,7 +238,7 @@ func (d *decoder) skipNumber() error {
 			d.pos++
 		}
 		if digits() == 0 {
-			return d.errorf("invalid number: no digits in exponent")
+			return d.errorAt("invalid number: no digits in exponent")
 		}
 	}
 	return nil

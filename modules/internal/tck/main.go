@@ -29,7 +29,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 
@@ -153,7 +152,7 @@ func reconcile(req *guest.Request) *guest.Response {
 	case "retry":
 		return &guest.Response{
 			Status: map[string]any{"phase": "retrying", "attempt": req.Attempt},
-			Error:  &guest.Error{Message: fmt.Sprintf("tck: retry requested at attempt %d", req.Attempt)},
+			Error:  &guest.Error{Message: guest.Sprintf("tck: retry requested at attempt %d", req.Attempt)},
 		}
 	case "terminal":
 		return guest.TerminalErrorf("tck: terminal error requested")

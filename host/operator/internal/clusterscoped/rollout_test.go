@@ -78,7 +78,7 @@ func TestShadowRollout(t *testing.T) {
 		return p
 	}
 	v1 := testwasm.BuildVersion(t, "./widget", "1")
-	same := testwasm.BuildLdflags(t, "./widget", "-X main.Version=1 -X main.Decode=eager")
+	same := testwasm.BuildFlags(t, "./widget", "-tags=eager", "-ldflags=-X main.Version=1")
 	v2 := testwasm.BuildVersion(t, "./widget", "2")
 	if supervisor.Digest(same) == supervisor.Digest(v1) {
 		t.Fatal("the agreeing candidate has the serving version's bytes; the test needs other bytes")
