@@ -21,6 +21,7 @@ type guestLimitFlags struct {
 	recycleCalls  int
 	recyclePages  uint
 	idleTimeout   time.Duration
+	spareTimeout  time.Duration
 }
 
 func (g *guestLimitFlags) register(fs *flag.FlagSet) {
@@ -30,6 +31,7 @@ func (g *guestLimitFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.recycleCalls, "recycle-after-calls", engine.DefaultRecycleAfterCalls, "close a guest instance after it has served this many calls, and serve the next call from a fresh one, so that nothing a guest's runtime accumulates lives forever (counted in wasmreconcile_instances_recycled_total; 0: the default)")
 	fs.UintVar(&g.recyclePages, "recycle-memory-pages", 0, "close a guest instance after a call that left its linear memory above this many 64 KiB pages (linear memory never shrinks); 0: three quarters of the memory limit")
 	fs.DurationVar(&g.idleTimeout, "idle-instance-timeout", engine.DefaultIdleInstanceTimeout, "close a guest instance that has served no call for this long, so that a module with no traffic holds no instance; the next call instantiates a fresh one (counted in wasmreconcile_instances_recycled_total{reason=\"idle\"}; 0: the default; negative: never)")
+	fs.DurationVar(&g.spareTimeout, "idle-spare-timeout", engine.DefaultIdleSpareTimeout, "close sooner an idle guest instance that is not its module's last (a spare, made for concurrent calls), once it has served no call for this long; the warmest instance stays for --idle-instance-timeout (counted as reason=\"idle\"; 0: the default; negative: as --idle-instance-timeout)")
 	fs.Uint64Var(&g.tableElements, "max-table-elements", engine.DefaultMaxTableElements, "most elements of a guest's tables, all tables together (about 8 bytes each); a module whose tables need more is refused at load, and table.grow past it fails in the guest (0: the default)")
 }
 
@@ -51,7 +53,7 @@ func (g *guestLimitFlags) apply(l *engine.Limits) error {
 		return fmt.Errorf("--recycle-memory-pages %d is over 65536 (4 GiB)", g.recyclePages)
 	}
 	l.RecycleAfterCalls, l.RecycleMemoryPages = g.recycleCalls, uint32(g.recyclePages)
-	l.IdleInstanceTimeout = g.idleTimeout
+	l.IdleInstanceTimeout, l.IdleSpareTimeout = g.idleTimeout, g.spareTimeout
 	l.MaxLogLines, l.MaxLogBytes, l.MaxTableElements = g.logLines, g.logBytes, uint32(g.tableElements)
 	l.MaxCallDepth = uint32(g.callDepth)
 	return nil

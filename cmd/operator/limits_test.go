@@ -32,12 +32,12 @@ func TestGuestLimitFlags(t *testing.T) {
 	}
 	got, err := parse()
 	if err != nil || got != (engine.Limits{MaxLogLines: engine.DefaultMaxLogLines, MaxLogBytes: engine.DefaultMaxLogBytes, MaxTableElements: engine.DefaultMaxTableElements, MaxCallDepth: engine.DefaultMaxCallDepth,
-		RecycleAfterCalls: engine.DefaultRecycleAfterCalls, IdleInstanceTimeout: engine.DefaultIdleInstanceTimeout}) {
+		RecycleAfterCalls: engine.DefaultRecycleAfterCalls, IdleInstanceTimeout: engine.DefaultIdleInstanceTimeout, IdleSpareTimeout: engine.DefaultIdleSpareTimeout}) {
 		t.Errorf("defaults %+v, %v", got, err)
 	}
 	got, err = parse("--max-log-lines", "7", "--max-log-bytes", "512", "--max-table-elements", "0", "--max-call-depth", "9",
-		"--recycle-after-calls", "0", "--recycle-memory-pages", "300", "--idle-instance-timeout", "-1s")
-	if err != nil || got != (engine.Limits{MaxLogLines: 7, MaxLogBytes: 512, MaxCallDepth: 9, RecycleMemoryPages: 300, IdleInstanceTimeout: -time.Second}) {
+		"--recycle-after-calls", "0", "--recycle-memory-pages", "300", "--idle-instance-timeout", "-1s", "--idle-spare-timeout", "3s")
+	if err != nil || got != (engine.Limits{MaxLogLines: 7, MaxLogBytes: 512, MaxCallDepth: 9, RecycleMemoryPages: 300, IdleInstanceTimeout: -time.Second, IdleSpareTimeout: 3 * time.Second}) {
 		t.Errorf("limits %+v, %v", got, err)
 	}
 	for _, args := range [][]string{

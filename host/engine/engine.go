@@ -536,7 +536,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 	m.manifest, m.name = man, man.Name
 	// From here on the instance left by the load is closed when idle too:
 	// a module with no traffic holds no instance.
-	m.pool.startReaping(l.IdleInstanceTimeout, func(n int) {
+	m.pool.startReaping(l.IdleInstanceTimeout, l.IdleSpareTimeout, func(n int) {
 		if e.idleReleased != nil {
 			for range n {
 				e.idleReleased(m.name)

@@ -104,7 +104,7 @@ func idleSince(m *Module) []time.Time {
 func TestIdleInstanceTimeout(t *testing.T) {
 	var rel releases
 	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
-	m := loadIdle(t, &rel, Limits{MaxInstances: 3, IdleInstanceTimeout: time.Hour})
+	m := loadIdle(t, &rel, Limits{MaxInstances: 3, IdleInstanceTimeout: time.Hour, IdleSpareTimeout: -1})
 	warmInstances(t, m, 3, req)
 	since := idleSince(m)
 	if len(since) != 3 || m.PoolStats() != (PoolStats{Live: 3, Idle: 3}) {
@@ -137,6 +137,47 @@ func TestIdleInstanceTimeout(t *testing.T) {
 	}
 	if l, _ := (Limits{}).withDefaults(); l.IdleInstanceTimeout != DefaultIdleInstanceTimeout {
 		t.Errorf("default IdleInstanceTimeout %v", l.IdleInstanceTimeout)
+	}
+}
+
+// TestIdleSpareTimeout: spares, the idle instances beyond the module's
+// last, close after IdleSpareTimeout; the warmest stays for
+// IdleInstanceTimeout.
+func TestIdleSpareTimeout(t *testing.T) {
+	var rel releases
+	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
+	m := loadIdle(t, &rel, Limits{MaxInstances: 3, IdleInstanceTimeout: time.Hour, IdleSpareTimeout: time.Minute})
+	warmInstances(t, m, 3, req)
+	since := idleSince(m)
+	if len(since) != 3 {
+		t.Fatalf("after warming: %+v", m.PoolStats())
+	}
+	if n := m.pool.reap(since[0].Add(time.Minute - time.Nanosecond)); n != 0 {
+		t.Errorf("%d instances closed before any spare was idle for a minute", n)
+	}
+	if n := m.pool.reap(since[2].Add(time.Minute)); n != 2 || m.PoolStats() != (PoolStats{Live: 1, Idle: 1}) {
+		t.Errorf("every instance idle for a minute: %d closed, %+v; want the 2 spares closed, the warmest kept", n, m.PoolStats())
+	}
+	if n := m.pool.reap(since[2].Add(time.Hour - time.Nanosecond)); n != 0 {
+		t.Errorf("the last instance closed after %v idle, before IdleInstanceTimeout", time.Hour-time.Nanosecond)
+	}
+	if n := m.pool.reap(since[2].Add(time.Hour)); n != 1 || m.PoolStats() != (PoolStats{}) {
+		t.Errorf("the last instance's hour passed: %d closed, %+v", n, m.PoolStats())
+	}
+	if got := rel.count("widget"); got != 3 {
+		t.Errorf("IdleReleased called %d times, want 3", got)
+	}
+	if l, _ := (Limits{}).withDefaults(); l.IdleSpareTimeout != DefaultIdleSpareTimeout {
+		t.Errorf("default IdleSpareTimeout %v", l.IdleSpareTimeout)
+	}
+
+	// The pool's own timer: it is moved sooner when an instance becomes a
+	// spare, and closes the spares only.
+	timed := loadIdle(t, nil, Limits{MaxInstances: 3, IdleInstanceTimeout: time.Hour, IdleSpareTimeout: 20 * time.Millisecond})
+	warmInstances(t, timed, 3, req)
+	waitFor(t, "the spares are still open", func() bool { return timed.PoolStats() == (PoolStats{Live: 1, Idle: 1}) })
+	if n := timed.pool.reap(time.Now().Add(time.Hour - time.Minute)); n != 0 {
+		t.Errorf("the timer's pool closed its last instance early: %d", n)
 	}
 }
 

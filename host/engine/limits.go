@@ -105,6 +105,19 @@ type Limits struct {
 	// recycled.
 	IdleInstanceTimeout time.Duration
 
+	// IdleSpareTimeout closes, sooner, an idle instance that is not the
+	// module's last: a spare, made for a burst of concurrent calls
+	// (MaxInstances), is closed once it has served no call for this long,
+	// while the warmest instance stays for IdleInstanceTimeout. Memory
+	// then follows the load: a module that served 4 calls at once holds
+	// one instance, not 4, soon after, and a new burst pays one
+	// instantiation per extra instance (BenchmarkReinstantiate: under
+	// 10 ms). Reported to Options.IdleReleased like the other idle
+	// closings.
+	// Defaults to 10 seconds; negative treats spares as any instance
+	// (IdleInstanceTimeout).
+	IdleSpareTimeout time.Duration
+
 	// IdleModuleTimeout unloads a module that has served no call for this
 	// long: its instances are closed, and its compiled code and decoded
 	// module are dropped, keeping only its manifest, limits and digest (a
@@ -147,7 +160,9 @@ const (
 	DefaultRecycleAfterCalls = 100_000
 
 	DefaultIdleInstanceTimeout = 5 * time.Minute
-	DefaultIdleModuleTimeout   = 15 * time.Minute
+	// DefaultIdleSpareTimeout is Limits.IdleSpareTimeout's default.
+	DefaultIdleSpareTimeout  = 10 * time.Second
+	DefaultIdleModuleTimeout = 15 * time.Minute
 )
 
 // withDefaults returns l with zero fields replaced by their defaults, or an
@@ -203,6 +218,9 @@ func (l Limits) withDefaults() (Limits, error) {
 	}
 	if l.IdleInstanceTimeout == 0 {
 		l.IdleInstanceTimeout = DefaultIdleInstanceTimeout
+	}
+	if l.IdleSpareTimeout == 0 {
+		l.IdleSpareTimeout = DefaultIdleSpareTimeout
 	}
 	if l.IdleModuleTimeout == 0 {
 		l.IdleModuleTimeout = DefaultIdleModuleTimeout

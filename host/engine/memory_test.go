@@ -190,7 +190,7 @@ func BenchmarkModuleMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		load := func(i int) *Module {
-			return loadVariant(b, e, wasm, fmt.Sprintf("bench-%d-%d", i, b.N), Limits{MaxInstances: instances}, req)
+			return loadVariant(b, e, wasm, fmt.Sprintf("bench-%d-%d", i, b.N), Limits{MaxInstances: instances, IdleSpareTimeout: -1}, req) // warm spares are what it measures
 		}
 		mods := []*Module{load(0)}
 		base := sampleMemory(b)

@@ -458,9 +458,10 @@ func (i *instance) close(ctx context.Context) {
 // instance is busy.
 //
 // Once reaping is on (startReaping), an instance idle for idleTimeout is
-// closed by a timer: idle is ordered by idleSince, because put appends and
-// get takes the last (the warmest), so the expired ones are a prefix, and
-// one timer, armed for the oldest, serves them all. An instance is either
+// closed by a timer, and a spare (an idle instance while another instance
+// remains) idle for spareTimeout: idle is ordered by idleSince, because put
+// appends and get takes the last (the warmest), so the expired ones are a
+// prefix, and one timer, armed for the oldest, serves them all. An instance is either
 // in idle, where only a holder of mu can take it, or held by one caller:
 // the timer and get never both have it.
 type pool struct {
@@ -470,8 +471,10 @@ type pool struct {
 	idle        []*instance // warm instances, the longest idle first
 	closed      bool        // the module is closed: instances put back are closed
 	idleTimeout time.Duration
-	timer       *time.Timer // armed while reaping is on and an instance is idle
-	reaped      func(n int) // told how many idle instances the timer closed
+	spareTime   time.Duration // spareTimeout: a spare's idle time before it is closed; <= 0: idleTimeout
+	timer       *time.Timer   // armed while reaping is on and an instance is idle
+	timerAt     time.Time     // when the timer fires
+	reaped      func(n int)   // told how many idle instances the timer closed
 	live        atomic.Int64
 	freed       chan struct{} // a slot may be free; capacity 1
 	// fresh makes an instance for call, waiting at most wait for its
@@ -519,33 +522,57 @@ func (p *pool) evictOldest() int64 {
 }
 
 // startReaping closes, from now on, every instance idle for timeout (none
-// if timeout <= 0), and calls reaped with how many each time.
-func (p *pool) startReaping(timeout time.Duration, reaped func(n int)) {
+// if timeout <= 0) and every spare idle for spare (as timeout if spare <=
+// 0), and calls reaped with how many each time.
+func (p *pool) startReaping(timeout, spare time.Duration, reaped func(n int)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.idleTimeout, p.reaped = timeout, reaped
+	p.idleTimeout, p.spareTime, p.reaped = timeout, spare, reaped
 	p.armLocked()
 }
 
-// armLocked starts the timer for the longest idle instance, unless it runs.
-func (p *pool) armLocked() {
-	if p.idleTimeout <= 0 || p.timer != nil || p.closed || len(p.idle) == 0 {
-		return
+// expiryLocked is when idle[i] is to be closed, once the ones before it
+// are: sooner for a spare, an instance that leaves another behind (a later
+// idle one, or one a call holds). ok is false when it is never.
+func (p *pool) expiryLocked(i int) (at time.Time, ok bool) {
+	timeout := p.idleTimeout
+	if spare := i < len(p.idle)-1 || p.busy > 0; spare && p.spareTime > 0 && (timeout <= 0 || p.spareTime < timeout) {
+		timeout = p.spareTime
 	}
-	p.timer = time.AfterFunc(time.Until(p.idle[0].idleSince.Add(p.idleTimeout)), func() { p.reap(time.Now()) })
+	if timeout <= 0 {
+		return time.Time{}, false
+	}
+	return p.idle[i].idleSince.Add(timeout), true
 }
 
-// reap closes the instances idle for idleTimeout at now, and arms the timer
-// for the next. It returns how many it closed. The timer calls it; a test
-// may call it with a time of its own.
+// armLocked starts the timer for the longest idle instance, or moves it
+// sooner when that instance became a spare.
+func (p *pool) armLocked() {
+	if p.closed || len(p.idle) == 0 {
+		return
+	}
+	at, ok := p.expiryLocked(0)
+	if !ok || (p.timer != nil && !at.Before(p.timerAt)) {
+		return
+	}
+	p.stopTimerLocked()
+	p.timer, p.timerAt = time.AfterFunc(time.Until(at), func() { p.reap(time.Now()) }), at
+}
+
+// reap closes the instances idle for idleTimeout at now, and the spares
+// idle for spareTimeout, and arms the timer for the next. It returns how
+// many it closed. The timer calls it; a test may call it with a time of
+// its own.
 func (p *pool) reap(now time.Time) int {
 	p.mu.Lock()
 	p.stopTimerLocked() // a no-op when the timer is what called
 	n := 0
-	if p.idleTimeout > 0 {
-		for n < len(p.idle) && !now.Before(p.idle[n].idleSince.Add(p.idleTimeout)) {
-			n++
+	for n < len(p.idle) {
+		at, ok := p.expiryLocked(n)
+		if !ok || now.Before(at) {
+			break
 		}
+		n++
 	}
 	expired := p.takeOldestLocked(n)
 	p.armLocked()

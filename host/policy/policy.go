@@ -247,6 +247,7 @@ func MergeLimits(l, over engine.Limits) engine.Limits {
 		RecycleAfterCalls:    pick(l.RecycleAfterCalls, over.RecycleAfterCalls),
 		RecycleMemoryPages:   pick(l.RecycleMemoryPages, over.RecycleMemoryPages),
 		IdleInstanceTimeout:  pick(l.IdleInstanceTimeout, over.IdleInstanceTimeout),
+		IdleSpareTimeout:     pick(l.IdleSpareTimeout, over.IdleSpareTimeout),
 		IdleModuleTimeout:    pick(l.IdleModuleTimeout, over.IdleModuleTimeout),
 		MaxCallDepth:         pick(l.MaxCallDepth, over.MaxCallDepth),
 	}

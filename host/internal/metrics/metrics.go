@@ -141,7 +141,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"module", "operation"}),
 		InstancesRecycled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_instances_recycled_total",
-			Help: "Guest instances closed and replaced by a fresh one when needed, by module and reason: after a successful call, calls (it served --recycle-after-calls calls) or memory (its linear memory grew past --recycle-memory-pages); between calls, idle (it served no call for --idle-instance-timeout).",
+			Help: "Guest instances closed and replaced by a fresh one when needed, by module and reason: after a successful call, calls (it served --recycle-after-calls calls) or memory (its linear memory grew past --recycle-memory-pages); between calls, idle (it served no call for --idle-instance-timeout, or for --idle-spare-timeout while another instance remains).",
 		}, []string{"module", "reason"}),
 		ApplyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmreconcile_apply_failures_total",

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -353,12 +354,7 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 	if equality.Semantic.DeepEqual(observed, any(desired)) {
 		return false, nil
 	}
-	patch := &unstructured.Unstructured{Object: map[string]any{"status": desired}}
-	patch.SetGroupVersionKind(r.gvk)
-	patch.SetNamespace(obj.GetNamespace())
-	patch.SetName(obj.GetName())
-	err := r.opts.Writer.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(patch),
-		client.FieldOwner(r.name), client.ForceOwnership)
+	err := r.patchStatus(ctx, obj, desired)
 	if err != nil {
 		r.applyFailed(ctx, "status", err)
 	}
@@ -372,6 +368,28 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 	r.opts.Metrics.StatusWrites.WithLabelValues(r.name).Inc()
 	log.FromContext(ctx).V(1).Info("status applied")
 	return true, nil
+}
+
+// patchStatus applies desired as obj's status with server-side apply, as
+// the module's field manager, forcing ownership. The answer is asked for as
+// PartialObjectMetadata (protobuf where the client prefers it): the host
+// never reads the object the API server returns, and decoding all of it
+// into an unstructured map cost 6% of the operator's CPU at 10,000 objects
+// (docs/benchmarks.md).
+func (r *Reconciler) patchStatus(ctx context.Context, obj *unstructured.Unstructured, desired map[string]any) error {
+	md := map[string]any{"name": obj.GetName()}
+	if ns := obj.GetNamespace(); ns != "" {
+		md["namespace"] = ns
+	}
+	apiVersion, kind := r.gvk.ToAPIVersionAndKind()
+	body, err := json.Marshal(map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": md, "status": desired})
+	if err != nil {
+		return err
+	}
+	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace()}}
+	target.SetGroupVersionKind(r.gvk)
+	return r.opts.Writer.Status().Patch(ctx, target, client.RawPatch(types.ApplyPatchType, body),
+		client.FieldOwner(r.name), client.ForceOwnership)
 }
 
 // patchFinalizer adds or removes the module's finalizer, with optimistic
