@@ -236,6 +236,54 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration((utime + stime) / clockTicks * float64(time.Second)), nil
 }
 
+// threadCPU returns the CPU time of each thread of process pid, by thread
+// id, in nanoseconds (/proc/PID/task/TID/schedstat: the scheduler's own
+// count, not /proc/PID/stat's 10 ms ticks). Idle CPU is a few ticks or
+// none, where ticks cannot tell 1× from 3×.
+func threadCPU(pid int) (map[int]time.Duration, error) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]time.Duration, len(tasks))
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/%d/task/%d/schedstat: %w", pid, tid, err)
+		}
+		out[tid] = time.Duration(ns)
+	}
+	return out, nil
+}
+
+// threadCPUSince is the CPU the threads of pid used since before (from
+// threadCPU): a thread that started since counts from zero; one that
+// exited since is not counted (rare when a process is idle).
+func threadCPUSince(pid int, before map[int]time.Duration) (time.Duration, error) {
+	now, err := threadCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	var d time.Duration
+	for tid, ns := range now {
+		d += ns - before[tid]
+	}
+	return d, nil
+}
+
 // memory returns process pid's resident set (VmRSS) and its peak (VmHWM),
 // in bytes.
 func memory(pid int) (rss, hwm int64, err error) {
