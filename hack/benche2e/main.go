@@ -87,6 +87,10 @@ type bench struct {
 	// heapProfiles: the operator serves pprof, and each run saves its heap
 	// profile into the work directory at the end (-heap-profiles).
 	heapProfiles bool
+	// cpuProfile: the operator serves pprof, and each run profiles its CPU
+	// for this long from the first create into the work directory
+	// (-cpu-profile); 0: none.
+	cpuProfile time.Duration
 }
 
 func run() error {
@@ -102,6 +106,7 @@ func run() error {
 		timeout       = flag.Duration("timeout", 20*time.Minute, "longest wait for one run to converge")
 		idleModules   = flag.Duration("idle-module-timeout", 30*time.Second, "the operator's --idle-module-timeout in the many-module case, whose idle phase then waits this long plus 20 s before measuring RSS again (0 skips the phase)")
 		active        = flag.Int("active-modules", 2, "kinds of the many-module case whose objects keep changing during its idle phase")
+		cpuProfile    = flag.Duration("cpu-profile", 0, "run the operator with --pprof-bind-address and profile its CPU for this long from the first create of each run, into the work directory (kept); 0: no profile")
 		heapProfiles  = flag.Bool("heap-profiles", false, "run the operator with --pprof-bind-address and save its heap profile at the end of each run into the work directory (kept)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
@@ -121,7 +126,7 @@ func run() error {
 		return errors.New("-active-modules must be within 0..-modules, and -idle-module-timeout not negative")
 	}
 	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
-		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles}
+		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
 	}
@@ -133,7 +138,7 @@ func run() error {
 		}
 		b.assets = strings.TrimSpace(string(out))
 	}
-	keep := *workDir != "" || *heapProfiles
+	keep := *workDir != "" || *heapProfiles || *cpuProfile > 0
 	if b.work = *workDir; b.work == "" {
 		if b.work, err = os.MkdirTemp("", "wasmreconcile-benche2e-work-"); err != nil {
 			return err
@@ -342,6 +347,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 	if err := createNamespace(ctx, cp.config); err != nil {
 		return res, err
 	}
+	var pprofAddr string // the operator's, when it serves pprof
 	runDir, err := os.MkdirTemp(b.work, "run-"+variant+"-")
 	if err != nil {
 		return res, err
@@ -365,7 +371,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			procs = append(procs, p)
 		}
 	} else {
-		pprofAddr, err := freeAddr()
+		pprofAddr, err = freeAddr()
 		if err != nil {
 			return res, err
 		}
@@ -381,7 +387,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			if b.idlePhase(kinds) {
 				args = append(args, "--idle-module-timeout", b.idleModules.String())
 			}
-			if b.heapProfiles {
+			if b.heapProfiles || b.cpuProfile > 0 {
 				args = append(args, "--pprof-bind-address", pprofAddr)
 			}
 			for _, k := range kinds {
@@ -431,6 +437,17 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 	res.startup = cpu0
 	b.say("%s: ready (start-up CPU %.2fs); creating %s objects", label, cpu0.Seconds(), thousands(int(total)))
 	t0 := time.Now()
+	if variant == "operator" && b.cpuProfile > 0 {
+		profiled := make(chan error, 1)
+		path := filepath.Join(runDir, "operator-cpu.pprof")
+		go func() { profiled <- saveCPUProfile(pprofAddr, b.cpuProfile, path) }()
+		defer func() {
+			if perr := <-profiled; perr != nil && err == nil {
+				err = perr
+			}
+			b.say("%s: CPU profile of the first %s in %s", label, b.cpuProfile, path)
+		}()
+	}
 	created := make(chan error, 1)
 	go func() {
 		err := createWidgets(ctx, dyn, kinds, perKind, b.creators)

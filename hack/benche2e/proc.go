@@ -205,6 +205,22 @@ func saveHeapProfile(addr, path string) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
+// saveCPUProfile profiles the CPU of the process serving pprof at addr for
+// d and writes the profile to path.
+func saveCPUProfile(addr string, d time.Duration, path string) error {
+	client := &http.Client{Timeout: d + 30*time.Second}
+	resp, err := client.Get("http://" + addr + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds())))
+	if err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("CPU profile: %w", err)
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times.
 var clockTicks = func() float64 {
 	out, err := exec.Command("getconf", "CLK_TCK").Output()
