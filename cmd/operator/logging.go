@@ -41,18 +41,38 @@ func (l *logFlags) logger(w io.Writer) logr.Logger {
 // period, while the reason is logged once per episode (and
 // controller-runtime's V(1) line for the probe, with the failing check's
 // error, stays).
+//
+// It also defers WithValues until a line is written: controller-runtime
+// and the reconciler add an object's key/values to a logger on every
+// reconcile, and zap encodes them at once, which was 5% of the operator's
+// CPU at 10,000 objects (docs/benchmarks.md) for lines that, at the default
+// verbosity, are almost never written. The values keep their order with
+// respect to names: WithName applies what is pending first.
 type quietProbes struct {
 	logr.LogSink
-	name string // the logger's name, as WithName built it
+	name    string // the logger's name, as WithName built it
+	pending []any  // key/values not yet given to LogSink
 }
 
 const probeLogger, probeFailed = "controller-runtime.healthz", "healthz check failed"
+
+// sink is LogSink with the pending key/values.
+func (q quietProbes) sink() logr.LogSink {
+	if len(q.pending) == 0 {
+		return q.LogSink
+	}
+	return q.LogSink.WithValues(q.pending...)
+}
 
 func (q quietProbes) Info(level int, msg string, kv ...any) {
 	if level == 0 && msg == probeFailed && q.name == probeLogger {
 		return
 	}
-	q.LogSink.Info(level, msg, kv...)
+	q.sink().Info(level, msg, kv...)
+}
+
+func (q quietProbes) Error(err error, msg string, kv ...any) {
+	q.sink().Error(err, msg, kv...)
 }
 
 func (q quietProbes) WithName(name string) logr.LogSink {
@@ -60,16 +80,17 @@ func (q quietProbes) WithName(name string) logr.LogSink {
 	if q.name != "" {
 		full = q.name + "." + name
 	}
-	return quietProbes{LogSink: q.LogSink.WithName(name), name: full}
+	return quietProbes{LogSink: q.sink().WithName(name), name: full}
 }
 
 func (q quietProbes) WithValues(kv ...any) logr.LogSink {
-	return quietProbes{LogSink: q.LogSink.WithValues(kv...), name: q.name}
+	pending := make([]any, 0, len(q.pending)+len(kv))
+	return quietProbes{LogSink: q.LogSink, name: q.name, pending: append(append(pending, q.pending...), kv...)}
 }
 
 func (q quietProbes) WithCallDepth(depth int) logr.LogSink {
 	if c, ok := q.LogSink.(logr.CallDepthLogSink); ok {
-		return quietProbes{LogSink: c.WithCallDepth(depth), name: q.name}
+		return quietProbes{LogSink: c.WithCallDepth(depth), name: q.name, pending: q.pending}
 	}
 	return q
 }

@@ -74,3 +74,39 @@ func TestLogFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestLogValuesDeferred: key/values reach the line they belong to, in
+// order, across names, errors and call depths, although the logger
+// encodes them only when a line is written.
+func TestLogValuesDeferred(t *testing.T) {
+	var l logFlags
+	var out bytes.Buffer
+	log := l.logger(&out)
+	obj := log.WithValues("module", "widget").WithName("reconcile").WithValues("object", "default/w", "reconcileID", "r1")
+	obj.V(1).Info("not written") // disabled: its values are never encoded
+	obj.Info("reconcile failed", "result", "ReconcileFailed")
+	obj.WithCallDepth(1).Error(errors.New("boom"), "apply failed", "what", "status")
+	other := log.WithValues("module", "other")
+	other.Info("loaded")
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), out.String())
+	}
+	for i, want := range [][]string{
+		{`"logger":"reconcile"`, `"module":"widget"`, `"object":"default/w"`, `"reconcileID":"r1"`, `"result":"ReconcileFailed"`},
+		{`"module":"widget"`, `"object":"default/w"`, `"error":"boom"`, `"what":"status"`},
+		{`"module":"other"`, `"msg":"loaded"`},
+	} {
+		for _, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("line %d lacks %s: %s", i+1, w, lines[i])
+			}
+		}
+	}
+	if strings.Contains(lines[2], "widget") || strings.Contains(lines[2], "default/w") {
+		t.Errorf("another logger's values leaked: %s", lines[2])
+	}
+	if i, j := strings.Index(lines[0], `"module"`), strings.Index(lines[0], `"object"`); i > j {
+		t.Errorf("values out of order: %s", lines[0])
+	}
+}

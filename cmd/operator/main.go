@@ -179,6 +179,7 @@ Flags:
 	fs.IntVar(&opts.FlightRecorder.Failures, "flight-recorder-failures", operator.DefaultFlightRecorderFailures, "failed calls kept per module by the flight recorder, the last ones")
 	fs.IntVar(&opts.FlightRecorder.Successes, "flight-recorder-successes", operator.DefaultFlightRecorderSuccesses, "sampled successful calls kept per module by the flight recorder")
 	fs.IntVar(&opts.FlightRecorder.SampleEvery, "flight-recorder-sample-every", operator.DefaultFlightRecorderSampleEvery, "the flight recorder keeps one successful call in this many")
+	fs.DurationVar(&opts.FlightRecorder.SampleInterval, "flight-recorder-sample-interval", operator.DefaultFlightRecorderSampleInterval, "the flight recorder keeps at most one sampled successful call per module in this long (each is replayed on a fresh instance; negative: no cap)")
 	fs.IntVar(&opts.FlightRecorder.MaxBytes, "flight-recorder-max-bytes", operator.DefaultFlightRecorderMaxBytes, "bytes of records kept per module by the flight recorder")
 	fs.IntVar(&opts.FlightRecorder.QueueSize, "flight-recorder-queue", operator.DefaultFlightRecorderQueueSize, "kept calls waiting for the flight recorder's replay on a fresh instance (one worker, off the serving path); more are dropped")
 	fs.BoolVar(&opts.FlightRecorder.KeepSecrets, "flight-recorder-keep-secrets", false, "keep Secrets' data in recorded inputs (by default every value is replaced by REDACTED)")

@@ -27,8 +27,10 @@ const (
 	DefaultFlightRecorderFailures    = flightrecorder.DefaultFailures
 	DefaultFlightRecorderSuccesses   = flightrecorder.DefaultSuccesses
 	DefaultFlightRecorderSampleEvery = flightrecorder.DefaultSampleEvery
-	DefaultFlightRecorderMaxBytes    = flightrecorder.DefaultMaxBytes
-	DefaultFlightRecorderQueueSize   = flightrecorder.DefaultQueueSize
+	// DefaultFlightRecorderSampleInterval is FlightRecorderOptions.SampleInterval's default.
+	DefaultFlightRecorderSampleInterval = flightrecorder.DefaultSampleInterval
+	DefaultFlightRecorderMaxBytes       = flightrecorder.DefaultMaxBytes
+	DefaultFlightRecorderQueueSize      = flightrecorder.DefaultQueueSize
 
 	DefaultListPageSize  = informer.DefaultPageSize
 	DefaultListTimeout   = informer.DefaultListTimeout

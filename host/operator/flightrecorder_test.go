@@ -48,7 +48,7 @@ func TestFlightRecorder(t *testing.T) {
 	mo.MetricsBindAddress = optest.FreeAddr(t)
 	// Every success is kept, so that the reading Gadget's call after its
 	// ConfigMap reached the cache is (the first may come before).
-	optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{wasm, misbehave}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1}})
+	optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{wasm, misbehave}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1, SampleInterval: -1}})
 
 	// A guest that reads: its recorded case must carry what it read.
 	if err := e.C.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "cfg", Labels: map[string]string{"app": "x"}},

@@ -124,14 +124,40 @@ func TestBounds(t *testing.T) {
 	if got := strings.Join(objs, " "); got != "i j big" { // both successes went, then no more was needed
 		t.Errorf("after a big record, kept %s", got)
 	}
-	// Sampling: the first success, then one in SampleEvery.
-	n := 0
+	// Sampling: the first success, then one in SampleEvery, at most one
+	// per SampleInterval (10 s by default): 25 calls a second apart.
+	t0 := time.Now()
+	var kept []int
 	for i := 0; i < 25; i++ {
-		if r.Wants("s", false) {
-			n++
+		if r.wants("s", false, t0.Add(time.Duration(i)*time.Second)) {
+			kept = append(kept, i+1)
 		}
 	}
-	if n != 3 || !r.Wants("s", true) {
-		t.Errorf("sampled %d of 25 successes, want 3 (the 1st, 11th, 21st); failures always", n)
+	if fmt.Sprint(kept) != "[1 11 21]" || !r.Wants("s", true) {
+		t.Errorf("sampled successes %v of 25 one second apart, want [1 11 21]; failures always", kept)
+	}
+	// 25 calls in the same second: only the first, however many in 10.
+	kept = nil
+	for i := 0; i < 25; i++ {
+		if r.wants("burst", false, t0) {
+			kept = append(kept, i+1)
+		}
+		if r.wants("burst", true, t0) == false {
+			t.Fatal("a failure not kept")
+		}
+	}
+	if fmt.Sprint(kept) != "[1]" {
+		t.Errorf("a burst: sampled %v, want [1]", kept)
+	}
+	// Negative: no cap.
+	r.opts.SampleInterval = -1
+	kept = nil
+	for i := 0; i < 25; i++ {
+		if r.wants("nocap", false, t0) {
+			kept = append(kept, i+1)
+		}
+	}
+	if fmt.Sprint(kept) != "[1 11 21]" {
+		t.Errorf("SampleInterval -1: sampled %v, want [1 11 21]", kept)
 	}
 }

@@ -103,7 +103,7 @@ func TestNoSecretValueLeaks(t *testing.T) {
 	mo.MetricsBindAddress = optest.FreeAddr(t)
 	optest.Start(t, e.Cfg, mo, operator.Options{
 		ReconcileModules: true,
-		FlightRecorder:   operator.FlightRecorderOptions{SampleEvery: 1},
+		FlightRecorder:   operator.FlightRecorderOptions{SampleEvery: 1, SampleInterval: -1},
 		ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
 	})
 	v1 := testwasm.BuildVersion(t, "./internal/testguests/secretcopy", "v1:")
