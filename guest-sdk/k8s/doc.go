@@ -49,18 +49,19 @@
 // the members the type does not model: they are written in the same JSON
 // object, and a key of Extra replaces the modelled field of that name. Its values are what a Response may hold
 // (map[string]any, []any, strings, numbers, booleans, nil) and pointers to
-// this package's types; any other value is encoded with encoding/json (a
-// value of this package's types from its json tags, without its own
-// Extra). For fields at the top level of an object, Child's map can also be
+// this package's types; any other value is an error naming its type, unless
+// the module imports package guest-sdk/stdjson, which encodes it with
+// encoding/json (a value of this package's types from its json tags,
+// without its own Extra). For fields at the top level of an object, Child's map can also be
 // set directly; to change any field of a child as plain maps, use Plain.
 //
 // # Encoding
 //
 // Every object type has AppendJSON, which appends its JSON with the members
 // in sorted key order, as the SDK writes a map. The kinds and their specs
-// also implement json.Marshaler with the same bytes, so that the SDK's
-// fallback to encoding/json (for a response holding a value its own
-// encoder does not handle) writes a child as its own encoder does.
+// also implement json.Marshaler with the same bytes, so that encoding/json
+// (package stdjson's fallback, for a response holding a value the SDK's
+// encoder does not handle) writes a child as the SDK's encoder does.
 // encoding/json writes the other types from their json tags: the same
 // JSON, without Extra.
 //
