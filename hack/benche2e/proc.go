@@ -192,31 +192,31 @@ func (p *proc) scrapeSeries(name, labels string) (float64, error) {
 // saveHeapProfile writes the heap profile served at addr (net/http/pprof)
 // to path, after a collection (?gc=1).
 func saveHeapProfile(addr, path string) error {
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Get("http://" + addr + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("heap profile: %w", err)
-	}
-	return os.WriteFile(path, b, 0o644)
+	return saveProfile("heap profile", "http://"+addr+"/debug/pprof/heap?gc=1", 30*time.Second, path)
 }
 
 // saveCPUProfile profiles the CPU of the process serving pprof at addr for
 // d and writes the profile to path.
 func saveCPUProfile(addr string, d time.Duration, path string) error {
-	client := &http.Client{Timeout: d + 30*time.Second}
-	resp, err := client.Get("http://" + addr + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds())))
+	url := "http://" + addr + "/debug/pprof/profile?seconds=" + strconv.Itoa(int(d.Seconds()))
+	return saveProfile("CPU profile", url, d+30*time.Second, path)
+}
+
+// saveProfile writes what url answers to path. An answer other than 200 is
+// an error that quotes the server, never a file that looks like a profile.
+func saveProfile(what, url string, timeout time.Duration, path string) error {
+	client := &http.Client{Timeout: timeout}
+	resp, err := client.Get(url)
 	if err != nil {
-		return fmt.Errorf("CPU profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return fmt.Errorf("CPU profile: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s answered %s: %s", what, url, resp.Status, bytes.TrimSpace(b))
 	}
 	return os.WriteFile(path, b, 0o644)
 }

@@ -184,9 +184,8 @@ func (p *printer) printf(format string) {
 		case verb == '%':
 			p.buf = append(p.buf, '%')
 		case p.argNum >= len(p.args):
-			p.buf = append(p.buf, "%!"...)
-			p.buf = utf8.AppendRune(p.buf, verb)
-			p.buf = append(p.buf, "(MISSING)"...)
+			p.openBad(verb)
+			p.buf = append(p.buf, "MISSING)"...)
 		default:
 			arg := p.args[p.argNum]
 			p.argNum++
@@ -257,43 +256,33 @@ func (p *printer) intArg() (int, bool) {
 // pad appends s honoring width and the minus flag (zero padding is done
 // by the numeric formatters).
 func (p *printer) pad(s []byte) {
-	n := utf8.RuneCount(s)
-	if !p.f.hasWidth || n >= p.f.width {
-		p.buf = append(p.buf, s...)
-		return
-	}
-	fill := p.f.width - n
-	if p.f.minus {
-		p.buf = append(p.buf, s...)
-		p.buf = appendRepeat(p.buf, ' ', fill)
-		return
-	}
-	c := byte(' ')
-	if p.f.zero {
-		c = '0'
-	}
-	p.buf = appendRepeat(p.buf, c, fill)
+	after := p.fillBefore(utf8.RuneCount(s))
 	p.buf = append(p.buf, s...)
+	p.buf = appendRepeat(p.buf, ' ', after)
 }
 
 func (p *printer) padString(s string) {
-	n := utf8.RuneCountInString(s)
+	after := p.fillBefore(utf8.RuneCountInString(s))
+	p.buf = append(p.buf, s...)
+	p.buf = appendRepeat(p.buf, ' ', after)
+}
+
+// fillBefore writes the padding that goes before a value n runes long and
+// returns how many spaces go after it (the - flag).
+func (p *printer) fillBefore(n int) (after int) {
 	if !p.f.hasWidth || n >= p.f.width {
-		p.buf = append(p.buf, s...)
-		return
+		return 0
 	}
 	fill := p.f.width - n
 	if p.f.minus {
-		p.buf = append(p.buf, s...)
-		p.buf = appendRepeat(p.buf, ' ', fill)
-		return
+		return fill
 	}
 	c := byte(' ')
 	if p.f.zero {
 		c = '0'
 	}
 	p.buf = appendRepeat(p.buf, c, fill)
-	p.buf = append(p.buf, s...)
+	return 0
 }
 
 func appendRepeat(b []byte, c byte, n int) []byte {
@@ -303,10 +292,15 @@ func appendRepeat(b []byte, c byte, n int) []byte {
 	return b
 }
 
-func (p *printer) badVerb(verb rune, arg any) {
+// openBad writes the start of fmt's bad-verb form, "%!verb(".
+func (p *printer) openBad(verb rune) {
 	p.buf = append(p.buf, "%!"...)
 	p.buf = utf8.AppendRune(p.buf, verb)
 	p.buf = append(p.buf, '(')
+}
+
+func (p *printer) badVerb(verb rune, arg any) {
+	p.openBad(verb)
 	if arg == nil {
 		p.buf = append(p.buf, "<nil>"...)
 	} else {
@@ -392,9 +386,7 @@ func (p *printer) value(arg any, verb rune, depth int) {
 	case []error:
 		p.list(len(x), func(i int) any { return x[i] }, verb, depth)
 	default: // fmt would walk the value with reflect
-		p.buf = append(p.buf, "%!"...)
-		p.buf = utf8.AppendRune(p.buf, verb)
-		p.buf = append(p.buf, '(')
+		p.openBad(verb)
 		p.buf = append(p.buf, TypeName(arg)...)
 		p.buf = append(p.buf, ')')
 	}
@@ -426,9 +418,7 @@ func (p *printer) handled(arg any, verb rune, text func() string) {
 		}()
 		p.str(s, verb, s)
 	default: // fmt prints the fields, which takes reflect: the text, unformatted
-		p.buf = append(p.buf, "%!"...)
-		p.buf = utf8.AppendRune(p.buf, verb)
-		p.buf = append(p.buf, '(')
+		p.openBad(verb)
 		p.buf = append(p.buf, TypeName(arg)...)
 		p.buf = append(p.buf, '=')
 		p.buf = append(p.buf, text()...)
