@@ -17,9 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -252,4 +256,107 @@ func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
 	if got := deletes.Load(); got != 0 {
 		t.Errorf("%d delete notifications reached the handlers from an unverified empty list", got)
 	}
+}
+
+// TestHTTPClientStripsManagedFields builds a cache on HTTPClient, with no
+// transform, against a real API server: its unstructured lists and watch
+// events (JSON) arrive without managedFields and otherwise as the API server
+// holds them; typed ones (protobuf) as they came.
+func TestHTTPClientStripsManagedFields(t *testing.T) {
+	cfg := testenv.Shared(t).Config
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Namespace(t, c)
+	for i := range 3 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"k": `{"managedFields":[]}`}}
+		if err := c.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	httpClient, err := informer.HTTPClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	informers, err := informer.New(informer.Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := cache.New(cfg, cache.Options{HTTPClient: httpClient, DefaultNamespaces: map[string]cache.Config{ns: {}}, NewInformer: informers.NewInformer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+
+	// check compares the cache's copy of cm-1, typed and unstructured, with
+	// the API server's, which has managedFields.
+	check := func(wantValue string) {
+		t.Helper()
+		var live corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-1"}, &live); err != nil {
+			t.Fatal(err)
+		}
+		if len(live.ManagedFields) == 0 {
+			t.Fatal("the live object has no managedFields: the test would prove nothing")
+		}
+		live.ManagedFields = nil
+		var typed corev1.ConfigMap
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+		deadline := time.Now().Add(time.Minute)
+		for { // until the watch has brought wantValue to both informers
+			if err := ca.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-1"}, &typed); err != nil {
+				t.Fatal(err)
+			}
+			if err := ca.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-1"}, u); err != nil {
+				t.Fatal(err)
+			}
+			v, _, _ := unstructured.NestedString(u.Object, "data", "v")
+			if typed.Data["v"] == wantValue && v == wantValue {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cache never saw v=%q (typed %q, unstructured %q)", wantValue, typed.Data["v"], v)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Built-in kinds come typed as protobuf, which passes as it came.
+		typed.ManagedFields, typed.TypeMeta = nil, live.TypeMeta
+		if !equality.Semantic.DeepEqual(&typed, &live) {
+			t.Errorf("typed cache copy differs from the live object:\n%+v\n%+v", typed, live)
+		}
+		live.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
+		want, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, "metadata", "managedFields"); found {
+			t.Error("the unstructured cache copy has managedFields")
+		}
+		if !equality.Semantic.DeepEqual(u.Object, want) {
+			t.Errorf("unstructured cache copy differs from the live object without managedFields:\n%v\n%v", u.Object, want)
+		}
+		if got, _, _ := unstructured.NestedString(u.Object, "data", "k"); got != `{"managedFields":[]}` {
+			t.Errorf("data.k = %q: data that looks like managedFields was cut", got)
+		}
+	}
+	// The initial list, then a watch event.
+	check("")
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-1"}, &cm); err != nil {
+			return err
+		}
+		cm.Data["v"] = "changed"
+		return c.Update(ctx, &cm)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	check("changed")
 }

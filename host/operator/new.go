@@ -121,7 +121,17 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	}
 	// Guests never see managedFields, and nothing of the host reads them
 	// from the cache: strip them, often half of an object's memory.
-	cacheOptions := cache.Options{NewInformer: informers.NewInformer, DefaultTransform: stripManagedFields(cache.TransformStripManagedFields())}
+	// The cache's own HTTP client cuts managedFields out of the JSON before
+	// it is decoded; the transform stays for what comes otherwise.
+	cacheHTTP, err := informer.HTTPClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cacheOptions := cache.Options{
+		HTTPClient:       cacheHTTP,
+		NewInformer:      informers.NewInformer,
+		DefaultTransform: stripManagedFields(cache.TransformStripManagedFields()),
+	}
 	if len(mo.Namespaces) > 0 {
 		cacheOptions.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range mo.Namespaces {
