@@ -568,6 +568,9 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 	}
 	b.say("%s: idle CPU %.4fs in %s; RSS %.1f MiB %s after convergence (peak %.1f MiB); %s reconciles",
 		label, res.cpuIdle.Seconds(), b.idle, mib(res.rss), time.Since(tConv).Round(time.Second), mib(res.hwm), thousands(int(res.reconciles)))
+	if len(procs) == 1 { // where the resident set goes, for both controllers alike
+		b.sayResident(label, procs[0])
+	}
 	if b.idlePhase(kinds) {
 		if err := b.idleModulePhase(ctx, label, variant, dyn, kinds, procs, &res); err != nil {
 			return res, err

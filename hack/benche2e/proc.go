@@ -400,3 +400,21 @@ func tail(file string, n int) string {
 	}
 	return "  " + strings.Join(lines, "\n  ")
 }
+
+// sayResident logs where p's resident set goes: by mapping (/proc smaps)
+// and, of the Go heap, what is live, what is free and still resident, and
+// what was returned (the Go collector's memstats on p's /metrics).
+func (b *bench) sayResident(label string, p *proc) {
+	rw, x, file, err := residentByKind(p.pid())
+	if err != nil {
+		return
+	}
+	m, err := p.scrape("go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes")
+	if err != nil {
+		return
+	}
+	b.say("%s: resident %.1f MiB anonymous writable, %.1f MiB anonymous executable, %.1f MiB file-backed; Go heap in use %.1f MiB, free and not returned %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB",
+		label, mib(rw), mib(x), mib(file), mib(int64(m["go_memstats_heap_inuse_bytes"])),
+		mib(int64(m["go_memstats_heap_idle_bytes"]-m["go_memstats_heap_released_bytes"])),
+		mib(int64(m["go_memstats_stack_inuse_bytes"])), mib(int64(m["go_memstats_sys_bytes"])))
+}

@@ -75,19 +75,22 @@ type reader struct {
 	esc   bool // after a backslash in a string
 	raw   bool // not JSON values: pass the rest through
 
-	out []byte // ready to hand out
-	err error  // the source's error, returned once in and out are drained
+	out  []byte // out[sent:] is ready to hand out; the buffer is reused
+	sent int
+	err  error // the source's error, returned once in and out are drained
 }
 
 func (r *reader) Close() error { return r.src.Close() }
 
 func (r *reader) Read(p []byte) (int, error) {
-	for len(r.out) == 0 {
+	for r.sent == len(r.out) {
+		r.out, r.sent = r.out[:0], 0
 		if r.err != nil {
 			if len(r.in) == 0 {
 				return 0, r.err
 			}
-			r.out, r.in = r.in, nil // an incomplete value: the decoder says what is wrong
+			// An incomplete value: the decoder says what is wrong.
+			r.out, r.in = append(r.out, r.in...), r.in[:0]
 			break
 		}
 		if cap(r.in)-len(r.in) < readSize {
@@ -100,68 +103,90 @@ func (r *reader) Read(p []byte) (int, error) {
 		r.err = err
 		r.frame()
 	}
-	n := copy(p, r.out)
-	r.out = r.out[n:]
+	n := copy(p, r.out[r.sent:])
+	r.sent += n
 	return n, nil
 }
+
+// structural marks the bytes that matter to framing outside a string.
+var structural = [256]bool{'"': true, '{': true, '}': true, '[': true, ']': true}
 
 // frame moves every complete value (and the whitespace before it) from in
 // to out, stripped.
 func (r *reader) frame() {
-	start := 0
-	for i := r.scan; i < len(r.in); i++ {
-		c := r.in[i]
-		if r.raw {
-			break
-		}
-		switch {
-		case r.str:
-			switch {
-			case r.esc:
-				r.esc = false
-			case c == '\\':
-				r.esc = true
-			case c == '"':
-				r.str = false
-			}
+	start, i := 0, r.scan
+	for i < len(r.in) && !r.raw {
+		if r.esc { // the byte after a backslash that ended the last read
+			r.esc = false
+			i++
 			continue
+		}
+		if r.str {
+			j := bytes.IndexByte(r.in[i:], '"')
+			if j < 0 {
+				j = len(r.in) - i
+			}
+			if k := bytes.IndexByte(r.in[i:i+j], '\\'); k >= 0 { // an escape first
+				i += k
+				if i+1 == len(r.in) { // the escaped byte is in the next read
+					r.esc = true
+					i++
+					break
+				}
+				i += 2
+				continue
+			}
+			i += j
+			if i == len(r.in) {
+				break
+			}
+			r.str = false
+			i++
+			continue
+		}
+		if r.depth > 0 {
+			for i < len(r.in) && !structural[r.in[i]] {
+				i++
+			}
+			if i == len(r.in) {
+				break
+			}
+		}
+		switch c := r.in[i]; {
 		case c == '"':
 			r.str = true
 			if r.depth == 0 { // a string at the top: not what an API server sends
 				r.raw = true
 			}
-			continue
 		case c == '{' || c == '[':
 			r.depth++
-			continue
 		case c == '}' || c == ']':
 			if r.depth == 0 {
 				r.raw = true
-				continue
+				break
 			}
 			r.depth--
 			if r.depth == 0 {
-				r.out = append(r.out, Strip(r.in[start:i+1])...)
+				r.out = appendStripped(r.out, r.in[start:i+1])
 				start = i + 1
 			}
-			continue
-		}
-		if r.depth == 0 && !isSpace(c) { // a number or literal at the top
+		case r.depth == 0 && !isSpace(c): // a number or literal at the top
 			r.raw = true
 		}
+		i++
 	}
 	if r.raw {
 		r.out = append(r.out, r.in[start:]...)
 		r.in, r.scan = r.in[:0], 0
 		return
 	}
-	if r.depth == 0 && !r.str { // whitespace after the last value goes out now
+	if r.depth == 0 && !r.str && !r.esc { // whitespace after the last value goes out now
 		r.out = append(r.out, r.in[start:]...)
 		start = len(r.in)
 	}
 	rest := copy(r.in, r.in[start:])
 	r.in = r.in[:rest]
-	r.scan = rest
+	r.scan = i - start
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
@@ -175,13 +200,26 @@ func Strip(v []byte) []byte {
 	if !ok || len(cuts) == 0 {
 		return v
 	}
-	out := make([]byte, 0, len(v))
+	return appendCut(make([]byte, 0, len(v)), v, cuts)
+}
+
+// appendStripped appends Strip(v) to dst.
+func appendStripped(dst, v []byte) []byte {
+	p := parser{b: v}
+	cuts, ok := p.root()
+	if !ok {
+		return append(dst, v...)
+	}
+	return appendCut(dst, v, cuts)
+}
+
+func appendCut(dst, v []byte, cuts []span) []byte {
 	at := 0
 	for _, c := range cuts {
-		out = append(out, v[at:c.from]...)
+		dst = append(dst, v[at:c.from]...)
 		at = c.to
 	}
-	return append(out, v[at:]...)
+	return append(dst, v[at:]...)
 }
 
 // span is a range of bytes to cut.
