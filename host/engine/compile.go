@@ -209,13 +209,20 @@ type workerRequest struct {
 	Wazero string `json:"wazero"`
 	// CacheDir is the compilation cache to write into.
 	CacheDir string `json:"cacheDir"`
-	// Size is how many bytes follow.
+	// Size is how many bytes of the module to compile follow.
 	Size int `json:"size"`
+	// Validate, when not zero, is how many bytes of an input follow the
+	// module: wazero validates them first (as the host's engine would, with
+	// the interpreter) and an invalid input is answered as Invalid.
+	Validate int `json:"validate,omitempty"`
 }
 
 // workerAnswer is a worker's answer.
 type workerAnswer struct {
 	Error string `json:"error,omitempty"`
+	// Invalid: the input to validate is not a module wazero accepts; Error
+	// says why.
+	Invalid bool `json:"invalid,omitempty"`
 }
 
 // ServeCompileWorker reads one compile request from r, compiles the module
@@ -240,14 +247,23 @@ func ServeCompileWorker(r io.Reader, w io.Writer) error {
 	if req.Wazero != v {
 		return fmt.Errorf("this worker runs wazero %s but the host %s: the worker must be the host's own executable", v, req.Wazero)
 	}
-	if req.Size < 0 || req.Size > 1<<30 {
-		return fmt.Errorf("request of %d bytes", req.Size)
+	if req.Size < 0 || req.Size > 1<<30 || req.Validate < 0 || req.Validate > 1<<30 {
+		return fmt.Errorf("request of %d and %d bytes", req.Size, req.Validate)
 	}
 	wasm := make([]byte, req.Size)
 	if _, err := io.ReadFull(br, wasm); err != nil {
 		return fmt.Errorf("reading the module: %w", err)
 	}
 	ctx := context.Background()
+	if req.Validate > 0 {
+		input := make([]byte, req.Validate)
+		if _, err := io.ReadFull(br, input); err != nil {
+			return fmt.Errorf("reading the input to validate: %w", err)
+		}
+		if err := validate(ctx, input); err != nil {
+			return json.NewEncoder(w).Encode(workerAnswer{Error: err.Error(), Invalid: true})
+		}
+	}
 	cache, err := wazero.NewCompilationCacheWithDir(req.CacheDir)
 	if err != nil {
 		return fmt.Errorf("compilation cache %q: %w", req.CacheDir, err)
@@ -368,14 +384,14 @@ func (e *workerFailedError) Unwrap() error { return e.err }
 // compilation cache. It returns nil once the cache holds the code, a
 // *CompileLimitError for a compile over a limit, a compile error of
 // wazero's (the bytes do not compile), or a *workerFailedError.
-func (e *Engine) compileInWorker(ctx context.Context, metered []byte) error {
+func (e *Engine) compileInWorker(ctx context.Context, metered, unvalidated []byte) error {
 	w := e.compile.Worker
 	sum := sha256.Sum256(metered)
 	key := hex.EncodeToString(sum[:])
 	e.mu.Lock()
 	done := e.workerCompiled[key]
 	e.mu.Unlock()
-	if done {
+	if done && unvalidated == nil {
 		return nil // compiled by a worker before: the cache holds it
 	}
 	select {
@@ -424,12 +440,13 @@ func (e *Engine) compileInWorker(ctx context.Context, metered []byte) error {
 		_ = cmd.Wait()
 		return &workerFailedError{err: fmt.Errorf("limiting the worker: %w", err)}
 	}
-	header, _ := json.Marshal(workerRequest{Wazero: version, CacheDir: e.cacheDir, Size: len(metered)})
+	header, _ := json.Marshal(workerRequest{Wazero: version, CacheDir: e.cacheDir, Size: len(metered), Validate: len(unvalidated)})
 	go func() {
 		// A worker that dies early closes the pipe: the write fails, and
 		// Wait says why.
 		_, _ = stdin.Write(append(header, '\n'))
 		_, _ = stdin.Write(metered)
+		_, _ = stdin.Write(unvalidated)
 		_ = stdin.Close()
 	}()
 	waitErr := cmd.Wait()
@@ -446,6 +463,9 @@ func (e *Engine) compileInWorker(ctx context.Context, metered []byte) error {
 	var answer workerAnswer
 	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &answer); err != nil {
 		return &workerFailedError{err: fmt.Errorf("unreadable answer %q: %w", truncateString(stdout.String(), 200), err)}
+	}
+	if answer.Invalid {
+		return &validationError{err: errors.New(answer.Error)}
 	}
 	if answer.Error != "" {
 		if strings.Contains(answer.Error, "file too large") {

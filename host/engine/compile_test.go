@@ -1,8 +1,9 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
-
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -208,4 +209,83 @@ func rssBytes(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return resident * int64(os.Getpagesize())
+}
+
+// TestInputValidatedWhereItCompiles: bytes the instrumenter passes but
+// wazero refuses (wr_alloc returns an i64 where its type says i32) fail the
+// load as invalid whether validation runs in this process or, with a
+// compile worker, in the worker; with a worker, no rewrite of them is
+// written to the cache, and valid bytes then load and serve.
+func TestInputValidatedWhereItCompiles(t *testing.T) {
+	t.Parallel()
+	valid := testwasm.CompileBomb(1, 1, bombManifest)
+	alloc := []byte{0x00, 0x41, 0x80, 0xc0, 0x00, 0x0b} // i32.const 8192; end
+	i := bytes.Index(valid, alloc)
+	if i < 0 || bytes.Count(valid, alloc) != 1 {
+		t.Fatal("wr_alloc's body not found once in the module")
+	}
+	invalid := bytes.Clone(valid)
+	invalid[i+1] = 0x42 // i64.const
+	for _, worker := range []bool{false, true} {
+		t.Run(fmt.Sprintf("worker=%v", worker), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			opts := engine.Options{CompilationCacheDir: dir}
+			if worker {
+				opts.Compile.Worker = testworker.With(t, engine.CompileWorker{})
+			}
+			e, err := engine.New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(context.Background())
+			_, err = e.Load(context.Background(), "invalid.wasm", invalid, engine.Limits{})
+			if !engine.IsInvalidModule(err) || !strings.Contains(err.Error(), "not a valid WebAssembly module") {
+				t.Fatalf("want an invalid module, got %v", err)
+			}
+			if rewrites, _ := filepath.Glob(filepath.Join(dir, "wasmreconcile-rewrites", "*")); len(rewrites) != 0 {
+				t.Errorf("the rewrite of refused bytes was kept: %v", rewrites)
+			}
+			m, err := e.Load(context.Background(), "valid.wasm", valid, engine.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			if _, err := m.Reconcile(context.Background(), "reconcile", request(t, map[string]any{})); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestCompileWorkerValidatesTheInput speaks the worker's protocol: with an
+// input to validate that wazero refuses, the worker answers it invalid even
+// though the module to compile is valid; with a valid input it compiles.
+// (An input the instrumenter would turn into a valid rewrite is what this
+// check exists for; the rewrite of the load test above stays invalid.)
+func TestCompileWorkerValidatesTheInput(t *testing.T) {
+	t.Parallel()
+	valid := testwasm.CompileBomb(1, 1, bombManifest)
+	invalid := append(bytes.Clone(valid), 0xff) // a section id that does not exist
+	for _, c := range []struct {
+		input       []byte
+		wantInvalid bool
+	}{{invalid, true}, {valid, false}} {
+		header, _ := json.Marshal(map[string]any{"wazero": engine.WazeroVersion(), "cacheDir": t.TempDir(), "size": len(valid), "validate": len(c.input)})
+		req := append(append(append(header, '\n'), valid...), c.input...)
+		var out bytes.Buffer
+		if err := engine.ServeCompileWorker(bytes.NewReader(req), &out); err != nil {
+			t.Fatal(err)
+		}
+		var answer struct {
+			Error   string `json:"error"`
+			Invalid bool   `json:"invalid"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &answer); err != nil {
+			t.Fatalf("answer %q: %v", out.String(), err)
+		}
+		if answer.Invalid != c.wantInvalid || (answer.Error != "") != c.wantInvalid {
+			t.Errorf("input valid=%v: answer %+v", !c.wantInvalid, answer)
+		}
+	}
 }

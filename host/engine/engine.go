@@ -255,11 +255,18 @@ func (e *Engine) instrumentOptions(l Limits) instrument.Options {
 // back; without one they are instrumented again (about 0.1-0.3 s for the
 // 3 MB widget guest), and only the digest of bytes that passed wazero's
 // validation is remembered, so that they skip it (another 0.2-0.4 s).
-func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) ([]byte, error) {
+//
+// wazero validates the input once per digest. With a compile worker the
+// worker does it (compileCode), beside the compile, and instrument returns
+// the input as unvalidated: decoding untrusted bytes for validation took
+// the operator's heap 50 MB up for a 2 MB Go guest (the interpreter's
+// lowering), which the worker's limits bound and whose exit returns.
+// Until validated, a rewrite is not written to the rewrite cache.
+func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l Limits) (metered, unvalidated []byte, err error) {
 	opts := e.instrumentOptions(l)
 	cached := e.rewrites.path(digest, opts)
 	if out, ok := e.rewrites.get(cached); ok {
-		return out, nil // instrumented and validated when it was written
+		return out, nil, nil // instrumented and validated when it was written
 	}
 	// The instrumenter runs first: it refuses malformed bytes in
 	// microseconds, some of which take wazero's decoder seconds and
@@ -269,19 +276,31 @@ func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l L
 	// one.
 	out, err := opts.Instrument(wasm)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err // a stopping host does not validate what it will not run
+		return nil, nil, err // a stopping host does not validate what it will not run
 	}
 	e.mu.Lock()
 	valid := e.validated[digest]
 	e.mu.Unlock()
 	if !valid {
-		if err := validate(ctx, wasm); err != nil {
-			return nil, err
+		if e.compile.Worker != nil {
+			return out, wasm, nil
 		}
-		e.mu.Lock()
+		if err := validate(ctx, wasm); err != nil {
+			return nil, nil, err
+		}
+	}
+	e.validatedRewrite(digest, l, out)
+	return out, nil, nil
+}
+
+// validatedRewrite remembers that the input with digest passed wazero's
+// validation and keeps its rewrite under l in the rewrite cache.
+func (e *Engine) validatedRewrite(digest string, l Limits, metered []byte) {
+	e.mu.Lock()
+	if !e.validated[digest] {
 		if len(e.validated) >= maxValidated {
 			for k := range e.validated { // forget one arbitrary entry
 				delete(e.validated, k)
@@ -289,10 +308,9 @@ func (e *Engine) instrument(ctx context.Context, digest string, wasm []byte, l L
 			}
 		}
 		e.validated[digest] = true
-		e.mu.Unlock()
 	}
-	e.rewrites.put(cached, out)
-	return out, nil
+	e.mu.Unlock()
+	e.rewrites.put(e.rewrites.path(digest, e.instrumentOptions(l)), metered)
 }
 
 // coreFeatures are the WebAssembly features guests may use: 2.0 and tail
@@ -468,8 +486,9 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
 	}
 
+	var unvalidated []byte
 	if metered == nil {
-		metered, err = e.instrument(ctx, m.digest, wasm, l)
+		metered, unvalidated, err = e.instrument(ctx, m.digest, wasm, l)
 	}
 	if err != nil && ctx.Err() != nil {
 		return nil, nil, fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
@@ -499,7 +518,7 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 		return nil, nil, invalid("not a valid WebAssembly module", err)
 	}
 
-	c, err := e.compileCode(ctx, source, m.digest, metered, l)
+	c, err := e.compileCode(ctx, source, m.digest, metered, unvalidated, l)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -549,19 +568,29 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 
 // compileCode compiles metered, the rewrite of the input with digest under
 // l, into a runtime of its own with the host modules, and checks its shape
-// and imports: the code a Module's instances run. Loading a module back
-// after it was unloaded calls it too (unload.go).
-func (e *Engine) compileCode(ctx context.Context, source, digest string, metered []byte, l Limits) (*code, error) {
+// and imports: the code a Module's instances run. unvalidated is the input
+// when wazero has yet to validate it (instrument): the compile worker does,
+// first. Loading a module back after it was unloaded calls it too
+// (unload.go).
+func (e *Engine) compileCode(ctx context.Context, source, digest string, metered, unvalidated []byte, l Limits) (*code, error) {
 	invalid := func(reason string, err error) error {
 		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
+	}
+	if unvalidated != nil && e.compile.Worker == nil { // instrument leaves it only for a worker
+		if err := validate(ctx, unvalidated); err != nil {
+			return nil, invalid("not a valid WebAssembly module", err)
+		}
+		e.validatedRewrite(digest, l, metered)
+		unvalidated = nil
 	}
 	cache, release, err := e.cacheFor(codeKey(digest, l))
 	if err != nil {
 		return nil, fmt.Errorf("module[%s]: %w", source, err)
 	}
 	if e.compile.Worker != nil {
-		// The worker compiles into the cache; the compile below reads it.
-		if err := e.compileInWorker(ctx, metered); err != nil {
+		// The worker validates the input, if asked, and compiles into the
+		// cache; the compile below reads it.
+		if err := e.compileInWorker(ctx, metered, unvalidated); err != nil {
 			release(ctx)
 			var limitErr *CompileLimitError
 			var failed *workerFailedError
@@ -575,6 +604,9 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 				return nil, fmt.Errorf("module[%s]: %w; check the compile worker (--compile-in-process runs compiles in the operator instead)", source, err)
 			}
 			return nil, invalid("not a valid WebAssembly module", err)
+		}
+		if unvalidated != nil {
+			e.validatedRewrite(digest, l, metered)
 		}
 	}
 	// No WithCloseOnContextDone: the fuel meter stops calls at their

@@ -251,14 +251,15 @@ func (e *Engine) unloadable(m *Module, wasm []byte) {
 // compilation cache.
 func (e *Engine) reloadCode(ctx context.Context, name, digest string, limits Limits) (*code, error) {
 	metered, ok := e.rewrites.get(e.rewrites.path(digest, e.instrumentOptions(limits)))
+	var unvalidated []byte
 	if !ok {
 		wasm, err := e.originals.get(digest)
 		if err != nil {
 			return nil, fmt.Errorf("its metered rewrite and its bytes are gone: %w", err)
 		}
-		if metered, err = e.instrument(ctx, digest, wasm, limits); err != nil {
+		if metered, unvalidated, err = e.instrument(ctx, digest, wasm, limits); err != nil {
 			return nil, err
 		}
 	}
-	return e.compileCode(ctx, name, digest, metered, limits)
+	return e.compileCode(ctx, name, digest, metered, unvalidated, limits)
 }
