@@ -569,19 +569,12 @@ func (e *Engine) load(ctx context.Context, source string, wasm, metered []byte, 
 // compileCode compiles metered, the rewrite of the input with digest under
 // l, into a runtime of its own with the host modules, and checks its shape
 // and imports: the code a Module's instances run. unvalidated is the input
-// when wazero has yet to validate it (instrument): the compile worker does,
-// first. Loading a module back after it was unloaded calls it too
+// when wazero has yet to validate it, which instrument leaves only to a
+// compile worker: the worker validates it first. Loading a module back after it was unloaded calls it too
 // (unload.go).
 func (e *Engine) compileCode(ctx context.Context, source, digest string, metered, unvalidated []byte, l Limits) (*code, error) {
 	invalid := func(reason string, err error) error {
 		return &InvalidModuleError{Module: source, Reason: reason, Err: err}
-	}
-	if unvalidated != nil && e.compile.Worker == nil { // instrument leaves it only for a worker
-		if err := validate(ctx, unvalidated); err != nil {
-			return nil, invalid("not a valid WebAssembly module", err)
-		}
-		e.validatedRewrite(digest, l, metered)
-		unvalidated = nil
 	}
 	cache, release, err := e.cacheFor(codeKey(digest, l))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -34,6 +35,16 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.MainOptions{})) }
 
+// clientIn returns a client of cfg and a namespace of the test's own.
+func clientIn(t *testing.T, cfg *rest.Config) (client.Client, string) {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, testenv.Namespace(t, c)
+}
+
 // TestPaginatedListAndEvents creates 1,201 ConfigMaps (or
 // $WASMRECONCILE_PAGING_OBJECTS; `make test-faults` uses 10,000) in a real
 // API server, starts a cache whose informers come from this package with
@@ -44,13 +55,10 @@ func TestPaginatedListAndEvents(t *testing.T) {
 	cfg := testenv.Shared(t).Config
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := testenv.Namespace(t, c)
+	c, ns := clientIn(t, cfg)
 	n := 1201
 	if v := os.Getenv("WASMRECONCILE_PAGING_OBJECTS"); v != "" {
+		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 1 {
 			t.Fatalf("WASMRECONCILE_PAGING_OBJECTS=%q: want a positive number", v)
 		}
@@ -177,11 +185,7 @@ func TestSpuriousEmptyListAgainstAPIServer(t *testing.T) {
 	defer proxy.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := testenv.Namespace(t, c)
+	c, ns := clientIn(t, cfg)
 	const n = 3
 	for i := 0; i < n; i++ {
 		if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}}); err != nil {
@@ -266,11 +270,7 @@ func TestHTTPClientStripsManagedFields(t *testing.T) {
 	cfg := testenv.Shared(t).Config
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := testenv.Namespace(t, c)
+	c, ns := clientIn(t, cfg)
 	for i := range 3 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"k": `{"managedFields":[]}`}}
 		if err := c.Create(ctx, cm); err != nil {

@@ -240,7 +240,7 @@ func (p *parser) root() (cuts []span, ok bool) {
 	}
 	var own, items, object []span
 	var isList, hasType, isResource bool
-	end, ok := p.object(i, func(key []byte, at int) (int, bool) {
+	end, ok := p.object(i, func(_ int, key []byte, at int) (int, bool) {
 		switch {
 		case is(key, "metadata"):
 			return p.metadata(at, &own)
@@ -288,19 +288,27 @@ func (p *parser) items(i int, cuts *[]span) (int, bool) {
 		if !ok {
 			return 0, false
 		}
-		i = p.ws(end)
-		if i >= len(p.b) {
-			return 0, false
-		}
-		switch p.b[i] {
-		case ',':
-			i = p.ws(i + 1)
-		case ']':
-			return i + 1, true
-		default:
-			return 0, false
+		if i, ok = p.next(end, ']'); !ok || p.b[i-1] == ']' {
+			return i, ok
 		}
 	}
+}
+
+// next reads what follows an element that ends at end: a comma, after
+// which it returns the index of the next element, or close, after which
+// it returns the index past it (p.b[i-1] == close tells them apart).
+func (p *parser) next(end int, close byte) (i int, ok bool) {
+	i = p.ws(end)
+	if i >= len(p.b) {
+		return 0, false
+	}
+	switch p.b[i] {
+	case ',':
+		return p.ws(i + 1), true
+	case close:
+		return i + 1, true
+	}
+	return 0, false
 }
 
 // inner walks an object (an item or a watch event's object) whose
@@ -309,7 +317,7 @@ func (p *parser) inner(i int, cuts *[]span) (int, bool) {
 	if i >= len(p.b) || p.b[i] != '{' {
 		return p.value(i)
 	}
-	return p.object(i, func(key []byte, at int) (int, bool) {
+	return p.object(i, func(_ int, key []byte, at int) (int, bool) {
 		if is(key, "metadata") {
 			return p.metadata(at, cuts)
 		}
@@ -325,7 +333,7 @@ func (p *parser) metadata(i int, cuts *[]span) (int, bool) {
 	}
 	prevEnd := -1 // the end of the previous member's value
 	var pending *span
-	end, ok := p.members(i, func(keyStart int, key []byte, at int) (int, bool) {
+	end, ok := p.object(i, func(keyStart int, key []byte, at int) (int, bool) {
 		e, ok := p.value(at)
 		if !ok {
 			return 0, false
@@ -353,13 +361,10 @@ func (p *parser) metadata(i int, cuts *[]span) (int, bool) {
 	return end, ok
 }
 
-// object walks an object, calling member with each key and the index of its
-// value; member returns the index after the value.
-func (p *parser) object(i int, member func(key []byte, at int) (int, bool)) (int, bool) {
-	return p.members(i, func(_ int, key []byte, at int) (int, bool) { return member(key, at) })
-}
-
-func (p *parser) members(i int, member func(keyStart int, key []byte, at int) (int, bool)) (int, bool) {
+// object walks an object, calling member with the index of each key's
+// opening quote, the key and the index of its value; member returns the
+// index after the value.
+func (p *parser) object(i int, member func(keyStart int, key []byte, at int) (int, bool)) (int, bool) {
 	i = p.ws(i + 1) // past '{'
 	if i < len(p.b) && p.b[i] == '}' {
 		return i + 1, true
@@ -381,17 +386,8 @@ func (p *parser) members(i int, member func(keyStart int, key []byte, at int) (i
 		if !ok {
 			return 0, false
 		}
-		i = p.ws(end)
-		if i >= len(p.b) {
-			return 0, false
-		}
-		switch p.b[i] {
-		case ',':
-			i = p.ws(i + 1)
-		case '}':
-			return i + 1, true
-		default:
-			return 0, false
+		if i, ok = p.next(end, '}'); !ok || p.b[i-1] == '}' {
+			return i, ok
 		}
 	}
 }
