@@ -25,6 +25,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 )
 
 // ManagerOptions are the binary's manager settings: see New.
@@ -122,7 +123,9 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	// Guests never see managedFields, and nothing of the host reads them
 	// from the cache: strip them, often half of an object's memory.
 	// The cache's own HTTP client cuts managedFields out of the JSON before
-	// it is decoded; the transform stays for what comes otherwise.
+	// it is decoded; the transform stays for what comes otherwise. The
+	// cache keeps unstructured objects packed: JSON beside typed metadata,
+	// a third of the maps' memory (package packed).
 	cacheHTTP, err := informer.HTTPClient(cfg)
 	if err != nil {
 		return nil, err
@@ -130,7 +133,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	cacheOptions := cache.Options{
 		HTTPClient:       cacheHTTP,
 		NewInformer:      informers.NewInformer,
-		DefaultTransform: stripManagedFields(cache.TransformStripManagedFields()),
+		DefaultTransform: packed.Transform(stripManagedFields(cache.TransformStripManagedFields())),
 	}
 	if len(mo.Namespaces) > 0 {
 		cacheOptions.DefaultNamespaces = map[string]cache.Config{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
@@ -35,7 +36,7 @@ func benchController(b *testing.B, cfg *rest.Config, module *engine.Module, pol 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},
-		Cache:      cache.Options{DefaultNamespaces: caches, DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:      cache.Options{DefaultNamespaces: caches, DefaultTransform: packed.Transform(cache.TransformStripManagedFields())},
 		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 	})
 	if err != nil {

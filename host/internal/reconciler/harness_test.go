@@ -25,6 +25,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
@@ -125,8 +126,9 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},
-		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}},
-		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}}, // as the operator does
+		// Packed objects and unstructured reads, as the operator has them.
+		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}, DefaultTransform: packed.Transform(nil)},
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 	})
 	if err != nil {
 		t.Fatal(err)

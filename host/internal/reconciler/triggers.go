@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 )
 
 // TriggerIndexPrefix prefixes a trigger's field path to name the cache
@@ -78,11 +79,11 @@ func (t *trigger) index(ctx context.Context) error {
 	obj.SetGroupVersionKind(t.r.gvk)
 	path := strings.Split(t.t.Field, ".")
 	err := t.cache.IndexField(ctx, obj, TriggerIndexPrefix+t.t.Field, func(o client.Object) []string {
-		u, ok := o.(*unstructured.Unstructured)
+		content, ok := packed.Content(o)
 		if !ok {
 			return nil
 		}
-		return fieldNames(u.Object, path)
+		return fieldNames(content, path)
 	})
 	if err != nil && !strings.Contains(err.Error(), "indexer conflict") {
 		return fmt.Errorf("indexing %s by %s for a trigger: %w", t.r.gvk.Kind, t.t.Field, err)

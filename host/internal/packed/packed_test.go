@@ -1,0 +1,270 @@
+package packed_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
+)
+
+// widget is a Widget as the API server serves it, managedFields included.
+const widget = `{"apiVersion":"example.wasmreconcile.io/v1","kind":"Widget","metadata":{"creationTimestamp":"2026-12-03T18:40:00Z","deletionTimestamp":"2026-12-03T18:41:00Z","deletionGracePeriodSeconds":0,"generation":4,"name":"w-1","generateName":"w-","namespace":"bench","resourceVersion":"123456","uid":"0b6a3c1e-4d5f-4a8b-9c7d-1e2f3a4b5c6d","labels":{"team":"a"},"annotations":{"note":"ünï \"q\""},"finalizers":["wasmreconcile.io/widget"],"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"cm","uid":"u-1","controller":true}],"managedFields":[{"manager":"kubectl","operation":"Update","fieldsV1":{"f:spec":{}}}]},"spec":{"color":"blue","size":5,"ratio":0.25,"big":12345678901234567890,"none":null,"list":[1,"two",{"three":3.5},[]],"empty":{}},"status":{"conditions":[{"lastTransitionTime":"2026-12-03T18:40:01Z","message":"5 x blue","observedGeneration":4,"reason":"Reconciled","status":"True","type":"Ready"}],"observedGeneration":4,"summary":"5 x blue"}}`
+
+// decode decodes JSON as client-go decodes an unstructured object.
+func decode(t testing.TB, data []byte) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestPackKeepsTheObject: a packed object's typed metadata is its
+// metadata, and it unpacks to the object it was packed from without
+// managedFields: integers stay int64, other numbers float64.
+func TestPackKeepsTheObject(t *testing.T) {
+	u := decode(t, []byte(widget))
+	want := decode(t, []byte(widget))
+	unstructured.RemoveNestedField(want.Object, "metadata", "managedFields")
+	p, err := packed.Pack(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta metav1.ObjectMeta
+	md, _ := json.Marshal(want.Object["metadata"])
+	if err := json.Unmarshal(md, &meta); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(p.ObjectMeta, meta) {
+		t.Errorf("packed metadata:\n%+v\nwant\n%+v", p.ObjectMeta, meta)
+	}
+	if p.GroupVersionKind() != want.GroupVersionKind() {
+		t.Errorf("packed kind %v, want %v", p.GroupVersionKind(), want.GroupVersionKind())
+	}
+	got, err := p.Unpack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Object, want.Object) {
+		t.Errorf("unpacked:\n%#v\nwant\n%#v", got.Object, want.Object)
+	}
+	if _, isInt := got.Object["spec"].(map[string]any)["size"].(int64); !isInt {
+		t.Errorf("spec.size unpacked as %T", got.Object["spec"].(map[string]any)["size"])
+	}
+}
+
+// TestDeepCopyObjectIsAFreshUnstructuredObject: the cache's reader copies
+// with DeepCopyObject; each copy is a decoded object of its own, and a
+// change to one reaches neither the packed object nor the next copy.
+func TestDeepCopyObjectIsAFreshUnstructuredObject(t *testing.T) {
+	p, err := packed.Pack(decode(t, []byte(widget)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, ok := p.DeepCopyObject().(*unstructured.Unstructured)
+	if !ok {
+		t.Fatalf("DeepCopyObject returned %T", p.DeepCopyObject())
+	}
+	first.SetLabels(map[string]string{"changed": "yes"})
+	unstructured.SetNestedField(first.Object, "red", "spec", "color")
+	second := p.DeepCopyObject().(*unstructured.Unstructured)
+	if second.GetLabels()["team"] != "a" || p.Labels["team"] != "a" {
+		t.Errorf("a copy's change reached the packed object: %v, %v", second.GetLabels(), p.Labels)
+	}
+	if c, _, _ := unstructured.NestedString(second.Object, "spec", "color"); c != "blue" {
+		t.Errorf("spec.color of a later copy: %q", c)
+	}
+}
+
+// TestContent: an unstructured object's own map, a packed object's
+// decoded content, nothing for a typed object.
+func TestContent(t *testing.T) {
+	u := decode(t, []byte(widget))
+	if c, ok := packed.Content(u); !ok || reflect.ValueOf(c).Pointer() != reflect.ValueOf(u.Object).Pointer() {
+		t.Errorf("unstructured: %v, not its own map", ok)
+	}
+	p, err := packed.Pack(decode(t, []byte(widget)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := packed.Content(p); !ok || c["spec"].(map[string]any)["color"] != "blue" {
+		t.Errorf("packed: %v, %v", ok, c)
+	}
+	if _, ok := packed.Content(&corev1.ConfigMap{}); ok {
+		t.Error("a typed object has content")
+	}
+}
+
+// TestTransform packs unstructured objects only, hands the others to next,
+// and packs nothing while client-go's cache mutation detector is on.
+func TestTransform(t *testing.T) {
+	var passed []any
+	next := func(in any) (any, error) { passed = append(passed, in); return in, nil }
+	tr := packed.Transform(next)
+	out, err := tr(decode(t, []byte(widget)))
+	if _, ok := out.(*packed.Object); !ok || err != nil {
+		t.Errorf("unstructured became %T, %v", out, err)
+	}
+	cm := &corev1.ConfigMap{}
+	if out, err := tr(cm); out != cm || err != nil || len(passed) != 1 || passed[0] != cm {
+		t.Errorf("typed: %T %v, passed %v", out, err, passed)
+	}
+	if out, err := packed.Transform(nil)(cm); out != cm || err != nil {
+		t.Errorf("typed, no next: %T %v", out, err)
+	}
+
+	t.Setenv("KUBE_CACHE_MUTATION_DETECTOR", "true")
+	u := decode(t, []byte(widget))
+	if out, _ := packed.Transform(next)(u); out != u {
+		t.Errorf("packed under the mutation detector: %T", out)
+	}
+	if out, _ := packed.Transform(nil)(u); out != u {
+		t.Errorf("packed under the mutation detector, no next: %T", out)
+	}
+}
+
+// FuzzRoundTrip: any JSON object client-go decodes unpacks, once packed,
+// to the same map.
+func FuzzRoundTrip(f *testing.F) {
+	f.Add([]byte(widget))
+	f.Add([]byte(`{"kind":"X","apiVersion":"v1","metadata":{"name":"a"},"n":1.0,"m":-0,"e":1e400}`))
+	f.Add([]byte(`{"kind":"X","apiVersion":"v1","s":"\u0000\ud800 <&>","f":1.5e-300,"i":-9223372036854775808}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m map[string]any
+		if err := utiljson.Unmarshal(data, &m); err != nil || m == nil {
+			return
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if md, ok := m["metadata"].(map[string]any); ok {
+			delete(md, "managedFields")
+		}
+		if _, err := json.Marshal(m); err != nil {
+			return // not encodable (NaN cannot come from JSON; kept for safety)
+		}
+		want := runtimeDeepCopy(m)
+		p, err := packed.Pack(u)
+		if err != nil {
+			t.Fatalf("pack: %v", err)
+		}
+		got, err := p.Unpack()
+		if err != nil {
+			t.Fatalf("unpack: %v", err)
+		}
+		if !reflect.DeepEqual(normalize(got.Object), normalize(want)) {
+			t.Fatalf("round trip of %s:\n%#v\nwant\n%#v", data, got.Object, want)
+		}
+	})
+}
+
+// runtimeDeepCopy copies a JSON map by re-decoding its encoding, which is
+// what the fuzz target is about to check, so it copies by hand instead.
+func runtimeDeepCopy(v map[string]any) map[string]any {
+	return copyValue(v).(map[string]any)
+}
+
+func copyValue(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = copyValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = copyValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// normalize maps a float64 that is a whole number within int64 to int64:
+// JSON writes 1.0 as 1, which decodes as an integer. The API server's own
+// encoding does the same, so a watch never carries 1.0 for a custom
+// resource.
+func normalize(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = normalize(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = normalize(e)
+		}
+	case float64:
+		if v == float64(int64(v)) && v >= -1<<63 && v < 1<<63 {
+			return int64(v)
+		}
+	}
+	return v
+}
+
+// BenchmarkMemory reports the heap an object costs in the cache: as an
+// unstructured map, and packed.
+func BenchmarkMemory(b *testing.B) {
+	const n = 10000
+	heap := func() uint64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	keep := make([]any, n)
+	for b.Loop() {
+		clear(keep)
+		before := heap()
+		for i := range keep {
+			keep[i] = decode(b, []byte(widget))
+		}
+		b.ReportMetric(float64(heap()-before)/n, "unstructured-B/object")
+		clear(keep)
+		before = heap()
+		for i := range keep {
+			p, err := packed.Pack(decode(b, []byte(widget)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			keep[i] = p
+		}
+		b.ReportMetric(float64(heap()-before)/n, "packed-B/object")
+	}
+	runtime.KeepAlive(keep)
+}
+
+// BenchmarkRead compares a read from the cache: an unstructured object's
+// DeepCopy against a packed object's decode.
+func BenchmarkRead(b *testing.B) {
+	u := decode(b, []byte(widget))
+	p, err := packed.Pack(decode(b, []byte(widget)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("unstructured", func(b *testing.B) {
+		for b.Loop() {
+			u.DeepCopyObject()
+		}
+	})
+	b.Run("packed", func(b *testing.B) {
+		for b.Loop() {
+			p.DeepCopyObject()
+		}
+	})
+	b.Run("pack", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := packed.Pack(u); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
