@@ -20,16 +20,19 @@
 package packed
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // Object is one cached object: its type and metadata typed, and the whole
@@ -50,28 +53,41 @@ type Object struct {
 var _ client.Object = &Object{}
 
 // Pack returns u as an Object. u's metadata.managedFields are dropped, as
-// the cache drops them. The JSON is encoded from u: numbers stay integers
-// or floats as they were decoded.
+// the cache drops them. The JSON is encoded from u as encoding/json would
+// (protocol.AppendJSON): numbers stay integers or floats as they were
+// decoded.
 func Pack(u *unstructured.Unstructured) (*Object, error) {
 	if md, ok := u.Object["metadata"].(map[string]any); ok {
 		delete(md, "managedFields")
 	}
-	raw, err := json.Marshal(u.Object)
+	buf := buffers.Get().(*[]byte)
+	raw, err := protocol.AppendJSON((*buf)[:0], u.Object)
+	defer func() {
+		if cap(raw) <= maxPooled {
+			*buf = raw[:0]
+			buffers.Put(buf)
+		}
+	}()
 	if err != nil {
 		return nil, fmt.Errorf("packing %s %s for the cache: %w", u.GetKind(), client.ObjectKeyFromObject(u), err)
 	}
-	o := &Object{raw: raw}
+	o := &Object{raw: bytes.Clone(raw)}
 	o.APIVersion, o.Kind = u.GetAPIVersion(), u.GetKind()
 	o.Name, o.GenerateName, o.Namespace = u.GetName(), u.GetGenerateName(), u.GetNamespace()
 	o.UID, o.ResourceVersion, o.Generation = u.GetUID(), u.GetResourceVersion(), u.GetGeneration()
 	o.CreationTimestamp, o.DeletionTimestamp = u.GetCreationTimestamp(), u.GetDeletionTimestamp()
-	if s := u.GetDeletionGracePeriodSeconds(); s != nil {
-		o.DeletionGracePeriodSeconds = s
-	}
+	o.DeletionGracePeriodSeconds = u.GetDeletionGracePeriodSeconds()
 	o.Labels, o.Annotations = u.GetLabels(), u.GetAnnotations()
 	o.OwnerReferences, o.Finalizers = u.GetOwnerReferences(), u.GetFinalizers()
 	return o, nil
 }
+
+// buffers hold encodings while they grow: the cache keeps an exact copy.
+// A buffer grown past maxPooled by a large object is left to the garbage
+// collector.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxPooled = 64 << 10
 
 // Unpack decodes the object: a new map each call, which the caller owns.
 func (o *Object) Unpack() (*unstructured.Unstructured, error) {
