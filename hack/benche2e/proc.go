@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,6 +34,10 @@ type proc struct {
 	logFile   *os.File
 	stopped   bool
 	startedAt time.Time
+
+	bin         string
+	args        func(metrics, probe string) []string
+	portRetries int
 }
 
 // startProc starts bin with args, which must include the metrics and probe
@@ -40,32 +45,55 @@ type proc struct {
 // process gets SIGKILL if the driver dies (Pdeathsig) and a process group of
 // its own, so that a Ctrl-C reaches the driver only, which stops it.
 func startProc(name, bin string, args func(metrics, probe string) []string, logPath string) (*proc, error) {
-	metrics, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
-	probe, err := freeAddr()
-	if err != nil {
-		return nil, err
-	}
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, log: logPath, metrics: metrics, probe: probe, done: make(chan struct{}), logFile: f}
-	p.cmd = exec.Command(bin, args(metrics, probe)...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p := &proc{name: name, log: logPath, bin: bin, args: args, logFile: f}
+	if err := p.start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// start starts the process on two new free addresses.
+func (p *proc) start() error {
+	var err error
+	if p.metrics, err = freeAddr(); err != nil {
+		return err
+	}
+	if p.probe, err = freeAddr(); err != nil {
+		return err
+	}
+	p.done = make(chan struct{})
+	p.cmd = exec.Command(p.bin, p.args(p.metrics, p.probe)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logFile, p.logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
 	p.startedAt = time.Now()
+	done := p.done
+	cmd := p.cmd
 	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
+		p.waitErr = cmd.Wait()
+		close(done)
 	}()
-	return p, nil
+	return nil
+}
+
+// restartIfPortTaken starts the process again, on other addresses, if it
+// exited because one of its ports was taken between freeAddr and its bind
+// (an outgoing connection may get the same ephemeral port); at most three
+// times. It reports whether it did.
+func (p *proc) restartIfPortTaken() bool {
+	if p.portRetries >= 3 || !strings.Contains(tail(p.log, 5), "address already in use") {
+		return false
+	}
+	p.portRetries++
+	fmt.Fprintf(p.logFile, "benche2e: a port was taken; starting %s again on other ports\n", p.name)
+	return p.start() == nil
 }
 
 // pid is the process's id.
@@ -106,6 +134,9 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
 		if err := p.exited(); err != nil {
+			if p.restartIfPortTaken() {
+				continue
+			}
 			return err
 		}
 		resp, err := client.Get("http://" + p.probe + "/readyz")
@@ -378,15 +409,24 @@ func pidsWithArgPrefix(prefix string) []int {
 	})
 }
 
-// freeAddr returns a loopback address with a free port.
+// freeAddr returns a loopback address with a free port, never one it
+// returned before in this run.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, used := handedOut.LoadOrStore(addr, true); !used {
+			return addr, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no free loopback port not handed out before")
 }
+
+var handedOut sync.Map // of string
 
 // tail returns the last n lines of file.
 func tail(file string, n int) string {
