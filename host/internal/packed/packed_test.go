@@ -17,6 +17,10 @@ import (
 // widget is a Widget as the API server serves it, managedFields included.
 const widget = `{"apiVersion":"example.wasmreconcile.io/v1","kind":"Widget","metadata":{"creationTimestamp":"2026-12-03T18:40:00Z","deletionTimestamp":"2026-12-03T18:41:00Z","deletionGracePeriodSeconds":0,"generation":4,"name":"w-1","generateName":"w-","namespace":"bench","resourceVersion":"123456","uid":"0b6a3c1e-4d5f-4a8b-9c7d-1e2f3a4b5c6d","labels":{"team":"a"},"annotations":{"note":"ünï \"q\""},"finalizers":["wasmreconcile.io/widget"],"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"cm","uid":"u-1","controller":true}],"managedFields":[{"manager":"kubectl","operation":"Update","fieldsV1":{"f:spec":{}}}]},"spec":{"color":"blue","size":5,"ratio":0.25,"big":12345678901234567890,"none":null,"list":[1,"two",{"three":3.5},[]],"empty":{}},"status":{"conditions":[{"lastTransitionTime":"2026-12-03T18:40:01Z","message":"5 x blue","observedGeneration":4,"reason":"Reconciled","status":"True","type":"Ready"}],"observedGeneration":4,"summary":"5 x blue"}}`
 
+// small is the Widget of make bench-e2e, reconciled, as the API server
+// serves it with managedFields cut.
+const small = `{"apiVersion":"example.wasmreconcile.io/v1","kind":"Widget","metadata":{"creationTimestamp":"2026-12-03T18:40:00Z","generation":1,"name":"widget-001234","namespace":"bench","resourceVersion":"123456","uid":"0b6a3c1e-4d5f-4a8b-9c7d-1e2f3a4b5c6d"},"spec":{"color":"blue","size":5},"status":{"conditions":[{"lastTransitionTime":"2026-12-03T18:40:01Z","message":"5 x blue","observedGeneration":1,"reason":"Reconciled","status":"True","type":"Ready"}],"observedGeneration":1,"summary":"5 x blue"}}`
+
 // decode decodes JSON as client-go decodes an unstructured object.
 func decode(t testing.TB, data []byte) *unstructured.Unstructured {
 	t.Helper()
@@ -170,9 +174,16 @@ func FuzzRoundTrip(f *testing.F) {
 	})
 }
 
-// BenchmarkMemory reports the heap an object costs in the cache: as an
-// unstructured map, and packed.
+// BenchmarkMemory reports the heap an object costs in the cache, as an
+// unstructured map and packed: the bench-e2e Widget (small) and one with
+// labels, annotations, an owner and more spec (rich).
 func BenchmarkMemory(b *testing.B) {
+	for _, c := range []struct{ name, json string }{{"small", small}, {"rich", widget}} {
+		b.Run(c.name, func(b *testing.B) { memory(b, []byte(c.json)) })
+	}
+}
+
+func memory(b *testing.B, data []byte) {
 	const n = 10000
 	heap := func() uint64 {
 		runtime.GC()
@@ -185,13 +196,13 @@ func BenchmarkMemory(b *testing.B) {
 		clear(keep)
 		before := heap()
 		for i := range keep {
-			keep[i] = decode(b, []byte(widget))
+			keep[i] = decode(b, data)
 		}
 		b.ReportMetric(float64(heap()-before)/n, "unstructured-B/object")
 		clear(keep)
 		before = heap()
 		for i := range keep {
-			p, err := packed.Pack(decode(b, []byte(widget)))
+			p, err := packed.Pack(decode(b, data))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -202,11 +213,17 @@ func BenchmarkMemory(b *testing.B) {
 	runtime.KeepAlive(keep)
 }
 
-// BenchmarkRead compares a read from the cache: an unstructured object's
-// DeepCopy against a packed object's decode.
+// BenchmarkRead compares a read from the cache, an unstructured object's
+// DeepCopy against a packed object's decode, and times a pack.
 func BenchmarkRead(b *testing.B) {
-	u := decode(b, []byte(widget))
-	p, err := packed.Pack(decode(b, []byte(widget)))
+	for _, c := range []struct{ name, json string }{{"small", small}, {"rich", widget}} {
+		b.Run(c.name, func(b *testing.B) { read(b, []byte(c.json)) })
+	}
+}
+
+func read(b *testing.B, data []byte) {
+	u := decode(b, data)
+	p, err := packed.Pack(decode(b, data))
 	if err != nil {
 		b.Fatal(err)
 	}
