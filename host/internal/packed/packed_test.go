@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -244,4 +245,33 @@ func read(b *testing.B, data []byte) {
 			}
 		}
 	})
+}
+
+// TestPackLargeObjectAndLookalikes: an object larger than the pooled
+// buffers packs and unpacks whole, twice in a row (the second pack gets
+// no buffer the first grew), and a managedFields that is not the object's
+// own metadata's is data, kept.
+func TestPackLargeObjectAndLookalikes(t *testing.T) {
+	big := strings.Repeat("x", 200<<10)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "big", "namespace": "ns", "managedFields": []any{map[string]any{"manager": "m"}}},
+		"data":     map[string]any{"big": big, "managedFields": "kept"},
+		"spec":     map[string]any{"template": map[string]any{"metadata": map[string]any{"managedFields": []any{"kept"}}}},
+	}}
+	want := u.DeepCopy()
+	unstructured.RemoveNestedField(want.Object, "metadata", "managedFields")
+	for i := range 2 {
+		p, err := packed.Pack(u.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Unpack()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Object, want.Object) {
+			t.Fatalf("pack %d: the unpacked object differs (data %d bytes, spec %v)", i, len(got.Object["data"].(map[string]any)["big"].(string)), got.Object["spec"])
+		}
+	}
 }
