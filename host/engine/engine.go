@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/compiledmem"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 )
@@ -88,6 +90,22 @@ type Options struct {
 	// MemoryBudget). The memory ceiling (Ceilings.MemoryLimitPages) is
 	// lowered to the budget. Defaults to nil: no budget.
 	MemoryBudget *MemoryBudget
+
+	// CodeInMemory keeps every module's machine code in anonymous memory,
+	// as wazero leaves it. Defaults to false: when the engine has a
+	// compilation cache directory (CompilationCacheDir, or the one it makes
+	// for a compile worker), each module's machine code is written to a
+	// file in it (wasmreconcile-code/, named by the code's sha256) and
+	// mapped from there, so that only the pages a guest runs are resident
+	// and the kernel may drop them under memory pressure, as it does an
+	// executable's text (package compiledmem). A module whose code cannot
+	// be mapped so (a file system mounted noexec) runs from memory, and
+	// CodeMapFailed says why.
+	CodeInMemory bool
+	// CodeMapFailed, when set, is called with a module's name and the
+	// reason each time its machine code could not be backed by a file. It
+	// runs on the loading goroutine and must not block.
+	CodeMapFailed func(module string, err error)
 }
 
 // Engine instruments, compiles and loads guest modules. It is safe for
@@ -106,6 +124,8 @@ type Engine struct {
 	originals    originals     // the input of unloadable modules, beside the compiled code
 	unloaded     func(module string)
 	reloaded     func(module string, took time.Duration, err error)
+	codeDir      string // where machine code is backed by files; "" keeps it in memory
+	codeFailed   func(module string, err error)
 
 	mu             sync.Mutex
 	validated      map[string]bool       // digests of input bytes wazero validated
@@ -163,6 +183,10 @@ func New(opts Options) (*Engine, error) {
 			e.tempCacheDir = e.cacheDir
 		}
 	}
+	if e.cacheDir != "" && !opts.Interpreter && !opts.CodeInMemory {
+		e.codeDir = filepath.Join(e.cacheDir, codeDir)
+	}
+	e.codeFailed = opts.CodeMapFailed
 	if e.cacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(e.cacheDir) // creates and checks the directory
 		if err != nil {
@@ -648,8 +672,32 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	if err := checkImports(rt, compiled); err != nil {
 		return nil, invalid(err.Error(), nil)
 	}
+	e.trim(source, compiled)
 	ok = true
 	return &code{runtime: rt, compiled: compiled, release: release}, nil
+}
+
+// codeDir is the directory, in the compilation cache directory, of the
+// files that back modules' machine code (Options.CodeInMemory).
+const codeDir = "wasmreconcile-code"
+
+// trim lets go of what a compiled module keeps and no instance needs: its
+// decoded function bodies, which only compiling reads, and, unless
+// Options.CodeInMemory, the anonymous copy of its machine code, which it
+// maps from a file instead (package compiledmem). Neither changes what a
+// guest runs; a failure leaves the module as wazero made it.
+func (e *Engine) trim(source string, compiled wazero.CompiledModule) {
+	if e.interpreter {
+		return
+	}
+	_, _ = compiledmem.ReleaseBodies(compiled) // fails only with another engine or wazero; TestTrim catches that
+	if e.codeDir == "" {
+		return
+	}
+	_, err := compiledmem.MapCode(compiled, e.codeDir)
+	if err != nil && !errors.Is(err, compiledmem.ErrShared) && e.codeFailed != nil {
+		e.codeFailed(source, err)
+	}
 }
 
 // checkShape verifies exports and imports before anything runs.

@@ -1,0 +1,257 @@
+package compiledmem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/tetratelabs/wabin/binary"
+	"github.com/tetratelabs/wabin/leb128"
+	"github.com/tetratelabs/wabin/wasm"
+	"github.com/tetratelabs/wazero"
+)
+
+const (
+	functions = 6000 // in the test module, each exported as f<i>
+	steps     = 60   // of arithmetic in each function
+)
+
+// testModule is a module of functions f<i>(x i32) -> i32 whose machine code
+// spans many pages, each computing want(i, x).
+func testModule() []byte {
+	m := &wasm.Module{TypeSection: []*wasm.FunctionType{{Params: []wasm.ValueType{wasm.ValueTypeI32}, Results: []wasm.ValueType{wasm.ValueTypeI32}}}}
+	for i := range functions {
+		body := []byte{wasm.OpcodeLocalGet, 0}
+		for s := range steps {
+			body = append(body, wasm.OpcodeI32Const)
+			body = append(body, leb128.EncodeInt32(int32(i*steps+s))...)
+			body = append(body, wasm.OpcodeI32Add, wasm.OpcodeI32Const)
+			body = append(body, leb128.EncodeInt32(int32(s%7+2))...)
+			body = append(body, wasm.OpcodeI32Mul)
+		}
+		body = append(body, wasm.OpcodeEnd)
+		m.FunctionSection = append(m.FunctionSection, 0)
+		m.CodeSection = append(m.CodeSection, &wasm.Code{Body: body})
+		m.ExportSection = append(m.ExportSection, &wasm.Export{Type: wasm.ExternTypeFunc, Name: fmt.Sprint("f", i), Index: uint32(i)})
+	}
+	return binary.EncodeModule(m)
+}
+
+// want is what f<i>(x) returns.
+func want(i int, x uint32) uint32 {
+	for s := range steps {
+		x = (x + uint32(int32(i*steps+s))) * uint32(s%7+2)
+	}
+	return x
+}
+
+// compile compiles wasm with cfg, and closes the runtime with the test.
+func compile(t *testing.T, cfg wazero.RuntimeConfig, wasm []byte) (wazero.Runtime, wazero.CompiledModule) {
+	t.Helper()
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	c, err := rt.CompileModule(ctx, wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, c
+}
+
+// calls instantiates c and checks what the functions named return.
+func calls(t *testing.T, rt wazero.Runtime, c wazero.CompiledModule, fns ...int) {
+	t.Helper()
+	ctx := context.Background()
+	mod, err := rt.InstantiateModule(ctx, c, wazero.NewModuleConfig().WithName(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Close(ctx)
+	for _, i := range fns {
+		res, err := mod.ExportedFunction(fmt.Sprint("f", i)).Call(ctx, 12345)
+		if err != nil {
+			t.Fatalf("f%d: %v", i, err)
+		}
+		if got := uint32(res[0]); got != want(i, 12345) {
+			t.Fatalf("f%d(12345) = %d, want %d", i, got, want(i, 12345))
+		}
+	}
+}
+
+var wasmBytes = testModule()
+
+// TestReleaseBodies: the bodies are freed (their bytes counted), and
+// instances made afterwards run every function right.
+func TestReleaseBodies(t *testing.T) {
+	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	freed, err := ReleaseBodies(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min := functions * steps * 6; freed < min {
+		t.Errorf("freed %d bytes of bodies, want at least %d", freed, min)
+	}
+	again, err := ReleaseBodies(c)
+	if err != nil || again != 0 {
+		t.Errorf("a second release freed %d bytes (%v), want 0", again, err)
+	}
+	calls(t, rt, c, 0, functions/2, functions-1)
+	calls(t, rt, c, 1) // a second instance
+}
+
+// TestInterpreterRefused: the interpreter's modules are left whole, with an
+// error that says why.
+func TestInterpreterRefused(t *testing.T) {
+	rt, c := compile(t, wazero.NewRuntimeConfigInterpreter(), wasmBytes)
+	if _, err := ReleaseBodies(c); err == nil || !strings.Contains(err.Error(), "optimizing compiler") {
+		t.Fatalf("ReleaseBodies on the interpreter: %v, want a refusal naming the compiler", err)
+	}
+	if _, err := MapCode(c, t.TempDir()); err == nil || !strings.Contains(err.Error(), "optimizing compiler") {
+		t.Fatalf("MapCode on the interpreter: %v, want a refusal naming the compiler", err)
+	}
+	calls(t, rt, c, 0, functions-1)
+}
+
+// mapping is the line of /proc/self/maps and the resident size of the
+// mapping of path, or false when path is not mapped.
+func mapping(t *testing.T, path string) (header string, rss int, ok bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4:
+			if ok { // the next mapping
+				return header, rss, true
+			}
+			if len(f) == 6 && f[5] == path {
+				header, ok = line, true
+			}
+		case ok && len(f) == 3 && f[0] == "Rss:":
+			kb, _ := strconv.Atoi(f[1])
+			rss = kb << 10
+		}
+	}
+	return header, rss, ok
+}
+
+// TestMapCode: the code is written to a file named by its digest and mapped
+// from it read-only and executable; only the pages that ran are resident;
+// every function still returns the right value.
+func TestMapCode(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("backing code with a file is Linux's only")
+	}
+	dir := filepath.Join(t.TempDir(), "code")
+	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	n, err := MapCode(c, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("the code directory holds %v (%v), want one file", entries, err)
+	}
+	path := filepath.Join(dir, entries[0].Name())
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	if len(b) != n || entries[0].Name() != hex.EncodeToString(sum[:])+".code" {
+		t.Fatalf("file %s of %d bytes, MapCode said %d: want the code's digest as its name", entries[0].Name(), len(b), n)
+	}
+	calls(t, rt, c, 0) // one function runs: a page or a few are read
+	header, rss, ok := mapping(t, path)
+	if !ok {
+		t.Fatalf("%s is not mapped", path)
+	}
+	if perms := strings.Fields(header)[1]; perms != "r-xp" {
+		t.Errorf("%s is mapped %s, want r-xp", path, perms)
+	}
+	if rss >= n/2 {
+		t.Errorf("%d of the code's %d bytes are resident after one function ran, want under half", rss, n)
+	}
+	t.Logf("%d bytes of code, %d resident after one call", n, rss)
+	calls(t, rt, c, functions-1, functions/3, 7) // and every page still runs
+}
+
+// TestMapCodeRewritesAWrongFile: a file under the code's name with other
+// bytes (a crash's leftovers, a tampered cache) is replaced, and what is
+// mapped is the code.
+func TestMapCodeRewritesAWrongFile(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("backing code with a file is Linux's only")
+	}
+	dir := t.TempDir()
+	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	// Find the code's name by mapping another compile of it first.
+	_, first := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	if _, err := MapCode(first, dir); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	path := filepath.Join(dir, entries[0].Name())
+	b, _ := os.ReadFile(path)
+	for i := range b {
+		b[i] = 0xcc // int3: a mapping of these would trap
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapCode(c, dir); err != nil {
+		t.Fatal(err)
+	}
+	calls(t, rt, c, 0, functions-1)
+}
+
+// TestMapCodeShared: code that identical bytes share in one runtime is not
+// mapped again (it may be running), and both modules keep working.
+func TestMapCodeShared(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("backing code with a file is Linux's only")
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	if _, err := MapCode(c, dir); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := rt.CompileModule(ctx, wasmBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapCode(c2, dir); !errors.Is(err, ErrShared) {
+		t.Fatalf("MapCode on shared code: %v, want ErrShared", err)
+	}
+	calls(t, rt, c, 3)
+	calls(t, rt, c2, 4)
+}
+
+// TestMapCodeFailsSafe: when the file cannot be written the code stays
+// where it was and runs.
+func TestMapCodeFailsSafe(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	if _, err := MapCode(c, filepath.Join(notDir, "code")); err == nil {
+		t.Fatal("MapCode into a directory under a file succeeded")
+	}
+	calls(t, rt, c, 0, functions-1)
+}
