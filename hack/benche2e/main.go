@@ -618,7 +618,7 @@ func (b *bench) idleModulePhase(ctx context.Context, label, variant string, dyn 
 	}
 	if variant == "operator" {
 		if rw, x, file, err := residentByKind(procs[0].pid()); err == nil {
-			b.say("%s: the operator's resident set after the idle phase: %.1f MiB anonymous writable (Go heap, linear memories, stacks), %.1f MiB anonymous executable (compiled guests), %.1f MiB file-backed (the binary)",
+			b.say("%s: the operator's resident set after the idle phase: %.1f MiB anonymous writable (Go heap, linear memories, stacks), %.1f MiB compiled guest code, %.1f MiB file-backed (the binary)",
 				label, mib(rw), mib(x), mib(file))
 		}
 		loaded, err := procs[0].scrapeSeries("wasmreconcile_module_state", `state="loaded"`)

@@ -362,9 +362,10 @@ func memory(pid int) (rss, hwm int64, err error) {
 
 // residentByKind splits the resident set of pid by kind of mapping, from
 // /proc/PID/smaps: anonymous writable (the Go heap, guest linear memories,
-// stacks), anonymous executable (compiled guest code) and file-backed (the
-// binary), for telling where a process's memory is.
-func residentByKind(pid int) (anonRW, anonExec, file int64, err error) {
+// stacks), compiled guest code (anonymous executable, or the engine's files
+// in wasmreconcile-code/) and file-backed (the binary), for telling where a
+// process's memory is.
+func residentByKind(pid int) (anonRW, guestCode, file int64, err error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "smaps"))
 	if err != nil {
 		return 0, 0, 0, err
@@ -375,6 +376,8 @@ func residentByKind(pid int) (anonRW, anonExec, file int64, err error) {
 		switch {
 		case len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4: // a mapping's header
 			switch anon := len(f) == 5 || strings.HasPrefix(f[5], "["); {
+			case !anon && f[1][2] == 'x' && strings.Contains(f[5], "/wasmreconcile-code/"):
+				kind = 2
 			case !anon:
 				kind = 3
 			case f[1][2] == 'x':
@@ -390,13 +393,13 @@ func residentByKind(pid int) (anonRW, anonExec, file int64, err error) {
 			case 1:
 				anonRW += kb << 10
 			case 2:
-				anonExec += kb << 10
+				guestCode += kb << 10
 			case 3:
 				file += kb << 10
 			}
 		}
 	}
-	return anonRW, anonExec, file, nil
+	return anonRW, guestCode, file, nil
 }
 
 // pidsWithArgPrefix returns the processes whose command line holds an
@@ -453,7 +456,7 @@ func (b *bench) sayResident(label string, p *proc) {
 	if err != nil {
 		return
 	}
-	b.say("%s: resident %.1f MiB anonymous writable, %.1f MiB anonymous executable, %.1f MiB file-backed; Go heap in use %.1f MiB, free and not returned %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB",
+	b.say("%s: resident %.1f MiB anonymous writable, %.1f MiB compiled guest code, %.1f MiB file-backed (the binary); Go heap in use %.1f MiB, free and not returned %.1f MiB, stacks %.1f MiB, runtime total %.1f MiB",
 		label, mib(rw), mib(x), mib(file), mib(int64(m["go_memstats_heap_inuse_bytes"])),
 		mib(int64(m["go_memstats_heap_idle_bytes"]-m["go_memstats_heap_released_bytes"])),
 		mib(int64(m["go_memstats_stack_inuse_bytes"])), mib(int64(m["go_memstats_sys_bytes"])))
