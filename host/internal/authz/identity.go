@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/statusapply"
 )
 
 // Identities makes the Identity of each ServiceAccount modules run as.
@@ -138,6 +140,7 @@ func (ids *Identities) Get(account string) (*Identity, error) {
 	if id.writer, err = client.New(cfg, client.Options{Scheme: ids.scheme, Mapper: ids.mapper, HTTPClient: httpClient}); err != nil {
 		return nil, fmt.Errorf("ServiceAccount %s: %w", account, err)
 	}
+	id.statuses = statusapply.New(cfg, httpClient, ids.mapper)
 	if id.events, err = eventsclient.NewForConfigAndClient(cfg, httpClient); err != nil {
 		return nil, fmt.Errorf("ServiceAccount %s: %w", account, err)
 	}
@@ -156,12 +159,16 @@ type Identity struct {
 	User   string
 	Groups []string
 
-	writer client.Client
-	events eventsclient.EventsV1Interface
+	writer   client.Client
+	statuses *statusapply.Applier
+	events   eventsclient.EventsV1Interface
 }
 
 // Writer writes as the account: live, with no cache (it is for writes).
 func (id *Identity) Writer() client.Client { return id.writer }
+
+// StatusApplier applies statuses as the account, as Writer would.
+func (id *Identity) StatusApplier() *statusapply.Applier { return id.statuses }
 
 // Authorize returns nil when the account may verb ("get" or "list") gvk
 // in namespace ("" for cluster-scoped kinds and across all namespaces),

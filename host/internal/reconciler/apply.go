@@ -371,11 +371,12 @@ func (r *Reconciler) applyStatus(ctx context.Context, call string, obj *unstruct
 }
 
 // patchStatus applies desired as obj's status with server-side apply, as
-// the module's field manager, forcing ownership. The answer is asked for as
-// PartialObjectMetadata (protobuf where the client prefers it): the host
-// never reads the object the API server returns, and decoding all of it
-// into an unstructured map cost 6% of the operator's CPU at 10,000 objects
-// (docs/benchmarks.md).
+// the module's field manager, forcing ownership: through
+// Options.StatusApplier, which reads no answer, or else Writer, asking
+// for the answer as PartialObjectMetadata (protobuf where the client
+// prefers it): the host never reads the object the API server returns,
+// and decoding all of it into an unstructured map cost 6% of the
+// operator's CPU at 10,000 objects (docs/benchmarks.md).
 func (r *Reconciler) patchStatus(ctx context.Context, obj *unstructured.Unstructured, desired map[string]any) error {
 	md := map[string]any{"name": obj.GetName()}
 	if ns := obj.GetNamespace(); ns != "" {
@@ -385,6 +386,9 @@ func (r *Reconciler) patchStatus(ctx context.Context, obj *unstructured.Unstruct
 	body, err := json.Marshal(map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": md, "status": desired})
 	if err != nil {
 		return err
+	}
+	if a := r.opts.StatusApplier; a != nil {
+		return a.Apply(ctx, r.gvk, obj.GetNamespace(), obj.GetName(), r.name, body)
 	}
 	target := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: obj.GetName(), Namespace: obj.GetNamespace()}}
 	target.SetGroupVersionKind(r.gvk)

@@ -27,6 +27,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/statusapply"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
@@ -141,6 +142,9 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	}
 	if ro.writer != nil {
 		o.Writer = ro.writer(o.Client)
+	} else {
+		// As the operator writes statuses (package supervisor).
+		o.StatusApplier = statusapply.New(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetRESTMapper())
 	}
 	if h.rec, err = reconciler.New(o); err != nil {
 		t.Fatal(err)

@@ -71,6 +71,12 @@ const ReasonMemoryBudgetWait = "MemoryBudgetWait"
 // adds for modules that declare one.
 const FinalizerPrefix = "wasmreconcile.io/"
 
+// StatusApplier applies a status with server-side apply; see
+// statusapply.Applier.Apply, which implements it.
+type StatusApplier interface {
+	Apply(ctx context.Context, gvk schema.GroupVersionKind, namespace, name, owner string, body []byte) error
+}
+
 // Options configure a Reconciler. Fields marked required have no default.
 type Options struct {
 	// Slot serves the module's code. Required. Every version it serves must
@@ -86,6 +92,11 @@ type Options struct {
 	// the module's identity, so that the module's rights are exactly that
 	// identity's RBAC (docs/security.md).
 	Writer client.Client
+	// StatusApplier, when set, applies the status (see
+	// statusapply.Applier) in Writer's place: it must write as the same
+	// identity. Defaults to nil: Writer applies it, through
+	// controller-runtime's client, at about 30 µs more CPU a write.
+	StatusApplier StatusApplier
 	// APIReader reads live from the API server: whose a child is, when its
 	// create finds it existing but the cache has not seen it yet. Defaults
 	// to Client; the operator passes its manager's APIReader.

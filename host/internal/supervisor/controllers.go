@@ -41,6 +41,9 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Policy: spec.Policy, FlightRecorder: s.opts.FlightRecorder,
 		}
+		if s.statuses != nil {
+			ropts.StatusApplier = s.statuses
+		}
 		if spec.ServiceAccount != "" {
 			if err := s.impersonate(&ropts, next, spec, version.Module.Manifest().For); err != nil {
 				return "", err

@@ -35,7 +35,7 @@ func (s *Supervisor) impersonate(opts *reconciler.Options, next *running, spec S
 	}
 	host := opts.Recorder
 	opts.Client = id.Reader(opts.Client, spec.Name, schema.GroupVersionKind{Group: forKind.Group, Version: forKind.Version, Kind: forKind.Kind}, host)
-	opts.Writer, opts.Authorize = id.Writer(), id.Authorize
+	opts.Writer, opts.Authorize, opts.StatusApplier = id.Writer(), id.Authorize, id.StatusApplier()
 	next.events = id.Recorder(spec.Name, "wasmreconcile/"+spec.Name, host, hostReason)
 	opts.Recorder = next.events
 	return nil

@@ -47,6 +47,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/authz"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/statusapply"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/versionslot"
 )
 
@@ -62,6 +63,8 @@ type Supervisor struct {
 	modules map[string]*running
 	closed  bool
 	kinds   map[schema.GroupVersionKind]int // modules using each kind's informer
+
+	statuses *statusapply.Applier // the operator's own status writes; nil without a Manager config
 
 	drainer   *drainer   // finalizers of removed or replaced modules (drain.go)
 	lifecycle *lifecycle // starts, restarts and stops controllers (lifecycle.go)
@@ -115,6 +118,11 @@ func New(opts Options) (*Supervisor, error) {
 	s.drainer = &drainer{log: opts.Log, leading: s.leading, closing: closing, goroutines: &s.goroutines, timing: defaultDrainTiming}
 	s.lifecycle = (&lifecycle{log: opts.Log, goroutines: &s.goroutines}).withDefaults()
 	s.rollout = &rollout{metrics: opts.Metrics, goroutines: &s.goroutines, requeueAll: s.requeueAll}
+	if cfg := opts.Manager.GetConfig(); cfg != nil {
+		// The same identity as opts.Client, which package operator makes
+		// from the manager's config and HTTP client.
+		s.statuses = statusapply.New(cfg, opts.Manager.GetHTTPClient(), opts.Manager.GetRESTMapper())
+	}
 	return s, nil
 }
 
