@@ -192,6 +192,7 @@ Flags:
 	fs.DurationVar(&mo.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
 	fs.DurationVar(&mo.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&mo.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "how often candidates try to acquire or renew the Lease")
+	fs.BoolVar(&opts.Engine.GuestCodeInMemory, "guest-code-in-memory", false, "keep compiled guest code in anonymous memory instead of mapping it from files in the compilation cache directory, where only the code that runs is resident (default: mapped)")
 	fs.BoolVar(&opts.Engine.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
 	fs.IntVar(&opts.Engine.KeepVersions, "keep-versions", operator.DefaultKeepVersions, "versions of each module kept compiled, so a rollback to one is instant")
 	fs.Int64Var(&opts.Sources.MaxBytes, "max-module-bytes", operator.DefaultMaxModuleBytes, "largest module, compressed or not, loaded from any source")

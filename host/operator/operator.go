@@ -129,7 +129,10 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		m.ReportBudget(budget.Stats)
 	}
 	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.Engine.CompilationCacheDir, Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
-		ModuleUnloaded: h.observeUnload, ModuleReloaded: h.observeReload, Compile: opts.Engine.Compile, MemoryBudget: budget}); err != nil {
+		ModuleUnloaded: h.observeUnload, ModuleReloaded: h.observeReload, Compile: opts.Engine.Compile, MemoryBudget: budget,
+		CodeInMemory: opts.Engine.GuestCodeInMemory, CodeMapFailed: func(module string, err error) {
+			log.Info("guest code stays in anonymous memory: it could not be mapped from the compilation cache directory", "module", module, "reason", err.Error())
+		}}); err != nil {
 		return nil, err
 	}
 	if opts.Engine.InterpreterFirst {

@@ -166,6 +166,12 @@ type EngineOptions struct {
 	// while the compiler works, then switches to the compiled code.
 	// Defaults to false.
 	InterpreterFirst bool
+	// GuestCodeInMemory keeps compiled guest code in anonymous memory
+	// instead of mapping it from files in the compilation cache directory
+	// (engine.Options.CodeInMemory). Defaults to false: mapped, so that
+	// only the code guests run is resident; a module whose code cannot be
+	// mapped (a directory mounted noexec) runs from memory and is logged.
+	GuestCodeInMemory bool
 	// CompilationCacheDir persists compiled modules, and the metered
 	// rewrites they were compiled from, across restarts (see
 	// engine.Options.CompilationCacheDir); keep it private to the operator.
