@@ -72,8 +72,11 @@ func (a *Applier) Apply(ctx context.Context, gvk schema.GroupVersionKind, namesp
 	if err != nil {
 		return err
 	}
+	// The answer is asked for as metadata only: the API server then
+	// serializes and sends less, and nothing here reads it anyway.
 	req := t.rest.Patch(types.ApplyPatchType).Resource(t.resource).Name(name).SubResource("status").
-		Param("fieldManager", owner).Param("force", "true").Body(body)
+		Param("fieldManager", owner).Param("force", "true").Body(body).
+		SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json")
 	if t.namespaced {
 		req = req.Namespace(namespace)
 	}
