@@ -690,7 +690,7 @@ func (e *Engine) trim(source string, compiled wazero.CompiledModule) {
 	if e.interpreter {
 		return
 	}
-	_, _ = compiledmem.ReleaseBodies(compiled) // fails only with another engine or wazero; TestTrim catches that
+	_, _ = compiledmem.ReleaseBodies(compiled) // fails only with another engine or wazero version; compiledmem's tests catch that
 	if e.codeDir == "" {
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -322,5 +323,51 @@ func TestIdenticalBytesShareCode(t *testing.T) {
 			t.Fatalf("all three modules closed, %.2f MiB of their %.2f MiB of compiled code still mapped", left, firstCode)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestCodeMappedFromTheCacheDirectory: with a compilation cache directory
+// a module's machine code runs from a file in wasmreconcile-code/, mapped
+// read-only and executable, not from anonymous memory; with
+// Options.CodeInMemory it stays anonymous. Both serve calls.
+func TestCodeMappedFromTheCacheDirectory(t *testing.T) {
+	if _, err := os.Stat("/proc/self/maps"); err != nil {
+		t.Skip("no /proc/self/maps")
+	}
+	wasm := withCustomSection(testwasm.Build(t, "./widget"), "TestCodeMappedFromTheCacheDirectory")
+	req := gadget(t, map[string]any{"size": 3, "color": "blue"}, 2400)
+	ctx := context.Background()
+	mapped := func(dir string) bool {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) == 6 && f[1] == "r-xp" && strings.HasPrefix(f[5], filepath.Join(dir, codeDir)+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, inMemory := range []bool{false, true} {
+		dir := t.TempDir()
+		e, err := New(Options{CompilationCacheDir: dir, CodeInMemory: inMemory, CodeMapFailed: func(m string, err error) {
+			t.Errorf("module %s: code not mapped: %v", m, err)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Load(ctx, "widget", wasm, Limits{MaxInstances: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Reconcile(ctx, "call", req); err != nil {
+			t.Fatal(err)
+		}
+		if got := mapped(dir); got == inMemory {
+			t.Errorf("CodeInMemory %v: code mapped from %s/%s is %v", inMemory, dir, codeDir, got)
+		}
+		_ = m.Close(ctx)
+		_ = e.Close(ctx)
 	}
 }
