@@ -29,7 +29,9 @@
 //
 // HTTPClient gives the cache an HTTP client that cuts every object's
 // metadata.managedFields out of the JSON the API server sends before it is
-// decoded.
+// decoded. With it and Options.Packed, unstructured objects are decoded
+// from that JSON straight into the packed objects the operator's cache
+// keeps, not into maps first.
 //
 // It also feeds the informer metrics in docs/metrics.md, labelled by kind
 // and group ("Widget.examples.wasmreconcile.io"; "ConfigMap" for the core
@@ -53,6 +55,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -64,6 +67,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/fieldstrip"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 )
 
 // Options configure the informers. Zero fields take the stated defaults.
@@ -88,6 +92,15 @@ type Options struct {
 	// EmptyListBackoff is the first wait before a verification; it doubles
 	// each time, up to 5 seconds. Defaults to 100 ms.
 	EmptyListBackoff time.Duration
+
+	// Packed keeps the cache's unstructured objects packed (JSON beside
+	// typed metadata; see cache.Options.DefaultTransform in operator.New)
+	// and decodes lists and watch events straight into packed objects,
+	// without decoding them into maps first. It needs the cache's HTTP
+	// client from HTTPClient; responses that did not pass through it are
+	// decoded by client-go and packed after. It is ignored while
+	// KUBE_CACHE_MUTATION_DETECTOR is on. Defaults to false.
+	Packed bool
 
 	// Registerer registers the informer metrics. Defaults to
 	// controller-runtime's registry (crmetrics.Registry).
@@ -208,6 +221,14 @@ func HTTPClient(cfg *rest.Config) (*http.Client, error) {
 func (i *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	gk := i.groupKind(obj)
 	w := &listWatcher{inner: toolscache.ToListerWatcherWithContext(lw), opts: i.opts, gk: gk, kind: Label(gk), informers: i, m: i.metrics}
+	if u, ok := obj.(*unstructured.Unstructured); ok && i.opts.Packed && packed.Enabled() {
+		// The reflector checks every object's type against the
+		// informer's example: the packed one.
+		w.packed = u.GroupVersionKind()
+		example := &packed.Object{}
+		example.SetGroupVersionKind(w.packed)
+		obj = example
+	}
 	inf := toolscache.NewSharedIndexInformer(w, obj, resync, indexers)
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
 		w.mu.Lock()
@@ -251,6 +272,7 @@ type listWatcher struct {
 	kind      string // the metrics' label
 	informers *Informers
 	m         *Metrics
+	packed    schema.GroupVersionKind // set: decode into packed objects
 
 	mu        sync.Mutex
 	lastCount int    // objects in the last accepted list
@@ -353,7 +375,7 @@ func (w *listWatcher) fullList(ctx context.Context, opts metav1.ListOptions) (ru
 func (w *listWatcher) page(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	ctx, cancel := context.WithTimeout(ctx, w.opts.ListTimeout)
 	defer cancel()
-	list, err := w.inner.ListWithContext(ctx, opts)
+	list, err := w.list(ctx, opts)
 	if err != nil {
 		if apierrors.IsResourceExpired(err) && opts.Continue != "" {
 			w.m.ListExpired.WithLabelValues(w.kind).Inc() // the pager now lists in full
@@ -390,13 +412,99 @@ func (w *listWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOpti
 		serverTimeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 		ctx, cancel = context.WithTimeout(ctx, serverTimeout+w.opts.WatchTimeoutMargin)
 	}
-	inner, err := w.inner.WatchWithContext(ctx, opts)
+	inner, err := w.watch(ctx, opts)
 	if err != nil {
 		cancel()
 		w.setEnd(restartReason(err))
 		return nil, err
 	}
 	return newCountingWatch(w, inner, cancel, serverTimeout), nil
+}
+
+// emptyList is what client-go decodes in place of a diverted list.
+var emptyList = []byte(`{"apiVersion":"v1","kind":"List","metadata":{},"items":[]}`)
+
+// list lists one page; a packed kind's comes as a *packed.List decoded
+// from the response's JSON.
+func (w *listWatcher) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if w.packed.Empty() {
+		return w.inner.ListWithContext(ctx, opts)
+	}
+	ctx, d := fieldstrip.Divert(ctx, emptyList)
+	list, err := w.inner.ListWithContext(ctx, opts)
+	values := d.Values()
+	if values == nil {
+		if err != nil {
+			return nil, err
+		}
+		return packList(list)
+	}
+	defer values.Close()
+	if err != nil {
+		return nil, err
+	}
+	body, err := values.Next()
+	if err != nil {
+		return nil, fmt.Errorf("reading a list of %s: %w", w.kind, err)
+	}
+	return packed.DecodeList(body)
+}
+
+// watch opens a watch; a packed kind's events come with *packed.Object
+// objects decoded from the stream's JSON.
+func (w *listWatcher) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if w.packed.Empty() {
+		return w.inner.WatchWithContext(ctx, opts)
+	}
+	ctx, d := fieldstrip.Divert(ctx, nil)
+	inner, err := w.inner.WatchWithContext(ctx, opts)
+	values := d.Values()
+	if values == nil {
+		if err != nil {
+			return nil, err
+		}
+		return watch.Filter(inner, packEvent), nil
+	}
+	if err != nil {
+		_ = values.Close()
+		return nil, err
+	}
+	inner.Stop() // it read the empty placeholder
+	// As client-go's REST client reports a watch event it cannot decode.
+	reporter := apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")
+	return watch.NewStreamWatcher(packed.NewWatchDecoder(values, w.packed), reporter), nil
+}
+
+// packList packs a list client-go decoded.
+func packList(list runtime.Object) (runtime.Object, error) {
+	ul, ok := list.(*unstructured.UnstructuredList)
+	if !ok {
+		return list, nil
+	}
+	out := &packed.List{TypeMeta: metav1.TypeMeta{APIVersion: ul.GetAPIVersion(), Kind: ul.GetKind()}}
+	out.ResourceVersion, out.Continue = ul.GetResourceVersion(), ul.GetContinue()
+	out.RemainingItemCount = ul.GetRemainingItemCount()
+	for i := range ul.Items {
+		o, err := packed.Pack(&ul.Items[i])
+		if err != nil {
+			return nil, err
+		}
+		out.Items = append(out.Items, o)
+	}
+	return out, nil
+}
+
+// packEvent packs the object of an event client-go decoded.
+func packEvent(ev watch.Event) (watch.Event, bool) {
+	u, ok := ev.Object.(*unstructured.Unstructured)
+	if !ok || ev.Type == watch.Error {
+		return ev, true
+	}
+	o, err := packed.Pack(u)
+	if err != nil {
+		return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}, true
+	}
+	return watch.Event{Type: ev.Type, Object: o}, true
 }
 
 // restartReason classifies why a watch or list failed.

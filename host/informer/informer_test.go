@@ -1,6 +1,7 @@
 package informer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +32,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/faultproxy"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 )
 
@@ -359,4 +362,132 @@ func TestHTTPClientStripsManagedFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("changed")
+}
+
+// TestPackedObjectsFromTheAPIServer runs a cache with Options.Packed
+// against a real API server, listing in pages of 2: on HTTPClient's client
+// its unstructured objects, listed and watched, are packed straight from
+// the API server's JSON (its key order kept: metadata starts with "name");
+// on a plain client they are decoded by client-go and packed after (Pack
+// sorts the keys). Either way each reads back as the API server's
+// object without managedFields.
+func TestPackedObjectsFromTheAPIServer(t *testing.T) {
+	cfg := testenv.Shared(t).Config
+	c, ns := clientIn(t, cfg)
+	for i := range 5 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"v": "0"}}
+		if err := c.Create(context.Background(), cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	httpClient, err := informer.HTTPClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		http     *http.Client
+		straight bool
+	}{{"HTTPClient", httpClient, true}, {"client-go decodes", nil, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			informers, err := informer.New(informer.Options{PageSize: 2, Packed: true, Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, err := cache.New(cfg, cache.Options{HTTPClient: tc.http, DefaultNamespaces: map[string]cache.Config{ns: {}},
+				NewInformer: informers.NewInformer, DefaultTransform: packed.Transform(nil)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(gvk)
+			inf, err := ca.GetInformer(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			stored := map[string]any{}
+			keep := func(obj any) {
+				if o, ok := obj.(client.Object); ok {
+					mu.Lock()
+					stored[o.GetName()] = obj
+					mu.Unlock()
+				}
+			}
+			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: keep, UpdateFunc: func(_, obj any) { keep(obj) }}); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = ca.Start(ctx) }()
+			syncCtx, cancelSync := context.WithTimeout(ctx, time.Minute)
+			defer cancelSync()
+			if !ca.WaitForCacheSync(syncCtx) {
+				t.Fatalf("cache did not sync: %v", informers.LastError(gvk.GroupKind()))
+			}
+			check := func(name, value string) {
+				t.Helper()
+				testenv.Eventually(t, time.Minute, name+" packed with v="+value, func() error {
+					live := &unstructured.Unstructured{}
+					live.SetGroupVersionKind(gvk)
+					if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, live); err != nil {
+						return err
+					}
+					if len(live.GetManagedFields()) == 0 {
+						t.Fatal("the live object has no managedFields: the test would prove nothing")
+					}
+					mu.Lock()
+					p, ok := stored[name].(*packed.Object)
+					mu.Unlock()
+					if !ok {
+						return fmt.Errorf("the cache holds a %T", stored[name])
+					}
+					got, err := p.Unpack()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if value == "" { // as the API server has it
+						value, _, _ = unstructured.NestedString(live.Object, "data", "v")
+					}
+					if v, _, _ := unstructured.NestedString(got.Object, "data", "v"); v != value {
+						return fmt.Errorf("v=%q", v)
+					}
+					unstructured.RemoveNestedField(live.Object, "metadata", "managedFields")
+					if !equality.Semantic.DeepEqual(got.Object, live.Object) {
+						t.Fatalf("packed:\n%v\nlive:\n%v", got.Object, live.Object)
+					}
+					if p.ResourceVersion != live.GetResourceVersion() || p.UID != live.GetUID() || p.Name != name {
+						t.Fatalf("packed metadata %+v", p.ObjectMeta)
+					}
+					if straight := bytes.Contains(p.JSON(), []byte(`"metadata":{"name":`)); straight != tc.straight {
+						t.Fatalf("decoded straight from the API server's JSON: %v, want %v: %.60s", straight, tc.straight, p.JSON())
+					}
+					return nil
+				})
+			}
+			for i := range 5 {
+				check(fmt.Sprintf("cm-%d", i), "") // listed, in three pages
+			}
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				var cm corev1.ConfigMap
+				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-3"}, &cm); err != nil {
+					return err
+				}
+				cm.Data["v"] = tc.name
+				return c.Update(ctx, &cm)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("cm-3", tc.name) // watched
+			// The cache's reader hands out unstructured objects.
+			if err := ca.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cm-3"}, u); err != nil {
+				t.Fatal(err)
+			}
+			if v, _, _ := unstructured.NestedString(u.Object, "data", "v"); v != tc.name {
+				t.Errorf("read v=%q", v)
+			}
+		})
+	}
 }

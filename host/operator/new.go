@@ -116,6 +116,7 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 		io.Registerer = opts.Registerer
 	}
 	io.Scheme = scheme
+	io.Packed = true // the cache's transform packs (below)
 	informers, err := informer.New(io)
 	if err != nil {
 		return nil, fmt.Errorf("informer metrics: %w", err)

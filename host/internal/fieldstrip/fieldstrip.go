@@ -26,11 +26,13 @@ package fieldstrip
 
 import (
 	"bytes"
-	"encoding/json"
+	"context"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"strings"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/jsonwalk"
 )
 
 // WrapTransport returns rt with managedFields stripped from JSON response
@@ -51,11 +53,82 @@ func (t transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if mt, _, perr := mime.ParseMediaType(resp.Header.Get("Content-Type")); perr != nil || mt != "application/json" {
 		return resp, nil
 	}
-	resp.Body = NewReader(resp.Body)
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
+	if d, ok := req.Context().Value(divertKey{}).(*Diversion); ok && resp.StatusCode == http.StatusOK && d.values == nil {
+		d.values = newValues(resp.Body)
+		resp.Body = io.NopCloser(bytes.NewReader(d.placeholder))
+		return resp, nil
+	}
+	resp.Body = NewReader(resp.Body)
 	return resp, nil
 }
+
+// A Diversion takes the body of one successful JSON response away from the
+// client that asked for it, for a caller that decodes the values itself:
+// the operator's cache decodes lists and watch events straight into its
+// packed objects this way, under client-go's own request, retry and error
+// handling. Only a 200 response is diverted; any other reaches the client,
+// which makes its error from it as always.
+type Diversion struct {
+	placeholder []byte
+	values      *Values
+}
+
+type divertKey struct{}
+
+// Divert returns ctx and a Diversion for the first request made with it
+// through WrapTransport's transport. The client receives placeholder as the
+// body (for a list, an empty list; for a watch, nothing) and the Diversion
+// the real one.
+func Divert(ctx context.Context, placeholder []byte) (context.Context, *Diversion) {
+	d := &Diversion{placeholder: placeholder}
+	return context.WithValue(ctx, divertKey{}, d), d
+}
+
+// Values returns the diverted body's values, or nil if no response was
+// diverted. The caller must Close them.
+func (d *Diversion) Values() *Values { return d.values }
+
+// Values reads a body's JSON values one at a time, each stripped by Strip.
+type Values struct{ r reader }
+
+func newValues(src io.ReadCloser) *Values {
+	v := &Values{r: reader{src: src}}
+	v.r.ends = []int{}
+	return v
+}
+
+// Next returns the next value, without the whitespace around it; it is
+// valid until the next call. At the end of the body it returns io.EOF, or
+// io.ErrUnexpectedEOF if a value was cut short; bytes that are not a JSON
+// object or array are an error.
+func (v *Values) Next() ([]byte, error) {
+	r := &v.r
+	for {
+		if len(r.ends) > 0 {
+			end := r.ends[0]
+			r.ends = r.ends[1:]
+			val := bytes.TrimLeft(r.out[r.sent:end], " \t\r\n")
+			r.sent = end
+			return val, nil
+		}
+		if r.raw {
+			return nil, fmt.Errorf("the response is not a stream of JSON objects: %.40q", r.out[r.sent:])
+		}
+		r.out, r.sent = r.out[:0], 0
+		if r.err != nil {
+			if r.err == io.EOF && len(bytes.TrimSpace(r.in)) > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, r.err
+		}
+		r.fill()
+	}
+}
+
+// Close closes the body.
+func (v *Values) Close() error { return v.r.src.Close() }
 
 // readSize is how much NewReader's reader asks its source for at once.
 const readSize = 32 << 10
@@ -77,6 +150,7 @@ type reader struct {
 
 	out  []byte // out[sent:] is ready to hand out; the buffer is reused
 	sent int
+	ends []int // for Values: where each value in out ends; nil for a reader
 	err  error // the source's error, returned once in and out are drained
 }
 
@@ -93,19 +167,24 @@ func (r *reader) Read(p []byte) (int, error) {
 			r.out, r.in = append(r.out, r.in...), r.in[:0]
 			break
 		}
-		if cap(r.in)-len(r.in) < readSize {
-			grown := make([]byte, len(r.in), 2*cap(r.in)+readSize)
-			copy(grown, r.in)
-			r.in = grown
-		}
-		n, err := r.src.Read(r.in[len(r.in):cap(r.in)])
-		r.in = r.in[:len(r.in)+n]
-		r.err = err
-		r.frame()
+		r.fill()
 	}
 	n := copy(p, r.out[r.sent:])
 	r.sent += n
 	return n, nil
+}
+
+// fill reads from the source once and frames what it can.
+func (r *reader) fill() {
+	if cap(r.in)-len(r.in) < readSize {
+		grown := make([]byte, len(r.in), 2*cap(r.in)+readSize)
+		copy(grown, r.in)
+		r.in = grown
+	}
+	n, err := r.src.Read(r.in[len(r.in):cap(r.in)])
+	r.in = r.in[:len(r.in)+n]
+	r.err = err
+	r.frame()
 }
 
 // structural marks the bytes that matter to framing outside a string.
@@ -168,9 +247,12 @@ func (r *reader) frame() {
 			r.depth--
 			if r.depth == 0 {
 				r.out = appendStripped(r.out, r.in[start:i+1])
+				if r.ends != nil {
+					r.ends = append(r.ends, len(r.out))
+				}
 				start = i + 1
 			}
-		case r.depth == 0 && !isSpace(c): // a number or literal at the top
+		case r.depth == 0 && !jsonwalk.IsSpace(c): // a number or literal at the top
 			r.raw = true
 		}
 		i++
@@ -188,8 +270,6 @@ func (r *reader) frame() {
 	r.in = r.in[:rest]
 	r.scan = i - start
 }
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // Strip returns v, one JSON value, without the managedFields members the
 // package comment lists. It returns v itself when there are none, or when v
@@ -234,33 +314,33 @@ type parser struct {
 
 // root walks the top-level value and returns the cuts that its kind allows.
 func (p *parser) root() (cuts []span, ok bool) {
-	i := p.ws(0)
+	i := jsonwalk.Space(p.b, 0)
 	if i >= len(p.b) || p.b[i] != '{' {
 		return nil, false
 	}
 	var own, items, object []span
 	var isList, hasType, isResource bool
-	end, ok := p.object(i, func(_ int, key []byte, at int) (int, bool) {
+	end, ok := jsonwalk.Object(p.b, i, func(_ int, key []byte, at int) (int, bool) {
 		switch {
-		case is(key, "metadata"):
+		case jsonwalk.Is(key, "metadata"):
 			return p.metadata(at, &own)
-		case is(key, "items"):
+		case jsonwalk.Is(key, "items"):
 			return p.items(at, &items)
-		case is(key, "object"):
+		case jsonwalk.Is(key, "object"):
 			return p.inner(at, &object)
-		case is(key, "kind"):
+		case jsonwalk.Is(key, "kind"):
 			isResource = true
-			e, ok := p.value(at)
-			isList = ok && p.b[at] == '"' && hasSuffix(p.b[at+1:e-1], "List")
+			e, ok := jsonwalk.Value(p.b, at)
+			isList = ok && p.b[at] == '"' && jsonwalk.HasSuffix(p.b[at+1:e-1], "List")
 			return e, ok
-		case is(key, "apiVersion"):
+		case jsonwalk.Is(key, "apiVersion"):
 			isResource = true
-		case is(key, "type"):
+		case jsonwalk.Is(key, "type"):
 			hasType = true
 		}
-		return p.value(at)
+		return jsonwalk.Value(p.b, at)
 	})
-	if !ok || p.ws(end) != len(p.b) {
+	if !ok || jsonwalk.Space(p.b, end) != len(p.b) {
 		return nil, false
 	}
 	cuts = own
@@ -277,51 +357,22 @@ func (p *parser) root() (cuts []span, ok bool) {
 // items walks a list's items, collecting each one's managedFields.
 func (p *parser) items(i int, cuts *[]span) (int, bool) {
 	if i >= len(p.b) || p.b[i] != '[' {
-		return p.value(i)
+		return jsonwalk.Value(p.b, i)
 	}
-	i = p.ws(i + 1)
-	if i < len(p.b) && p.b[i] == ']' {
-		return i + 1, true
-	}
-	for {
-		end, ok := p.inner(i, cuts)
-		if !ok {
-			return 0, false
-		}
-		if i, ok = p.next(end, ']'); !ok || p.b[i-1] == ']' {
-			return i, ok
-		}
-	}
-}
-
-// next reads what follows an element that ends at end: a comma, after
-// which it returns the index of the next element, or close, after which
-// it returns the index past it (p.b[i-1] == close tells them apart).
-func (p *parser) next(end int, close byte) (i int, ok bool) {
-	i = p.ws(end)
-	if i >= len(p.b) {
-		return 0, false
-	}
-	switch p.b[i] {
-	case ',':
-		return p.ws(i + 1), true
-	case close:
-		return i + 1, true
-	}
-	return 0, false
+	return jsonwalk.Array(p.b, i, func(at int) (int, bool) { return p.inner(at, cuts) })
 }
 
 // inner walks an object (an item or a watch event's object) whose
 // metadata.managedFields is to be cut.
 func (p *parser) inner(i int, cuts *[]span) (int, bool) {
 	if i >= len(p.b) || p.b[i] != '{' {
-		return p.value(i)
+		return jsonwalk.Value(p.b, i)
 	}
-	return p.object(i, func(_ int, key []byte, at int) (int, bool) {
-		if is(key, "metadata") {
+	return jsonwalk.Object(p.b, i, func(_ int, key []byte, at int) (int, bool) {
+		if jsonwalk.Is(key, "metadata") {
 			return p.metadata(at, cuts)
 		}
-		return p.value(at)
+		return jsonwalk.Value(p.b, at)
 	})
 }
 
@@ -329,12 +380,12 @@ func (p *parser) inner(i int, cuts *[]span) (int, bool) {
 // with the comma that separates it from a neighbour.
 func (p *parser) metadata(i int, cuts *[]span) (int, bool) {
 	if i >= len(p.b) || p.b[i] != '{' {
-		return p.value(i)
+		return jsonwalk.Value(p.b, i)
 	}
 	prevEnd := -1 // the end of the previous member's value
 	var pending *span
-	end, ok := p.object(i, func(keyStart int, key []byte, at int) (int, bool) {
-		e, ok := p.value(at)
+	end, ok := jsonwalk.Object(p.b, i, func(keyStart int, key []byte, at int) (int, bool) {
+		e, ok := jsonwalk.Value(p.b, at)
 		if !ok {
 			return 0, false
 		}
@@ -343,7 +394,7 @@ func (p *parser) metadata(i int, cuts *[]span) (int, bool) {
 			*cuts = append(*cuts, *pending)
 			pending = nil
 		}
-		if is(key, "managedFields") {
+		if jsonwalk.Is(key, "managedFields") {
 			if prevEnd >= 0 {
 				*cuts = append(*cuts, span{prevEnd, e})
 				prevEnd = e // a duplicate's cut starts at its own comma
@@ -359,126 +410,6 @@ func (p *parser) metadata(i int, cuts *[]span) (int, bool) {
 		*cuts = append(*cuts, *pending)
 	}
 	return end, ok
-}
-
-// object walks an object, calling member with the index of each key's
-// opening quote, the key and the index of its value; member returns the
-// index after the value.
-func (p *parser) object(i int, member func(keyStart int, key []byte, at int) (int, bool)) (int, bool) {
-	i = p.ws(i + 1) // past '{'
-	if i < len(p.b) && p.b[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		if i >= len(p.b) || p.b[i] != '"' {
-			return 0, false
-		}
-		keyEnd, ok := p.str(i)
-		if !ok {
-			return 0, false
-		}
-		key := p.b[i+1 : keyEnd-1]
-		j := p.ws(keyEnd)
-		if j >= len(p.b) || p.b[j] != ':' {
-			return 0, false
-		}
-		end, ok := member(i, key, p.ws(j+1))
-		if !ok {
-			return 0, false
-		}
-		if i, ok = p.next(end, '}'); !ok || p.b[i-1] == '}' {
-			return i, ok
-		}
-	}
-}
-
-// value skips any value.
-func (p *parser) value(i int) (int, bool) {
-	if i >= len(p.b) {
-		return 0, false
-	}
-	switch c := p.b[i]; c {
-	case '"':
-		return p.str(i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(p.b); j++ {
-			switch p.b[j] {
-			case '"':
-				e, ok := p.str(j)
-				if !ok {
-					return 0, false
-				}
-				j = e - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1, true
-				}
-			}
-		}
-		return 0, false
-	default: // a number, true, false or null
-		j := i
-		for j < len(p.b) {
-			c := p.b[j]
-			if c == ',' || c == '}' || c == ']' || isSpace(c) {
-				break
-			}
-			j++
-		}
-		if j == i {
-			return 0, false
-		}
-		return j, true
-	}
-}
-
-// str skips a string starting at its opening quote.
-func (p *parser) str(i int) (int, bool) {
-	for j := i + 1; j < len(p.b); j++ {
-		switch p.b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1, true
-		}
-	}
-	return 0, false
-}
-
-// is reports whether a string's text, from between its quotes, is want.
-// Only an escaped one (an API server never escapes these names) allocates.
-func is(quoted []byte, want string) bool {
-	if bytes.IndexByte(quoted, '\\') < 0 {
-		return string(quoted) == want
-	}
-	return unescape(quoted) == want
-}
-
-// hasSuffix is is for the end of a string.
-func hasSuffix(quoted []byte, suffix string) bool {
-	if bytes.IndexByte(quoted, '\\') < 0 {
-		return bytes.HasSuffix(quoted, []byte(suffix))
-	}
-	return strings.HasSuffix(unescape(quoted), suffix)
-}
-
-func unescape(quoted []byte) string {
-	var s string
-	if json.Unmarshal(append(append([]byte{'"'}, quoted...), '"'), &s) != nil {
-		return ""
-	}
-	return s
-}
-
-func (p *parser) ws(i int) int {
-	for i < len(p.b) && isSpace(p.b[i]) {
-		i++
-	}
-	return i
 }
 
 // sortSpans orders cuts by position; they come from disjoint members, so

@@ -2,7 +2,9 @@ package fieldstrip
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -395,6 +397,122 @@ func BenchmarkReader(b *testing.B) {
 	for b.Loop() {
 		if _, err := io.Copy(io.Discard, NewReader(io.NopCloser(bytes.NewReader(stream)))); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestValuesAnyChunking: Values returns each value of a stream, stripped
+// and without the whitespace around it, however the stream is chunked.
+func TestValuesAnyChunking(t *testing.T) {
+	stream, _ := events(50)
+	var want [][]byte
+	for _, line := range bytes.Split(bytes.TrimSpace(stream), []byte("\n")) {
+		want = append(want, Strip(line))
+	}
+	readers := map[string]func() io.Reader{
+		"whole":    func() io.Reader { return bytes.NewReader(stream) },
+		"one byte": func() io.Reader { return iotest.OneByteReader(bytes.NewReader(stream)) },
+		"random":   func() io.Reader { return &chunky{b: stream, r: rand.New(rand.NewPCG(3, 4))} },
+	}
+	for name, mk := range readers {
+		t.Run(name, func(t *testing.T) {
+			v := newValues(io.NopCloser(mk()))
+			for i, w := range want {
+				got, err := v.Next()
+				if err != nil {
+					t.Fatalf("value %d: %v", i, err)
+				}
+				if !bytes.Equal(got, w) {
+					t.Fatalf("value %d:\n%s\nwant\n%s", i, got, w)
+				}
+			}
+			if _, err := v.Next(); err != io.EOF {
+				t.Fatalf("after the last value: %v, want EOF", err)
+			}
+		})
+	}
+}
+
+// TestValuesEnds: a value cut short is io.ErrUnexpectedEOF, the source's
+// own error comes after the values before it, and a body that is not JSON
+// values says so.
+func TestValuesEnds(t *testing.T) {
+	ev := `{"type":"ADDED","object":{"kind":"C","metadata":{"managedFields":[]}}}`
+	v := newValues(io.NopCloser(strings.NewReader(ev + "\n" + `{"type":"ADD`)))
+	if got, err := v.Next(); err != nil || string(got) != string(Strip([]byte(ev))) {
+		t.Fatalf("first value %q %v", got, err)
+	}
+	if _, err := v.Next(); err != io.ErrUnexpectedEOF {
+		t.Errorf("a value cut short: %v", err)
+	}
+	boom := errors.New("connection reset")
+	v = newValues(io.NopCloser(io.MultiReader(strings.NewReader(ev), iotest.ErrReader(boom))))
+	if _, err := v.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Next(); err != boom {
+		t.Errorf("the source's error: %v", err)
+	}
+	v = newValues(io.NopCloser(strings.NewReader(ev + "404 page not found\n")))
+	if _, err := v.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Next(); err == nil || !strings.Contains(err.Error(), "not a stream of JSON objects") {
+		t.Errorf("a foreign body: %v", err)
+	}
+}
+
+// TestDivert: a successful JSON response to a request made with Divert's
+// context goes to the Diversion, stripped, and the client reads the
+// placeholder; an error response, another encoding, and a second request
+// with the same context reach the client as always.
+func TestDivert(t *testing.T) {
+	body := widget("a", `,"managedFields":`+managed)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", r.URL.Query().Get("ct"))
+		if code := r.URL.Query().Get("code"); code != "" {
+			w.WriteHeader(map[string]int{"410": 410, "500": 500}[code])
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: WrapTransport(http.DefaultTransport), Timeout: time.Minute}
+	get := func(ctx context.Context, query string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"?"+query, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(got)
+	}
+	placeholder := []byte(`{"kind":"List","items":[]}`)
+
+	ctx, d := Divert(context.Background(), placeholder)
+	if got := get(ctx, "ct=application/json"); got != string(placeholder) {
+		t.Errorf("the client read %q, want the placeholder", got)
+	}
+	if d.Values() == nil {
+		t.Fatal("nothing diverted")
+	}
+	got, err := d.Values().Next()
+	if err != nil || string(got) != string(Strip([]byte(body))) {
+		t.Errorf("diverted %q %v, want the stripped body", got, err)
+	}
+	_ = d.Values().Close()
+	if got := get(ctx, "ct=application/json"); got != string(Strip([]byte(body))) {
+		t.Errorf("a second request with the context read %q", got)
+	}
+
+	for _, query := range []string{"ct=application/json&code=410", "ct=application/json&code=500", "ct=application/vnd.kubernetes.protobuf"} {
+		ctx, d := Divert(context.Background(), placeholder)
+		if got := get(ctx, query); got == string(placeholder) || d.Values() != nil {
+			t.Errorf("?%s was diverted", query)
 		}
 	}
 }

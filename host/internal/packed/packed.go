@@ -88,6 +88,11 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b 
 
 const maxPooled = 64 << 10
 
+// JSON returns the object's JSON, without metadata.managedFields: the
+// API server's own bytes when the object came from Decode, Pack's
+// encoding otherwise. The caller must not modify it.
+func (o *Object) JSON() []byte { return o.raw }
+
 // Unpack decodes the object: a new map each call, which the caller owns.
 func (o *Object) Unpack() (*unstructured.Unstructured, error) {
 	m := map[string]any{}
@@ -125,13 +130,20 @@ func Content(obj client.Object) (content map[string]any, ok bool) {
 	return nil, false
 }
 
+// Enabled reports whether objects may be packed: not while client-go's
+// cache mutation detector (KUBE_CACHE_MUTATION_DETECTOR) is on.
+func Enabled() bool {
+	on, _ := strconv.ParseBool(os.Getenv("KUBE_CACHE_MUTATION_DETECTOR"))
+	return !on
+}
+
 // Transform packs unstructured objects and passes any other through next
 // (nil: unchanged). It is a cache transform function
 // (toolscache.TransformFunc). While KUBE_CACHE_MUTATION_DETECTOR is on it
 // only calls next: the detector compares each object with its
 // DeepCopyObject, which for a packed Object is another type.
 func Transform(next func(any) (any, error)) func(any) (any, error) {
-	if on, _ := strconv.ParseBool(os.Getenv("KUBE_CACHE_MUTATION_DETECTOR")); on {
+	if !Enabled() {
 		if next == nil {
 			return func(in any) (any, error) { return in, nil }
 		}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
+	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
@@ -124,11 +125,22 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	skip := true
 	mgrCfg := rest.CopyConfig(cp.Config)
 	mgrCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counting{h, rt} })
+	// The cache as the operator has it (operator.New): its own HTTP client
+	// and informers, objects decoded straight into packed ones.
+	cacheHTTP, err := informer.HTTPClient(mgrCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	informers, err := informer.New(informer.Options{Packed: true, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: &skip},
 		// Packed objects and unstructured reads, as the operator has them.
-		Cache:  cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}, DefaultTransform: packed.Transform(nil)},
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{h.ns: {}}, DefaultTransform: packed.Transform(nil),
+			HTTPClient: cacheHTTP, NewInformer: informers.NewInformer},
 		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 	})
 	if err != nil {

@@ -1,0 +1,281 @@
+package packed
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/jsonwalk"
+)
+
+// Decode packs one object from its JSON as an API server serves it,
+// without decoding it into maps: only its metadata is decoded; the JSON is
+// checked to be well-formed and kept as a copy. An object that still has
+// metadata.managedFields is decoded in full and packed by Pack, which drops
+// them.
+//
+// It fails as client-go's unstructured decoder does on an object without
+// apiVersion or kind, and on JSON that is not an object.
+func Decode(data []byte) (*Object, error) { return decode(data, "", "") }
+
+// decode is Decode for an item of a list of apiVersion and kind: an
+// item with neither gets the list's, as client-go's unstructured list
+// decoder gives them (an API server leaves them out of the items of a
+// built-in kind's list).
+func decode(data []byte, apiVersion, kind string) (*Object, error) {
+	if !json.Valid(data) {
+		var v any
+		err := utiljson.Unmarshal(data, &v) // says where and why
+		if err == nil {
+			err = errors.New("not well-formed JSON")
+		}
+		return nil, fmt.Errorf("decoding an object for the cache: %w", err)
+	}
+	o := &Object{}
+	var md []byte
+	end, ok := jsonwalk.Object(data, jsonwalk.Space(data, 0), func(_ int, key []byte, at int) (int, bool) {
+		e, ok := jsonwalk.Value(data, at)
+		if !ok {
+			return 0, false
+		}
+		switch {
+		case jsonwalk.Is(key, "apiVersion"):
+			o.APIVersion = text(data[at:e])
+		case jsonwalk.Is(key, "kind"):
+			o.Kind = text(data[at:e])
+		case jsonwalk.Is(key, "metadata"):
+			md = data[at:e]
+		}
+		return e, true
+	})
+	if !ok || jsonwalk.Space(data, end) != len(data) {
+		return nil, fmt.Errorf("decoding an object for the cache: not a JSON object: %.40q", data)
+	}
+	inferred := o.Kind == "" && o.APIVersion == "" && kind != ""
+	if inferred {
+		o.APIVersion, o.Kind = apiVersion, kind
+	}
+	switch {
+	case o.Kind == "":
+		return nil, fmt.Errorf("decoding an object for the cache: Object 'Kind' is missing in '%.200s'", data)
+	case o.APIVersion == "":
+		return nil, fmt.Errorf("decoding an object for the cache: Object 'apiVersion' is missing in '%.200s'", data)
+	}
+	if md != nil && !bytes.Equal(md, []byte("null")) {
+		if err := utiljson.Unmarshal(md, &o.ObjectMeta); err != nil {
+			return nil, fmt.Errorf("decoding the metadata of %s for the cache: %w", o.Kind, err)
+		}
+	}
+	if o.ManagedFields != nil {
+		m := map[string]any{}
+		if err := utiljson.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("decoding %s for the cache: %w", o.Kind, err)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		u.SetAPIVersion(o.APIVersion)
+		u.SetKind(o.Kind)
+		return Pack(u)
+	}
+	if inferred {
+		o.raw = withType(data, o.APIVersion, o.Kind)
+	} else {
+		o.raw = bytes.Clone(data)
+	}
+	return o, nil
+}
+
+// withType returns a copy of the JSON object data with apiVersion and kind
+// as its first members.
+func withType(data []byte, apiVersion, kind string) []byte {
+	i := jsonwalk.Space(data, 0) + 1 // past '{'
+	v, _ := json.Marshal(apiVersion)
+	k, _ := json.Marshal(kind)
+	out := make([]byte, 0, len(data)+len(v)+len(k)+24)
+	out = append(out, `{"apiVersion":`...)
+	out = append(out, v...)
+	out = append(out, `,"kind":`...)
+	out = append(out, k...)
+	if j := jsonwalk.Space(data, i); data[j] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, data[i:]...)
+}
+
+// text returns a JSON string's value; any other value is "", as the
+// unstructured accessors read a member of the wrong type.
+func text(v []byte) string {
+	if len(v) < 2 || v[0] != '"' {
+		return ""
+	}
+	return jsonwalk.Unescape(v[1 : len(v)-1])
+}
+
+// List is a list of packed objects, as DecodeList returns it. Its items
+// are *Object; client-go's reflector and pager read them with
+// meta.ExtractList and meta.EachListItem.
+type List struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+	Items []runtime.Object
+}
+
+var _ metav1.ListInterface = &List{}
+
+// DeepCopyObject returns a List with the same items: packed objects are
+// immutable.
+func (l *List) DeepCopyObject() runtime.Object {
+	c := &List{TypeMeta: l.TypeMeta, Items: append([]runtime.Object(nil), l.Items...)}
+	l.ListMeta.DeepCopyInto(&c.ListMeta)
+	return c
+}
+
+// DecodeList decodes a list response (a kind ending in "List" with items)
+// into a List of packed objects, each as Decode decodes it.
+func DecodeList(data []byte) (*List, error) {
+	l := &List{}
+	var md, items []byte
+	end, ok := jsonwalk.Object(data, jsonwalk.Space(data, 0), func(_ int, key []byte, at int) (int, bool) {
+		e, ok := jsonwalk.Value(data, at)
+		if !ok {
+			return 0, false
+		}
+		switch {
+		case jsonwalk.Is(key, "apiVersion"):
+			l.APIVersion = text(data[at:e])
+		case jsonwalk.Is(key, "kind"):
+			l.Kind = text(data[at:e])
+		case jsonwalk.Is(key, "metadata"):
+			md = data[at:e]
+		case jsonwalk.Is(key, "items"):
+			items = data[at:e]
+		}
+		return e, true
+	})
+	if !ok || jsonwalk.Space(data, end) != len(data) {
+		return nil, fmt.Errorf("decoding a list for the cache: not a JSON object: %.40q", data)
+	}
+	if md != nil {
+		if err := utiljson.Unmarshal(md, &l.ListMeta); err != nil {
+			return nil, fmt.Errorf("decoding the metadata of %s for the cache: %w", l.Kind, err)
+		}
+	}
+	if items == nil || bytes.Equal(items, []byte("null")) {
+		return l, nil
+	}
+	var err error
+	_, ok = jsonwalk.Array(items, 0, func(at int) (int, bool) {
+		e, ok := jsonwalk.Value(items, at)
+		if !ok {
+			return 0, false
+		}
+		var o *Object
+		if o, err = decode(items[at:e], l.APIVersion, strings.TrimSuffix(l.Kind, "List")); err != nil {
+			return 0, false
+		}
+		l.Items = append(l.Items, o)
+		return e, true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("decoding %s for the cache: items is not a JSON array of objects", l.Kind)
+	}
+	return l, nil
+}
+
+// ValueReader yields JSON values one at a time, as fieldstrip.Values does.
+type ValueReader interface {
+	// Next returns the next value, valid until the next call.
+	Next() ([]byte, error)
+	Close() error
+}
+
+// WatchDecoder decodes a watch stream's events into packed objects: it is
+// a watch.Decoder for watch.NewStreamWatcher, in place of client-go's
+// decoder of unstructured objects. An ERROR event's object is a
+// *metav1.Status; every other event's is an *Object.
+type WatchDecoder struct {
+	values ValueReader
+	expect schema.GroupVersionKind
+}
+
+// NewWatchDecoder returns a WatchDecoder reading events from values. An
+// object of another kind than expect is reported (utilruntime.HandleError)
+// and skipped, as client-go's reflector skips one from an unstructured
+// watch.
+func NewWatchDecoder(values ValueReader, expect schema.GroupVersionKind) *WatchDecoder {
+	return &WatchDecoder{values: values, expect: expect}
+}
+
+var _ watch.Decoder = &WatchDecoder{}
+
+// Decode returns the next event. At the end of the stream it returns
+// io.EOF (io.ErrUnexpectedEOF for an event cut short), which the stream
+// watcher takes as the end of the watch; any other error ends it with an
+// error event.
+func (d *WatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
+	for {
+		t, o, err := d.decode()
+		if err == nil && t != watch.Error {
+			if gvk := o.GetObjectKind().GroupVersionKind(); gvk != d.expect {
+				utilruntime.HandleError(fmt.Errorf("a watch of %s sent a %s event for %s: skipped", d.expect, t, gvk))
+				continue
+			}
+		}
+		return t, o, err
+	}
+}
+
+func (d *WatchDecoder) decode() (watch.EventType, runtime.Object, error) {
+	v, err := d.values.Next()
+	if err != nil {
+		return "", nil, err
+	}
+	var typ string
+	var obj []byte
+	end, ok := jsonwalk.Object(v, 0, func(_ int, key []byte, at int) (int, bool) {
+		e, ok := jsonwalk.Value(v, at)
+		if !ok {
+			return 0, false
+		}
+		switch {
+		case jsonwalk.Is(key, "type"):
+			typ = text(v[at:e])
+		case jsonwalk.Is(key, "object"):
+			obj = v[at:e]
+		}
+		return e, true
+	})
+	if !ok || end != len(v) {
+		return "", nil, fmt.Errorf("unable to decode watch event: not a JSON object: %.40q", v)
+	}
+	switch t := watch.EventType(typ); t {
+	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
+		o, err := Decode(obj)
+		if err != nil {
+			return "", nil, fmt.Errorf("unable to decode watch event: %w", err)
+		}
+		return t, o, nil
+	case watch.Error:
+		st := &metav1.Status{}
+		if err := utiljson.Unmarshal(obj, st); err != nil {
+			return "", nil, fmt.Errorf("unable to decode watch event: %w", err)
+		}
+		return t, st, nil
+	}
+	return "", nil, fmt.Errorf("got invalid watch event type: %v", typ)
+}
+
+// Close closes the stream.
+func (d *WatchDecoder) Close() { _ = d.values.Close() }
