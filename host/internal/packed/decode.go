@@ -26,13 +26,15 @@ import (
 //
 // It fails as client-go's unstructured decoder does on an object without
 // apiVersion or kind, and on JSON that is not an object.
-func Decode(data []byte) (*Object, error) { return decode(data, "", "") }
+func Decode(data []byte) (*Object, error) { return decode(data, "", "", false) }
 
-// decode is Decode for an item of a list of apiVersion and kind: an
-// item with neither gets the list's, as client-go's unstructured list
-// decoder gives them (an API server leaves them out of the items of a
-// built-in kind's list).
-func decode(data []byte, apiVersion, kind string) (*Object, error) {
+// decode is Decode for an object expected to be of apiVersion and kind
+// (those of its list, or of its watch): equal strings are shared, not
+// allocated per object. A list item with neither gets the list's, as
+// client-go's unstructured list decoder gives them (an API server leaves
+// them out of the items of a built-in kind's list); an object of a watch
+// has its own (itemTypes false).
+func decode(data []byte, apiVersion, kind string, itemTypes bool) (*Object, error) {
 	if !json.Valid(data) {
 		var v any
 		err := utiljson.Unmarshal(data, &v) // says where and why
@@ -50,9 +52,9 @@ func decode(data []byte, apiVersion, kind string) (*Object, error) {
 		}
 		switch {
 		case jsonwalk.Is(key, "apiVersion"):
-			o.APIVersion = text(data[at:e])
+			o.APIVersion = textOr(data[at:e], apiVersion)
 		case jsonwalk.Is(key, "kind"):
-			o.Kind = text(data[at:e])
+			o.Kind = textOr(data[at:e], kind)
 		case jsonwalk.Is(key, "metadata"):
 			md = data[at:e]
 		}
@@ -61,7 +63,7 @@ func decode(data []byte, apiVersion, kind string) (*Object, error) {
 	if !ok || jsonwalk.Space(data, end) != len(data) {
 		return nil, fmt.Errorf("decoding an object for the cache: not a JSON object: %.40q", data)
 	}
-	inferred := o.Kind == "" && o.APIVersion == "" && kind != ""
+	inferred := itemTypes && o.Kind == "" && o.APIVersion == "" && kind != ""
 	if inferred {
 		o.APIVersion, o.Kind = apiVersion, kind
 	}
@@ -109,6 +111,14 @@ func withType(data []byte, apiVersion, kind string) []byte {
 		out = append(out, ',')
 	}
 	return append(out, data[i:]...)
+}
+
+// textOr is text, sharing common when the value is common.
+func textOr(v []byte, common string) string {
+	if len(v) == len(common)+2 && v[0] == '"' && string(v[1:len(v)-1]) == common {
+		return common
+	}
+	return text(v)
 }
 
 // text returns a JSON string's value; any other value is "", as the
@@ -173,13 +183,14 @@ func DecodeList(data []byte) (*List, error) {
 		return l, nil
 	}
 	var err error
+	itemKind := strings.TrimSuffix(l.Kind, "List")
 	_, ok = jsonwalk.Array(items, 0, func(at int) (int, bool) {
 		e, ok := jsonwalk.Value(items, at)
 		if !ok {
 			return 0, false
 		}
 		var o *Object
-		if o, err = decode(items[at:e], l.APIVersion, strings.TrimSuffix(l.Kind, "List")); err != nil {
+		if o, err = decode(items[at:e], l.APIVersion, itemKind, true); err != nil {
 			return 0, false
 		}
 		l.Items = append(l.Items, o)
@@ -206,8 +217,9 @@ type ValueReader interface {
 // decoder of unstructured objects. An ERROR event's object is a
 // *metav1.Status; every other event's is an *Object.
 type WatchDecoder struct {
-	values ValueReader
-	expect schema.GroupVersionKind
+	values     ValueReader
+	expect     schema.GroupVersionKind
+	apiVersion string // expect's
 }
 
 // NewWatchDecoder returns a WatchDecoder reading events from values. An
@@ -215,7 +227,8 @@ type WatchDecoder struct {
 // and skipped, as client-go's reflector skips one from an unstructured
 // watch.
 func NewWatchDecoder(values ValueReader, expect schema.GroupVersionKind) *WatchDecoder {
-	return &WatchDecoder{values: values, expect: expect}
+	apiVersion, _ := expect.ToAPIVersionAndKind()
+	return &WatchDecoder{values: values, expect: expect, apiVersion: apiVersion}
 }
 
 var _ watch.Decoder = &WatchDecoder{}
@@ -262,7 +275,7 @@ func (d *WatchDecoder) decode() (watch.EventType, runtime.Object, error) {
 	}
 	switch t := watch.EventType(typ); t {
 	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark:
-		o, err := Decode(obj)
+		o, err := decode(obj, d.apiVersion, d.expect.Kind, false)
 		if err != nil {
 			return "", nil, fmt.Errorf("unable to decode watch event: %w", err)
 		}

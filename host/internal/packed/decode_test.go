@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -274,4 +275,32 @@ func BenchmarkDecode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeSharesTheKind: objects of a watch or a list share their
+// apiVersion and kind strings instead of holding a copy each.
+func TestDecodeSharesTheKind(t *testing.T) {
+	gvk := schema.GroupVersionKind{Group: "example.wasmreconcile.io", Version: "v1", Kind: "Widget"}
+	ev := `{"type":"ADDED","object":` + small + `}`
+	d := packed.NewWatchDecoder(&values{v: []string{ev, ev}, err: io.EOF}, gvk)
+	var kinds, versions []*byte
+	for range 2 {
+		_, obj, err := d.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := obj.(*packed.Object)
+		kinds, versions = append(kinds, unsafe.StringData(o.Kind)), append(versions, unsafe.StringData(o.APIVersion))
+	}
+	l, err := packed.DecodeList([]byte(`{"apiVersion":"example.wasmreconcile.io/v1","kind":"WidgetList","items":[` + small + "," + small + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range l.Items {
+		o := it.(*packed.Object)
+		kinds, versions = append(kinds, unsafe.StringData(o.Kind)), append(versions, unsafe.StringData(o.APIVersion))
+	}
+	if kinds[0] != kinds[1] || versions[0] != versions[1] || kinds[2] != kinds[3] || versions[2] != versions[3] {
+		t.Error("objects of one watch or list hold copies of their kind")
+	}
 }

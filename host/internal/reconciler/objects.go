@@ -26,7 +26,7 @@ type objectState struct {
 // idle reports whether the state holds nothing, so that its entry can go.
 func (s *objectState) idle() bool {
 	return s.attempts == 0 && len(s.failures) == 0 && s.warned == "" && !s.hasMemo &&
-		s.storm.fingerprint == "" && !s.triggered
+		s.storm.fingerprint == 0 && !s.triggered
 }
 
 // objects holds the objectState of every object the reconciler has seen
@@ -183,7 +183,7 @@ func (s *objects) failingCount() int {
 // admitStorm decides whether to call the guest now. While quiescent with
 // the same fingerprint it returns false and how long to wait; a change
 // ends quiescence.
-func (s *objects) admitStorm(key types.NamespacedName, fingerprint string, now time.Time) (ok bool, wait time.Duration) {
+func (s *objects) admitStorm(key types.NamespacedName, fingerprint uint64, now time.Time) (ok bool, wait time.Duration) {
 	if s.storm.Disabled {
 		return true, 0
 	}
@@ -194,7 +194,7 @@ func (s *objects) admitStorm(key types.NamespacedName, fingerprint string, now t
 
 // recordStorm notes a guest call's outcome and reports whether it starts a
 // storm.
-func (s *objects) recordStorm(key types.NamespacedName, fingerprint string, changed bool, now time.Time) (storm bool, count int) {
+func (s *objects) recordStorm(key types.NamespacedName, fingerprint uint64, changed bool, now time.Time) (storm bool, count int) {
 	if s.storm.Disabled {
 		return false, 0
 	}

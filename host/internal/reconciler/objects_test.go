@@ -22,7 +22,7 @@ func TestObjectStateIsDroppedWhenIdle(t *testing.T) {
 	if s.takeTriggered(k) {
 		t.Fatal("an unmarked object is marked")
 	}
-	if ok, _ := s.admitStorm(k, "1", now); !ok || len(s.m) != 0 {
+	if ok, _ := s.admitStorm(k, fp1, now); !ok || len(s.m) != 0 {
 		t.Fatalf("clearing or admitting an unknown object made state: admitted %v, %d entries", ok, len(s.m))
 	}
 	s.failed(k)

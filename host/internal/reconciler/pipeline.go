@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -156,7 +155,7 @@ func (r *Reconciler) route(_ context.Context, p *pass) bool {
 // not counted by the owner's storm (triggerdamp.go).
 func (r *Reconciler) admit(_ context.Context, p *pass) bool {
 	key, digest := p.o.key, p.module.Digest()
-	p.o.fingerprint = fmt.Sprintf("%d|%s|%s", p.o.obj.GetGeneration(), p.childFP, digest)
+	p.o.fingerprint = stormFingerprint(p.o.obj.GetGeneration(), p.childFP, digest)
 	if !r.opts.Policy.CallUnchanged && !p.deleting {
 		if m, ok := r.objects.memoOf(key); ok {
 			if same, wait := m.unchanged(digest, p.o.obj, p.childFP, r.opts.Now()); same {

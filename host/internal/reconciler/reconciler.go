@@ -265,7 +265,7 @@ type outcome struct {
 
 	requeueAfter time.Duration // success: the guest's requeueAfterSeconds; skipUnchanged: the rest of it
 	damped       time.Duration // skipStorm: how long to wait
-	fingerprint  string        // generation, children and version, for storm damping
+	fingerprint  uint64        // of generation, children and version, for storm damping
 	triggered    bool          // a trigger enqueued the object: not damped or counted by its storm
 
 	// seen lists the objects the call saw: the object, its children and

@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"encoding/binary"
+	"hash/maphash"
 	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
@@ -8,7 +10,7 @@ import (
 
 // stormState is one object's storm damping, kept in its objectState.
 type stormState struct {
-	fingerprint string      // generation, observed children (kinds, names, resourceVersions) and module digest
+	fingerprint uint64      // of generation, observed children (kinds, names, resourceVersions) and module digest; 0 for none
 	noops       []time.Time // unchanged reconciles within the window
 	quiescent   bool
 	lastCall    time.Time
@@ -17,7 +19,7 @@ type stormState struct {
 // admit decides whether to call the guest now. While quiescent with the same
 // fingerprint it returns false and how long to wait; a change ends
 // quiescence.
-func (st *stormState) admit(opts policy.Storm, fingerprint string, now time.Time) (bool, time.Duration) {
+func (st *stormState) admit(opts policy.Storm, fingerprint uint64, now time.Time) (bool, time.Duration) {
 	if !st.quiescent {
 		return true, 0
 	}
@@ -32,7 +34,7 @@ func (st *stormState) admit(opts policy.Storm, fingerprint string, now time.Time
 }
 
 // record notes a guest call's outcome and reports whether it starts a storm.
-func (st *stormState) record(opts policy.Storm, fingerprint string, changed bool, now time.Time) (storm bool, count int) {
+func (st *stormState) record(opts policy.Storm, fingerprint uint64, changed bool, now time.Time) (storm bool, count int) {
 	st.lastCall = now
 	if changed || st.fingerprint != fingerprint {
 		st.fingerprint, st.noops, st.quiescent = fingerprint, nil, false
@@ -47,4 +49,19 @@ func (st *stormState) record(opts policy.Storm, fingerprint string, changed bool
 		return true, len(st.noops)
 	}
 	return false, 0
+}
+
+// stormFingerprint hashes what a storm's calls must share: the object's
+// generation, its observed children's fingerprint and the module version.
+// It is never 0, which stands for none.
+func stormFingerprint(generation int64, children, digest string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	var gen [8]byte
+	binary.LittleEndian.PutUint64(gen[:], uint64(generation))
+	_, _ = h.Write(gen[:])
+	_, _ = h.WriteString(children)
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(digest)
+	return h.Sum64() | 1
 }
