@@ -45,22 +45,17 @@ func decode(data []byte, apiVersion, kind string, itemTypes bool) (*Object, erro
 	}
 	o := &Object{}
 	var md []byte
-	end, ok := jsonwalk.Object(data, jsonwalk.Space(data, 0), func(_ int, key []byte, at int) (int, bool) {
-		e, ok := jsonwalk.Value(data, at)
-		if !ok {
-			return 0, false
-		}
+	isObject := eachMember(data, func(key, v []byte) {
 		switch {
 		case jsonwalk.Is(key, "apiVersion"):
-			o.APIVersion = textOr(data[at:e], apiVersion)
+			o.APIVersion = textOr(v, apiVersion)
 		case jsonwalk.Is(key, "kind"):
-			o.Kind = textOr(data[at:e], kind)
+			o.Kind = textOr(v, kind)
 		case jsonwalk.Is(key, "metadata"):
-			md = data[at:e]
+			md = v
 		}
-		return e, true
 	})
-	if !ok || jsonwalk.Space(data, end) != len(data) {
+	if !isObject {
 		return nil, fmt.Errorf("decoding an object for the cache: not a JSON object: %.40q", data)
 	}
 	inferred := itemTypes && o.Kind == "" && o.APIVersion == "" && kind != ""
@@ -113,6 +108,20 @@ func withType(data []byte, apiVersion, kind string) []byte {
 	return append(out, data[i:]...)
 }
 
+// eachMember calls f with the key (from between its quotes) and the value
+// of each member of the JSON object data, and reports whether data is one
+// object.
+func eachMember(data []byte, f func(key, value []byte)) bool {
+	end, ok := jsonwalk.Object(data, jsonwalk.Space(data, 0), func(_ int, key []byte, at int) (int, bool) {
+		e, ok := jsonwalk.Value(data, at)
+		if ok {
+			f(key, data[at:e])
+		}
+		return e, ok
+	})
+	return ok && jsonwalk.Space(data, end) == len(data)
+}
+
 // textOr is text, sharing common when the value is common.
 func textOr(v []byte, common string) string {
 	if len(v) == len(common)+2 && v[0] == '"' && string(v[1:len(v)-1]) == common {
@@ -154,24 +163,19 @@ func (l *List) DeepCopyObject() runtime.Object {
 func DecodeList(data []byte) (*List, error) {
 	l := &List{}
 	var md, items []byte
-	end, ok := jsonwalk.Object(data, jsonwalk.Space(data, 0), func(_ int, key []byte, at int) (int, bool) {
-		e, ok := jsonwalk.Value(data, at)
-		if !ok {
-			return 0, false
-		}
+	isObject := eachMember(data, func(key, v []byte) {
 		switch {
 		case jsonwalk.Is(key, "apiVersion"):
-			l.APIVersion = text(data[at:e])
+			l.APIVersion = text(v)
 		case jsonwalk.Is(key, "kind"):
-			l.Kind = text(data[at:e])
+			l.Kind = text(v)
 		case jsonwalk.Is(key, "metadata"):
-			md = data[at:e]
+			md = v
 		case jsonwalk.Is(key, "items"):
-			items = data[at:e]
+			items = v
 		}
-		return e, true
 	})
-	if !ok || jsonwalk.Space(data, end) != len(data) {
+	if !isObject {
 		return nil, fmt.Errorf("decoding a list for the cache: not a JSON object: %.40q", data)
 	}
 	if md != nil {
@@ -184,7 +188,7 @@ func DecodeList(data []byte) (*List, error) {
 	}
 	var err error
 	itemKind := strings.TrimSuffix(l.Kind, "List")
-	_, ok = jsonwalk.Array(items, 0, func(at int) (int, bool) {
+	_, isArray := jsonwalk.Array(items, 0, func(at int) (int, bool) {
 		e, ok := jsonwalk.Value(items, at)
 		if !ok {
 			return 0, false
@@ -199,7 +203,7 @@ func DecodeList(data []byte) (*List, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
+	if !isArray {
 		return nil, fmt.Errorf("decoding %s for the cache: items is not a JSON array of objects", l.Kind)
 	}
 	return l, nil
@@ -257,20 +261,15 @@ func (d *WatchDecoder) decode() (watch.EventType, runtime.Object, error) {
 	}
 	var typ string
 	var obj []byte
-	end, ok := jsonwalk.Object(v, 0, func(_ int, key []byte, at int) (int, bool) {
-		e, ok := jsonwalk.Value(v, at)
-		if !ok {
-			return 0, false
-		}
+	isObject := eachMember(v, func(key, value []byte) {
 		switch {
 		case jsonwalk.Is(key, "type"):
-			typ = text(v[at:e])
+			typ = text(value)
 		case jsonwalk.Is(key, "object"):
-			obj = v[at:e]
+			obj = value
 		}
-		return e, true
 	})
-	if !ok || end != len(v) {
+	if !isObject {
 		return "", nil, fmt.Errorf("unable to decode watch event: not a JSON object: %.40q", v)
 	}
 	switch t := watch.EventType(typ); t {
