@@ -91,6 +91,10 @@ type bench struct {
 	// for this long from the first create into the work directory
 	// (-cpu-profile); 0: none.
 	cpuProfile time.Duration
+	// idleProfile: the operator serves pprof, and each run profiles its
+	// CPU over the idle window (-idle-cpu-profile); the profiler's own
+	// cost then counts in the idle figure.
+	idleProfile bool
 }
 
 func run() error {
@@ -106,6 +110,7 @@ func run() error {
 		timeout       = flag.Duration("timeout", 20*time.Minute, "longest wait for one run to converge")
 		idleModules   = flag.Duration("idle-module-timeout", 30*time.Second, "the operator's --idle-module-timeout in the many-module case, whose idle phase then waits this long plus 20 s before measuring RSS again (0 skips the phase)")
 		active        = flag.Int("active-modules", 2, "kinds of the many-module case whose objects keep changing during its idle phase")
+		idleProfile   = flag.Bool("idle-cpu-profile", false, "run the operator with --pprof-bind-address and profile its CPU over the idle window of each run, into the work directory (kept); the profiler's own CPU then counts in the idle figure")
 		cpuProfile    = flag.Duration("cpu-profile", 0, "run the operator with --pprof-bind-address and profile its CPU for this long from the first create of each run, into the work directory (kept); 0: no profile")
 		heapProfiles  = flag.Bool("heap-profiles", false, "run the operator with --pprof-bind-address and save its heap profile at the end of each run into the work directory (kept)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
@@ -126,7 +131,7 @@ func run() error {
 		return errors.New("-active-modules must be within 0..-modules, and -idle-module-timeout not negative")
 	}
 	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
-		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile}
+		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile, idleProfile: *idleProfile}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
 	}
@@ -138,7 +143,7 @@ func run() error {
 		}
 		b.assets = strings.TrimSpace(string(out))
 	}
-	keep := *workDir != "" || *heapProfiles || *cpuProfile > 0
+	keep := *workDir != "" || *heapProfiles || *cpuProfile > 0 || *idleProfile
 	if b.work = *workDir; b.work == "" {
 		if b.work, err = os.MkdirTemp("", "wasmreconcile-benche2e-work-"); err != nil {
 			return err
@@ -387,7 +392,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			if b.idlePhase(kinds) {
 				args = append(args, "--idle-module-timeout", b.idleModules.String())
 			}
-			if b.heapProfiles || b.cpuProfile > 0 {
+			if b.heapProfiles || b.cpuProfile > 0 || b.idleProfile {
 				args = append(args, "--pprof-bind-address", pprofAddr)
 			}
 			for _, k := range kinds {
@@ -538,7 +543,13 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			return res, err
 		}
 	}
-	if err := sleep(ctx, b.idle); err != nil {
+	if variant == "operator" && b.idleProfile {
+		path := filepath.Join(runDir, "operator-idle-cpu.pprof")
+		if err := saveCPUProfile(pprofAddr, b.idle, path); err != nil {
+			return res, err
+		}
+		b.say("%s: CPU profile of the idle window in %s", label, path)
+	} else if err := sleep(ctx, b.idle); err != nil {
 		return res, err
 	}
 	for i, p := range procs {
