@@ -116,7 +116,7 @@ func (v *Values) Next() ([]byte, error) {
 		if r.raw {
 			return nil, fmt.Errorf("the response is not a stream of JSON objects: %.40q", r.out[r.sent:])
 		}
-		r.out, r.sent = r.out[:0], 0
+		r.out, r.sent, r.ends = r.out[:0], 0, r.ends[:0]
 		if r.err != nil {
 			if r.err == io.EOF && len(bytes.TrimSpace(r.in)) > 0 {
 				return nil, io.ErrUnexpectedEOF

@@ -68,7 +68,7 @@ func decode(data []byte, apiVersion, kind string, itemTypes bool) (*Object, erro
 	case o.APIVersion == "":
 		return nil, fmt.Errorf("decoding an object for the cache: Object 'apiVersion' is missing in '%.200s'", data)
 	}
-	if md != nil && !bytes.Equal(md, []byte("null")) {
+	if md != nil { // null leaves the metadata empty
 		if err := utiljson.Unmarshal(md, &o.ObjectMeta); err != nil {
 			return nil, fmt.Errorf("decoding the metadata of %s for the cache: %w", o.Kind, err)
 		}

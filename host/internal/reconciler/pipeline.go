@@ -155,7 +155,6 @@ func (r *Reconciler) route(_ context.Context, p *pass) bool {
 // not counted by the owner's storm (triggerdamp.go).
 func (r *Reconciler) admit(_ context.Context, p *pass) bool {
 	key, digest := p.o.key, p.module.Digest()
-	p.o.fingerprint = stormFingerprint(p.o.obj.GetGeneration(), p.childFP, digest)
 	if !r.opts.Policy.CallUnchanged && !p.deleting {
 		if m, ok := r.objects.memoOf(key); ok {
 			if same, wait := m.unchanged(digest, p.o.obj, p.childFP, r.opts.Now()); same {
@@ -165,6 +164,8 @@ func (r *Reconciler) admit(_ context.Context, p *pass) bool {
 		}
 	}
 	r.objects.forgetMemo(key) // remembered again if this call needs no repeat
+	// Only a call that is made is recorded for storm damping (settle).
+	p.o.fingerprint = stormFingerprint(p.o.obj.GetGeneration(), p.childFP, digest)
 	if p.o.triggered = r.objects.takeTriggered(key); p.o.triggered {
 		return true
 	}
