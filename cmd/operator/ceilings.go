@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -56,11 +55,4 @@ func memoryPages(flagName, v string) (uint32, error) {
 		return 0, fmt.Errorf("%s %s is not a whole number of 64Ki wasm pages", flagName, v)
 	}
 	return uint32(b / (64 << 10)), nil
-}
-
-// noteClamped says on w which limits of m were clamped to the ceilings.
-func noteClamped(w io.Writer, m *engine.Module) {
-	for _, c := range m.Clamped() {
-		fmt.Fprintf(w, "note: %s\n", c)
-	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
+	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
 
 // guestLimitFlags are the per-call limits on a guest's logs and tables,
@@ -67,4 +68,13 @@ func registerEventBudget(fs *flag.FlagSet, b *policy.Events) {
 	fs.Float64Var(&b.ModuleQPS, "event-module-qps", policy.DefaultEventModuleQPS, "refill rate, in Events per second, of each module's Event bucket, shared by its objects (reason=\"module\")")
 	fs.IntVar(&b.ModuleBurst, "event-module-burst", policy.DefaultEventModuleBurst, "size of each module's Event bucket")
 	fs.BoolVar(&b.Disabled, "no-event-budget", false, "record every Event a guest returns")
+}
+
+// registerResponseLimits registers the response limits, with the same names
+// and defaults for operator run, invoke and test: an operator that raises a
+// limit in the cluster raises it in CI too.
+func registerResponseLimits(fs *flag.FlagSet, l *protocol.Limits) {
+	fs.IntVar(&l.MaxEvents, "max-events", protocol.DefaultMaxEvents, "most Events one response may record; a response with more is refused (InvalidResponse)")
+	fs.DurationVar(&l.MaxRequeueAfter, "max-requeue-after", protocol.DefaultMaxRequeueAfter, "longest requeueAfterSeconds a response may ask for")
+	fs.IntVar(&l.MaxObjectBytes, "max-object-bytes", protocol.DefaultMaxObjectBytes, "largest child, and reconciled object with its new status, the host writes, encoded (etcd's --max-request-bytes)")
 }

@@ -1,3 +1,5 @@
+//go:build !runonly
+
 package main
 
 import (
@@ -20,12 +22,6 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/host/schemacheck"
 )
-
-// exitError carries a process exit code; its message, if any, has been
-// printed already.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // limitFlags registers the per-call limit flags shared by invoke and test.
 type limitFlags struct {
@@ -448,11 +444,17 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// registerResponseLimits registers the response limits, with the same names
-// and defaults for operator run, invoke and test: an operator that raises a
-// limit in the cluster raises it in CI too.
-func registerResponseLimits(fs *flag.FlagSet, l *protocol.Limits) {
-	fs.IntVar(&l.MaxEvents, "max-events", protocol.DefaultMaxEvents, "most Events one response may record; a response with more is refused (InvalidResponse)")
-	fs.DurationVar(&l.MaxRequeueAfter, "max-requeue-after", protocol.DefaultMaxRequeueAfter, "longest requeueAfterSeconds a response may ask for")
-	fs.IntVar(&l.MaxObjectBytes, "max-object-bytes", protocol.DefaultMaxObjectBytes, "largest child, and reconciled object with its new status, the host writes, encoded (etcd's --max-request-bytes)")
+// noteClamped says on w which limits of m were clamped to the ceilings.
+func noteClamped(w io.Writer, m *engine.Module) {
+	for _, c := range m.Clamped() {
+		fmt.Fprintf(w, "note: %s\n", c)
+	}
+}
+
+// offlineReadNamespaces is --read-namespaces of invoke and test: the
+// cluster's --module-read-namespaces for the module under test.
+type offlineReadNamespaces struct{ list string }
+
+func (o *offlineReadNamespaces) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.list, "read-namespaces", "", "NS[,NS...]: namespaces beyond the object's own the guest may read through cache_read, as --module-read-namespaces or spec.readNamespaces grant in the cluster (\"*\": every namespace). Default: none")
 }

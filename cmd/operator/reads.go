@@ -47,11 +47,3 @@ func registerModuleReadNamespaces(fs *flag.FlagSet) readNamespacesFlag {
 	fs.Var(f, "module-read-namespaces", "NAME=NS[,NS...]: namespaces beyond its object's own whose objects module NAME's guest may read through cache_read (\"*\": every namespace; repeatable). Default: none, a guest reads only its object's namespace and cluster-scoped kinds. A ReconcileModule's spec.readNamespaces takes its place")
 	return f
 }
-
-// offlineReadNamespaces is --read-namespaces of invoke and test: the
-// cluster's --module-read-namespaces for the module under test.
-type offlineReadNamespaces struct{ list string }
-
-func (o *offlineReadNamespaces) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.list, "read-namespaces", "", "NS[,NS...]: namespaces beyond the object's own the guest may read through cache_read, as --module-read-namespaces or spec.readNamespaces grant in the cluster (\"*\": every namespace). Default: none")
-}

@@ -1,3 +1,5 @@
+//go:build !runonly
+
 package main
 
 import (

@@ -95,6 +95,10 @@ type bench struct {
 	// CPU over the idle window (-idle-cpu-profile); the profiler's own
 	// cost then counts in the idle figure.
 	idleProfile bool
+	// idleTrace: the operator serves pprof, and each run records an
+	// execution trace of the idle window instead (-idle-trace), which shows
+	// every goroutine that wakes, where a 100 Hz profile may sample none.
+	idleTrace bool
 }
 
 func run() error {
@@ -112,6 +116,7 @@ func run() error {
 		active        = flag.Int("active-modules", 2, "kinds of the many-module case whose objects keep changing during its idle phase")
 		idleProfile   = flag.Bool("idle-cpu-profile", false, "run the operator with --pprof-bind-address and profile its CPU over the idle window of each run, into the work directory (kept); the profiler's own CPU then counts in the idle figure")
 		cpuProfile    = flag.Duration("cpu-profile", 0, "run the operator with --pprof-bind-address and profile its CPU for this long from the first create of each run, into the work directory (kept); 0: no profile")
+		idleTrace     = flag.Bool("idle-trace", false, "run the operator with --pprof-bind-address and record an execution trace of its idle window in each run, into the work directory (kept; go tool trace reads it); the tracer's own CPU then counts in the idle figure")
 		heapProfiles  = flag.Bool("heap-profiles", false, "run the operator with --pprof-bind-address and save its heap profile at the end of each run into the work directory (kept)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
@@ -131,7 +136,7 @@ func run() error {
 		return errors.New("-active-modules must be within 0..-modules, and -idle-module-timeout not negative")
 	}
 	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
-		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile, idleProfile: *idleProfile}
+		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile, idleProfile: *idleProfile, idleTrace: *idleTrace}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
 	}
@@ -143,7 +148,7 @@ func run() error {
 		}
 		b.assets = strings.TrimSpace(string(out))
 	}
-	keep := *workDir != "" || *heapProfiles || *cpuProfile > 0 || *idleProfile
+	keep := *workDir != "" || *heapProfiles || *cpuProfile > 0 || *idleProfile || *idleTrace
 	if b.work = *workDir; b.work == "" {
 		if b.work, err = os.MkdirTemp("", "wasmreconcile-benche2e-work-"); err != nil {
 			return err
@@ -254,8 +259,10 @@ func (b *bench) build(ctx context.Context, operatorBin string, kinds []kind) err
 		b.say("operator: %s (prebuilt)", operatorBin)
 	} else {
 		b.operatorBin = filepath.Join(b.work, "operator")
-		b.say("building the operator (./cmd/operator)")
-		if err := gobuild(b.repo, nil, "-o", b.operatorBin, "./cmd/operator"); err != nil {
+		// The run build, as the image ships it (make image): the offline
+		// commands' code is neither linked nor initialized.
+		b.say("building the operator (./cmd/operator, -tags runonly as the image)")
+		if err := gobuild(b.repo, []string{"CGO_ENABLED=0"}, "-tags", "runonly", "-o", b.operatorBin, "./cmd/operator"); err != nil {
 			return err
 		}
 	}
@@ -392,7 +399,7 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			if b.idlePhase(kinds) {
 				args = append(args, "--idle-module-timeout", b.idleModules.String())
 			}
-			if b.heapProfiles || b.cpuProfile > 0 || b.idleProfile {
+			if b.heapProfiles || b.cpuProfile > 0 || b.idleProfile || b.idleTrace {
 				args = append(args, "--pprof-bind-address", pprofAddr)
 			}
 			for _, k := range kinds {
@@ -549,6 +556,12 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 			return res, err
 		}
 		b.say("%s: CPU profile of the idle window in %s", label, path)
+	} else if variant == "operator" && b.idleTrace {
+		path := filepath.Join(runDir, "operator-idle.trace")
+		if err := saveTrace(pprofAddr, b.idle, path); err != nil {
+			return res, err
+		}
+		b.say("%s: execution trace of the idle window in %s", label, path)
 	} else if err := sleep(ctx, b.idle); err != nil {
 		return res, err
 	}

@@ -233,6 +233,13 @@ func saveCPUProfile(addr string, d time.Duration, path string) error {
 	return saveProfile("CPU profile", url, d+30*time.Second, path)
 }
 
+// saveTrace records an execution trace of the process serving pprof at
+// addr for d and writes it to path.
+func saveTrace(addr string, d time.Duration, path string) error {
+	url := "http://" + addr + "/debug/pprof/trace?seconds=" + strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	return saveProfile("execution trace", url, d+30*time.Second, path)
+}
+
 // saveProfile writes what url answers to path. An answer other than 200 is
 // an error that quotes the server, never a file that looks like a profile.
 func saveProfile(what, url string, timeout time.Duration, path string) error {

@@ -32,7 +32,7 @@ func TestImagePushedRunsVersion(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the image is a Linux image")
 	}
-	bin, err := testshare.GoBinary("operator", "./cmd/operator", "") // static, as make image builds it
+	bin, err := testshare.GoBinary("operator-run", "./cmd/operator", "", "runonly") // static and the run build, as make image builds it
 	if err != nil {
 		t.Fatalf("building the operator: %v", err)
 	}

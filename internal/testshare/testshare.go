@@ -90,15 +90,19 @@ func Build(sub, name string, build func(path string) error) (string, error) {
 // GoBinary returns a build of the Go main package pkg (relative to the
 // module root, such as "./cmd/operator") under name in Dir("bin"), built
 // once per run: statically (CGO_ENABLED=0), without the test's -race or any
-// other GOFLAGS, with ldflags. Every binary a test builds this way shares
+// other GOFLAGS, with ldflags and the build tags in tags (comma-separated;
+// "runonly" for the operator's run build, as make image builds it). Every binary a test builds this way shares
 // the compiled packages of `make operator`, which builds the same way.
-func GoBinary(name, pkg, ldflags string) (string, error) {
+func GoBinary(name, pkg, ldflags, tags string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 	return Build("bin", name, func(out string) error {
 		args := []string{"build", "-o", out}
 		if ldflags != "" {
 			args = append(args, "-ldflags="+ldflags)
+		}
+		if tags != "" {
+			args = append(args, "-tags="+tags)
 		}
 		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Dir = root

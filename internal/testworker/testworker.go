@@ -30,7 +30,7 @@ func Build() (string, error) {
 		// test binary's wazero version, which a test binary, having no
 		// module information, reports as "dev".
 		path, err = testshare.GoBinary("compile-worker-"+engine.WazeroVersion(), "./internal/testworker/worker",
-			"-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion())
+			"-X github.com/tetratelabs/wazero/internal/version.version="+engine.WazeroVersion(), "")
 	})
 	return path, err
 }

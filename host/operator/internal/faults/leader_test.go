@@ -71,7 +71,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 	if err := testenv.WriteKubeconfig(e.Cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := testshare.GoBinary("operator", "./cmd/operator", "")
+	bin, err := testshare.GoBinary("operator-run", "./cmd/operator", "", "runonly") // as the image ships it
 	if err != nil {
 		t.Fatalf("building the operator: %v", err)
 	}
