@@ -131,8 +131,13 @@ type Engine struct {
 	validated      map[string]bool       // digests of input bytes wazero validated
 	workerCompiled map[string]bool       // digests of instrumented bytes a worker compiled into the cache
 	caches         map[string]*codeCache // by codeKey, while a module uses them
+	codeSums       map[string][32]byte   // by codeKey: the sha256 of its machine code, as trim mapped it (at most maxCodeSums)
 	closed         bool
 }
+
+// maxCodeSums bounds Engine.codeSums; past it the map starts over, and a
+// module waking later hashes its code again (compiledmem.MapCode).
+const maxCodeSums = 4096
 
 // codeCache is the compilation cache of the modules loaded from one input
 // under one instrumentation: the same instrumented bytes, so the same
@@ -672,7 +677,7 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	if err := checkImports(rt, compiled); err != nil {
 		return nil, invalid(err.Error(), nil)
 	}
-	e.trim(source, compiled)
+	e.trim(source, codeKey(digest, l), compiled)
 	ok = true
 	return &code{runtime: rt, compiled: compiled, release: release}, nil
 }
@@ -686,7 +691,11 @@ const codeDir = "wasmreconcile-code"
 // Options.CodeInMemory, the anonymous copy of its machine code, which it
 // maps from a file instead (package compiledmem). Neither changes what a
 // guest runs; a failure leaves the module as wazero made it.
-func (e *Engine) trim(source string, compiled wazero.CompiledModule) {
+//
+// key is the code's cache key (codeKey): the digest of its machine code is
+// remembered under it, so that a module waking from unload maps its code
+// without hashing it again (7 ms of a Go guest's wake).
+func (e *Engine) trim(source, key string, compiled wazero.CompiledModule) {
 	if e.interpreter {
 		return
 	}
@@ -694,10 +703,22 @@ func (e *Engine) trim(source string, compiled wazero.CompiledModule) {
 	if e.codeDir == "" {
 		return
 	}
-	_, err := compiledmem.MapCode(compiled, e.codeDir)
-	if err != nil && !errors.Is(err, compiledmem.ErrShared) && e.codeFailed != nil {
-		e.codeFailed(source, err)
+	e.mu.Lock()
+	known := e.codeSums[key]
+	e.mu.Unlock()
+	_, sum, err := compiledmem.MapCode(compiled, e.codeDir, known)
+	if err != nil {
+		if !errors.Is(err, compiledmem.ErrShared) && e.codeFailed != nil {
+			e.codeFailed(source, err)
+		}
+		return
 	}
+	e.mu.Lock()
+	if e.codeSums == nil || len(e.codeSums) >= maxCodeSums {
+		e.codeSums = map[string][32]byte{}
+	}
+	e.codeSums[key] = sum
+	e.mu.Unlock()
 }
 
 // checkShape verifies exports and imports before anything runs.

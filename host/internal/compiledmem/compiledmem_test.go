@@ -114,7 +114,7 @@ func TestInterpreterRefused(t *testing.T) {
 	if _, err := ReleaseBodies(c); err == nil || !strings.Contains(err.Error(), "optimizing compiler") {
 		t.Fatalf("ReleaseBodies on the interpreter: %v, want a refusal naming the compiler", err)
 	}
-	if _, err := MapCode(c, t.TempDir()); err == nil || !strings.Contains(err.Error(), "optimizing compiler") {
+	if _, _, err := MapCode(c, t.TempDir(), [32]byte{}); err == nil || !strings.Contains(err.Error(), "optimizing compiler") {
 		t.Fatalf("MapCode on the interpreter: %v, want a refusal naming the compiler", err)
 	}
 	calls(t, rt, c, 0, functions-1)
@@ -155,7 +155,7 @@ func TestMapCode(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "code")
 	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
-	n, err := MapCode(c, dir)
+	n, mapped, err := MapCode(c, dir, [32]byte{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestMapCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(b)
-	if len(b) != n || entries[0].Name() != hex.EncodeToString(sum[:])+".code" {
+	if len(b) != n || entries[0].Name() != hex.EncodeToString(sum[:])+".code" || mapped != sum {
 		t.Fatalf("file %s of %d bytes, MapCode said %d: want the code's digest as its name", entries[0].Name(), len(b), n)
 	}
 	calls(t, rt, c, 0) // one function runs: a page or a few are read
@@ -198,7 +198,7 @@ func TestMapCodeRewritesAWrongFile(t *testing.T) {
 	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
 	// Find the code's name by mapping another compile of it first.
 	_, first := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
-	if _, err := MapCode(first, dir); err != nil {
+	if _, _, err := MapCode(first, dir, [32]byte{}); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -213,10 +213,61 @@ func TestMapCodeRewritesAWrongFile(t *testing.T) {
 	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MapCode(c, dir); err != nil {
+	if _, _, err := MapCode(c, dir, [32]byte{}); err != nil {
 		t.Fatal(err)
 	}
 	calls(t, rt, c, 0, functions-1)
+}
+
+// TestMapCodeKnownDigest: given the digest an earlier MapCode returned
+// for the same code, MapCode maps the file without hashing the code again;
+// given a wrong one, it hashes, maps the right file and returns the right
+// digest; a file under the known name with other bytes is replaced.
+func TestMapCodeKnownDigest(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("backing code with a file is Linux's only")
+	}
+	dir := t.TempDir()
+	_, first := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	_, sum, err := MapCode(first, dir, [32]byte{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapWith := func(known [32]byte) (got [32]byte, hashed int64) {
+		t.Helper()
+		rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+		before := codeHashes.Load()
+		if _, got, err = MapCode(c, dir, known); err != nil {
+			t.Fatal(err)
+		}
+		calls(t, rt, c, 0, functions-1)
+		return got, codeHashes.Load() - before
+	}
+	if got, hashed := mapWith(sum); got != sum || hashed != 0 {
+		t.Errorf("with the known digest: %x, %d hashes; want %x and none", got, hashed, sum)
+	}
+	wrong := sha256.Sum256([]byte("other code"))
+	if got, hashed := mapWith(wrong); got != sum || hashed != 1 {
+		t.Errorf("with a wrong digest: %x, %d hashes; want %x after one", got, hashed, sum)
+	}
+	// The known name holding other bytes: hashed, rewritten, mapped right.
+	path := filepath.Join(dir, hex.EncodeToString(sum[:])+".code")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 0xcc
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+	if got, hashed := mapWith(sum); got != sum || hashed != 1 {
+		t.Errorf("with the known name holding other bytes: %x, %d hashes; want %x after one", got, hashed, sum)
+	}
 }
 
 // TestMapCodeShared: code that identical bytes share in one runtime is not
@@ -228,14 +279,14 @@ func TestMapCodeShared(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
-	if _, err := MapCode(c, dir); err != nil {
+	if _, _, err := MapCode(c, dir, [32]byte{}); err != nil {
 		t.Fatal(err)
 	}
 	c2, err := rt.CompileModule(ctx, wasmBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := MapCode(c2, dir); !errors.Is(err, ErrShared) {
+	if _, _, err := MapCode(c2, dir, [32]byte{}); !errors.Is(err, ErrShared) {
 		t.Fatalf("MapCode on shared code: %v, want ErrShared", err)
 	}
 	calls(t, rt, c, 3)
@@ -250,7 +301,7 @@ func TestMapCodeFailsSafe(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
-	if _, err := MapCode(c, filepath.Join(notDir, "code")); err == nil {
+	if _, _, err := MapCode(c, filepath.Join(notDir, "code"), [32]byte{}); err == nil {
 		t.Fatal("MapCode into a directory under a file succeeded")
 	}
 	calls(t, rt, c, 0, functions-1)

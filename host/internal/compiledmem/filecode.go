@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 
@@ -42,39 +43,67 @@ var ErrShared = errors.New("the machine code is shared with another compiled mod
 // running code past the new end would fault): keep dir private to the
 // process, as the compilation cache it lives in must be. Replacing or
 // removing the file is safe: the mapping keeps the file it mapped.
-func MapCode(c wazero.CompiledModule, dir string) (int, error) {
+//
+// MapCode also returns the code's sha256, which names the file. known,
+// when not zero, is what an earlier MapCode returned for code compiled
+// from the same module bytes, as wazero's compilation cache gives it back
+// when an unloaded module wakes: MapCode then names the file by it without
+// hashing the code (7 ms for a Go guest's 9 MiB). The file is compared
+// with the code byte for byte all the same, so a known that does not match
+// costs a hash and a rewrite, never a wrong mapping.
+func MapCode(c wazero.CompiledModule, dir string, known [sha256.Size]byte) (int, [sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
 	code, refs, unlock, err := executable(c)
 	if err != nil {
-		return 0, err
+		return 0, sum, err
 	}
 	defer unlock()
 	if refs != 1 {
-		return 0, ErrShared
+		return 0, sum, ErrShared
 	}
 	if uintptr(unsafePointer(code))%uintptr(os.Getpagesize()) != 0 {
-		return 0, fmt.Errorf("the machine code at %p does not start a page", unsafePointer(code))
+		return 0, sum, fmt.Errorf("the machine code at %p does not start a page", unsafePointer(code))
 	}
-	sum := sha256.Sum256(code)
-	path := filepath.Join(dir, hex.EncodeToString(sum[:])+".code")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, fmt.Errorf("machine code directory: %w", err)
+		return 0, sum, fmt.Errorf("machine code directory: %w", err)
 	}
-	f, err := openSame(path, code)
-	if err != nil {
-		if err := atomicfile.Write(path, code); err != nil {
-			return 0, fmt.Errorf("writing the machine code to %s: %w", path, err)
-		}
-		// Checked again on the file that is mapped: the name could have been
-		// replaced between the write and the open.
+	var f *os.File
+	if known != sum {
+		sum = known
+		f, _ = openSame(codePath(dir, sum), code) // when it fails, hash as if unknown
+	}
+	if f == nil {
+		sum = hashCode(code)
+		path := codePath(dir, sum)
 		if f, err = openSame(path, code); err != nil {
-			return 0, err
+			if err := atomicfile.Write(path, code); err != nil {
+				return 0, sum, fmt.Errorf("writing the machine code to %s: %w", path, err)
+			}
+			// Checked again on the file that is mapped: the name could have
+			// been replaced between the write and the open.
+			if f, err = openSame(path, code); err != nil {
+				return 0, sum, err
+			}
 		}
 	}
 	defer f.Close()
 	if err := mapOver(code, f); err != nil {
-		return 0, fmt.Errorf("mapping %s over the machine code: %w", path, err)
+		return 0, sum, fmt.Errorf("mapping %s over the machine code: %w", f.Name(), err)
 	}
-	return len(code), nil
+	return len(code), sum, nil
+}
+
+// codeHashes counts the machine code MapCode hashed, for its tests.
+var codeHashes atomic.Int64
+
+func hashCode(code []byte) [sha256.Size]byte {
+	codeHashes.Add(1)
+	return sha256.Sum256(code)
+}
+
+// codePath is the file in dir that holds the machine code of digest sum.
+func codePath(dir string, sum [sha256.Size]byte) string {
+	return filepath.Join(dir, hex.EncodeToString(sum[:])+".code")
 }
 
 // openSame opens the file at path if it holds exactly want.
