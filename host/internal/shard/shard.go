@@ -1,0 +1,256 @@
+// Package shard splits a module's objects among the live replicas of the
+// operator (issue 27): the API server's 64-bit FNV-1a hash of an object's
+// namespace, or of its uid, falls into one of a fixed number of slots, and
+// each slot has one owner among the members, chosen by rendezvous hashing.
+//
+// A Space is the split of the hash space into slots; an Assignment gives
+// every slot of a Space to one of a set of members. Both are values: every
+// replica that sees the same members computes the same Assignment, with no
+// coordination beyond agreeing on the members (their Leases). An
+// Assignment's Selector is the shardSelector of ListOptions (KEP-5866,
+// feature gate ShardedListAndWatch) that makes the API server send a
+// replica only the objects of its slots.
+//
+// Slots are contiguous, equal ranges of the hash space, so that the slots
+// of one member merge into few ranges of one selector. Rendezvous hashing
+// moves only the slots a joining member wins, or a leaving member held:
+// about 1/N of them for N members, never a slot between two members that
+// stay (RATIONALE.md, "Why rendezvous hashing over a fixed number of
+// slots?").
+package shard
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Key is the object field whose hash places an object in a slot, written
+// as the API server's shardRange() takes it.
+type Key string
+
+const (
+	// ByNamespace places every object of a namespace in one slot: an
+	// object, its children and what it reads in its namespace land on the
+	// same replica. Cluster-scoped objects have the empty namespace, so
+	// all of them land in the one slot that the empty string hashes to.
+	ByNamespace Key = "object.metadata.namespace"
+	// ByUID spreads objects evenly whatever their namespaces; an object
+	// and its children may then land on different replicas.
+	ByUID Key = "object.metadata.uid"
+)
+
+// ParseKey reads a Key from its short name ("namespace" or "uid") or its
+// field path.
+func ParseKey(s string) (Key, error) {
+	switch s {
+	case "namespace", string(ByNamespace):
+		return ByNamespace, nil
+	case "uid", string(ByUID):
+		return ByUID, nil
+	}
+	return "", fmt.Errorf("shard key %q: want namespace or uid", s)
+}
+
+const (
+	// DefaultSlots is the number of slots of a Space when none is given:
+	// enough that 3–16 replicas get shares within a few percent of each
+	// other, few enough that a replica's selector stays short.
+	DefaultSlots = 256
+	// MaxSlots bounds a Space: a replica's selector has up to one range
+	// per slot it owns, and the API server reads it from a URL.
+	MaxSlots = 4096
+)
+
+// Space is the 64-bit hash space split into a power of two of equal
+// slots; the zero Space has one slot.
+type Space struct {
+	bits uint // log2 of the number of slots
+}
+
+// NewSpace returns a Space of slots slots: a power of two from 1 to
+// MaxSlots.
+func NewSpace(slots int) (Space, error) {
+	if slots < 1 || slots > MaxSlots || slots&(slots-1) != 0 {
+		return Space{}, fmt.Errorf("shard slots %d: want a power of two from 1 to %d", slots, MaxSlots)
+	}
+	return Space{bits: uint(bits.TrailingZeros(uint(slots)))}, nil
+}
+
+// Slots is the number of slots.
+func (s Space) Slots() int { return 1 << s.bits }
+
+// Hash is the API server's hash of a field's value: 64-bit FNV-1a, as
+// k8s.io/apimachinery/pkg/sharding computes it for shardRange().
+func Hash(value string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(value))
+	return h.Sum64()
+}
+
+// SlotOf is the slot of the object whose key field holds value.
+func (s Space) SlotOf(value string) int {
+	if s.bits == 0 {
+		return 0
+	}
+	return int(Hash(value) >> (64 - s.bits))
+}
+
+// bound is the first hash of slot i, or 2^64 for i == Slots(), as the
+// shardRange() bounds write it: 0x and 16 lowercase hex digits, or
+// 0x10000000000000000.
+func (s Space) bound(i int) string {
+	if i >= s.Slots() {
+		return "0x10000000000000000"
+	}
+	return fmt.Sprintf("0x%016x", uint64(i)<<(64-s.bits)) // a shift of 64 (one slot) gives 0
+}
+
+// Assignment gives each slot of a Space to one member. Every replica that
+// computes it from the same Space and members gets the same Assignment.
+type Assignment struct {
+	space   Space
+	members []string // sorted, distinct
+	owner   []int    // per slot: an index into members; nil with no members
+}
+
+// Assign gives each slot of space to the member with the highest
+// rendezvous score for it. members may come in any order and repeat; the
+// empty string is not a member.
+func Assign(space Space, members []string) Assignment {
+	ms := slices.Clone(members)
+	ms = slices.DeleteFunc(ms, func(m string) bool { return m == "" })
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	a := Assignment{space: space, members: ms}
+	if len(ms) == 0 {
+		return a
+	}
+	a.owner = make([]int, space.Slots())
+	seeds := make([]uint64, len(ms))
+	for i, m := range ms {
+		seeds[i] = Hash(m)
+	}
+	for slot := range a.owner {
+		best, bestScore := 0, uint64(0)
+		for i, seed := range seeds {
+			// Ties (2^-64 apart) go to the first member in sorted order.
+			if score := mix(seed ^ mix(uint64(slot)+1)); i == 0 || score > bestScore {
+				best, bestScore = i, score
+			}
+		}
+		a.owner[slot] = best
+	}
+	return a
+}
+
+// mix is splitmix64's finalizer: every bit of x reaches every bit of the
+// result, so that a member's scores across slots are independent.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// Space is the Space the Assignment splits.
+func (a Assignment) Space() Space { return a.space }
+
+// Members are the members, sorted.
+func (a Assignment) Members() []string { return slices.Clone(a.members) }
+
+// Owner is the member that owns slot, or "" with no members.
+func (a Assignment) Owner(slot int) string {
+	if a.owner == nil || slot < 0 || slot >= len(a.owner) {
+		return ""
+	}
+	return a.members[a.owner[slot]]
+}
+
+// OwnerOf is the member that owns the object whose key field holds value.
+func (a Assignment) OwnerOf(value string) string { return a.Owner(a.space.SlotOf(value)) }
+
+// Owned are the slots member owns, ascending.
+func (a Assignment) Owned(member string) []int {
+	i, ok := slices.BinarySearch(a.members, member)
+	if !ok {
+		return nil
+	}
+	var out []int
+	for slot, o := range a.owner {
+		if o == i {
+			out = append(out, slot)
+		}
+	}
+	return out
+}
+
+// Moved are the slots whose owner differs between a and b, ascending. The
+// Assignments must split the same Space.
+func (a Assignment) Moved(b Assignment) []int {
+	var out []int
+	for slot := range a.space.Slots() {
+		if a.Owner(slot) != b.Owner(slot) {
+			out = append(out, slot)
+		}
+	}
+	return out
+}
+
+// Range is a half-open range of the hash space, [Start, End), written as
+// shardRange() takes its bounds.
+type Range struct{ Start, End string }
+
+// Ranges are the ranges of the hash space that member owns, adjacent slots
+// merged, ascending.
+func (a Assignment) Ranges(member string) []Range {
+	var out []Range
+	owned := a.Owned(member)
+	for i := 0; i < len(owned); {
+		j := i + 1
+		for j < len(owned) && owned[j] == owned[j-1]+1 {
+			j++
+		}
+		out = append(out, Range{Start: a.space.bound(owned[i]), End: a.space.bound(owned[j-1] + 1)})
+		i = j
+	}
+	return out
+}
+
+// Selector is the shardSelector (ListOptions.ShardSelector) that makes the
+// API server send only the objects member owns, hashed on key. all is
+// true, and the selector empty, when member owns every slot: a list then
+// needs no selector. A member that owns no slot gets the empty selector
+// and all false: it must not list at all.
+func (a Assignment) Selector(key Key, member string) (selector string, all bool) {
+	ranges := a.Ranges(member)
+	if len(ranges) == 1 && ranges[0] == (Range{Start: a.space.bound(0), End: a.space.bound(a.space.Slots())}) {
+		return "", true
+	}
+	parts := make([]string, len(ranges))
+	for i, r := range ranges {
+		parts[i] = fmt.Sprintf("shardRange(%s, '%s', '%s')", key, r.Start, r.End)
+	}
+	return strings.Join(parts, " || "), false
+}
+
+// String lists each member with its number of slots, for logs.
+func (a Assignment) String() string {
+	if len(a.members) == 0 {
+		return "no members"
+	}
+	counts := make([]int, len(a.members))
+	for _, o := range a.owner {
+		counts[o]++
+	}
+	parts := make([]string, len(a.members))
+	for i, m := range a.members {
+		parts[i] = m + "=" + strconv.Itoa(counts[i])
+	}
+	return fmt.Sprintf("%d slots: %s", a.space.Slots(), strings.Join(parts, " "))
+}
