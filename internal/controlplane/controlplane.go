@@ -121,6 +121,10 @@ type Options struct {
 	// StartTimeout bounds each step of Start (etcd, kube-apiserver, the
 	// CRDs, kube-controller-manager). Default: 2 minutes.
 	StartTimeout time.Duration
+	// FeatureGates are kube-apiserver's --feature-gates, each NAME=true
+	// or NAME=false (such as "ShardedListAndWatch=true"). Default: none,
+	// the version's defaults.
+	FeatureGates []string
 }
 
 // ControlPlane is a running control plane. Stop stops it.
@@ -216,6 +220,9 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, progress func(s
 	api.Path = filepath.Join(bin, KubeAPIServer) // set, so that no TEST_ASSET_* variable picks another
 	api.CertDir = filepath.Join(cp.dir, "apiserver")
 	api.Out, api.Err = apiLog, apiLog
+	if len(opts.FeatureGates) > 0 {
+		api.Configure().Set("feature-gates", strings.Join(opts.FeatureGates, ","))
+	}
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{
 		Path:    filepath.Join(bin, Etcd),
 		DataDir: filepath.Join(cp.dir, "etcd"),

@@ -79,12 +79,17 @@ var ControllerManagerControllers = []string{"garbage-collector-controller", "nam
 // directory that Stop removes. Control planes an earlier, killed test run
 // left behind are reaped first.
 func Start(crdPaths ...string) (*ControlPlane, error) {
+	return start(nil, crdPaths...)
+}
+
+// start is Start with kube-apiserver's feature gates (controlplane.Options).
+func start(featureGates []string, crdPaths ...string) (*ControlPlane, error) {
 	controlplane.ReapOrphans(func(line string) { fmt.Fprintln(os.Stderr, "testenv:", line) })
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
 	}
-	opts := controlplane.Options{Assets: assets, Controllers: ControllerManagerControllers}
+	opts := controlplane.Options{Assets: assets, Controllers: ControllerManagerControllers, FeatureGates: featureGates}
 	for _, p := range crdPaths {
 		opts.CRDDirs = append(opts.CRDDirs, filepath.Join(testwasm.RepoRoot(), p))
 	}
@@ -138,6 +143,10 @@ type MainOptions struct {
 	// KUBECONFIG at it, so that runnable examples, which cannot be skipped,
 	// find a cluster with ctrl.GetConfig() as a program would.
 	ForExamples bool
+	// FeatureGates are kube-apiserver's --feature-gates (NAME=true, such
+	// as "ShardedListAndWatch=true"); the package then gets a control
+	// plane of its own with them, as with OwnControlPlane. Default: none.
+	FeatureGates []string
 }
 
 // SharedControlPlaneEnv names the environment variable that holds the
@@ -178,8 +187,8 @@ func Main(m *testing.M, opts MainOptions) int {
 // mainControlPlane is the run's shared control plane or a new one.
 func mainControlPlane(opts MainOptions) (*ControlPlane, error) {
 	dir := os.Getenv(SharedControlPlaneEnv)
-	if dir == "" || opts.OwnControlPlane {
-		return Start(CRDs...)
+	if dir == "" || opts.OwnControlPlane || len(opts.FeatureGates) > 0 {
+		return start(opts.FeatureGates, CRDs...)
 	}
 	cp, err := controlplane.Attach(dir)
 	if err != nil {
