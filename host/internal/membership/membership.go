@@ -142,6 +142,8 @@ type Membership struct {
 	selector  string
 
 	claimCh chan claimRequest
+	stopped chan struct{} // closed when Run returns
+	listMu  sync.Mutex    // held across a list and its OnChange
 
 	mu       sync.Mutex
 	view     View
@@ -195,6 +197,7 @@ func New(opts Options) (*Membership, error) {
 		leaseName: name,
 		selector:  labels.Set{LabelGroup: opts.Group}.String(),
 		claimCh:   make(chan claimRequest),
+		stopped:   make(chan struct{}),
 		seen:      map[string]seen{},
 		attempts:  make([]time.Time, 0, 16),
 	}, nil
@@ -221,6 +224,8 @@ func (m *Membership) Claim(ctx context.Context, c Claims) error {
 	req := claimRequest{claims: c, done: make(chan error, 1)}
 	select {
 	case m.claimCh <- req:
+	case <-m.stopped:
+		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -232,11 +237,15 @@ func (m *Membership) Claim(ctx context.Context, c Claims) error {
 	}
 }
 
+// ErrStopped is Claim's error once Run has returned.
+var ErrStopped = errors.New("membership: not running")
+
 // Run holds this replica's Lease until ctx ends, then releases it (no
 // holder, no claims) so that the others take its slots at once. It
 // returns nil after a release, or the error that made this replica lose
-// its Lease (after calling OnLost).
+// its Lease (after calling OnLost). Call it once.
 func (m *Membership) Run(ctx context.Context) error {
+	defer close(m.stopped)
 	tick := time.NewTicker(m.opts.RetryPeriod)
 	defer tick.Stop()
 	m.mu.Lock()
@@ -264,7 +273,7 @@ func (m *Membership) Run(ctx context.Context) error {
 			}
 		}
 		if err == nil {
-			m.list(ctx)
+			_, _ = m.list(ctx) // on an error the next tick lists again; liveness keeps counting from what was seen
 		}
 		select {
 		case <-ctx.Done():
@@ -413,11 +422,21 @@ func (m *Membership) release() error {
 	return nil
 }
 
+// Refresh lists the group's Leases now and returns the view: a view
+// listed after a Claim returned, which shows every claim written before
+// it (the API server's lists are linearizable). A replica that claimed a
+// slot starts its work only if such a view shows no other live member's
+// claim on it: of two replicas that claim one slot at once, at most one
+// sees the other's claim missing.
+func (m *Membership) Refresh(ctx context.Context) (View, error) { return m.list(ctx) }
+
 // list reads the group's Leases and updates the view.
-func (m *Membership) list(ctx context.Context) {
+func (m *Membership) list(ctx context.Context) (View, error) {
+	m.listMu.Lock() // one list and its OnChange at a time, in order
+	defer m.listMu.Unlock()
 	list, err := m.opts.Client.Leases(m.opts.Namespace).List(ctx, metav1.ListOptions{LabelSelector: m.selector})
 	if err != nil {
-		return // the next tick lists again; liveness keeps counting from what was seen
+		return View{}, fmt.Errorf("membership %s: listing Leases in %s: %w", m.opts.Group, m.opts.Namespace, err)
 	}
 	m.mu.Lock()
 	now := m.opts.now()
@@ -468,11 +487,15 @@ func (m *Membership) list(ctx context.Context) {
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Identity, b.Identity) })
 	m.view = View{Members: members}
+	v := cloneView(m.view)
 	m.notifyLocked()
+	return v, nil
 }
 
 // setSelfGone drops this replica from the view.
 func (m *Membership) setSelfGone() {
+	m.listMu.Lock()
+	defer m.listMu.Unlock()
 	m.mu.Lock()
 	m.view.Members = slices.DeleteFunc(m.view.Members, func(x Member) bool { return x.Self })
 	m.lease = nil

@@ -1,0 +1,246 @@
+package sharding
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.MainOptions{})) }
+
+// ledger records, across the replicas of one test (one process, one
+// clock), when each replica's work on each slot ran, and fails on overlap
+// at the moment a slot starts where another replica's work still runs.
+type ledger struct {
+	t       *testing.T
+	mu      sync.Mutex
+	running map[int]string // slot -> the replica working on it
+	starts  map[string]int // replica -> slots started, in all
+	overlap atomic.Int64
+}
+
+func newLedger(t *testing.T) *ledger {
+	return &ledger{t: t, running: map[int]string{}, starts: map[string]int{}}
+}
+
+func (l *ledger) acquire(who string, slots []int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range slots {
+		if other, ok := l.running[s]; ok && other != who {
+			l.overlap.Add(1)
+			l.t.Errorf("slot %d started on %s while %s works on it", s, who, other)
+		}
+		l.running[s] = who
+		l.starts[who]++
+	}
+}
+
+func (l *ledger) release(who string, slots []int) {
+	// Stopping takes a while (calls in flight finish): a window in which
+	// another replica starting the slot would show (longer than a
+	// membership list period, so that a replica that gives a slot up
+	// before it stops would be seen).
+	time.Sleep(400 * time.Millisecond)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range slots {
+		if l.running[s] == who {
+			delete(l.running, s)
+		}
+	}
+}
+
+// owners is each slot's replica now; every slot must have one for it to
+// be complete.
+func (l *ledger) owners() map[int]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int]string{}
+	for s, who := range l.running {
+		out[s] = who
+	}
+	return out
+}
+
+type breakable struct {
+	coordinationv1client.LeasesGetter
+	broken atomic.Bool
+}
+
+func (b *breakable) Leases(ns string) coordinationv1client.LeaseInterface {
+	return &breakableLeases{LeaseInterface: b.LeasesGetter.Leases(ns), b: b}
+}
+
+type breakableLeases struct {
+	coordinationv1client.LeaseInterface
+	b *breakable
+}
+
+var errCutOff = errors.New("cut off from the API server")
+
+func (l *breakableLeases) Get(ctx context.Context, n string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
+	if l.b.broken.Load() {
+		return nil, errCutOff
+	}
+	return l.LeaseInterface.Get(ctx, n, o)
+}
+
+func (l *breakableLeases) Update(ctx context.Context, x *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.b.broken.Load() {
+		return nil, errCutOff
+	}
+	return l.LeaseInterface.Update(ctx, x, o)
+}
+
+func (l *breakableLeases) List(ctx context.Context, o metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	if l.b.broken.Load() {
+		return nil, errCutOff
+	}
+	return l.LeaseInterface.List(ctx, o)
+}
+
+type replica struct {
+	name   string
+	c      *Coordinator
+	client *breakable
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+	moves  atomic.Int64
+}
+
+var space = func() shard.Space {
+	s, err := shard.NewSpace(32)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+func start(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger) *replica {
+	t.Helper()
+	r := &replica{name: name, client: &breakable{LeasesGetter: cs.CoordinationV1()}}
+	mopts := membership.Options{Client: r.client, Namespace: ns, Group: "wasmreconcile-operator", Identity: name,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	c, err := New(mopts, Options{
+		Space:        space,
+		Acquire:      func(slots []int) { l.acquire(name, slots) },
+		Release:      func(_ context.Context, slots []int) { l.release(name, slots) },
+		OnAssignment: func(_ shard.Assignment, moved []int) { r.moves.Add(int64(len(moved))) },
+		Retry:        200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.c = c
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done.Add(1)
+	go func() { defer r.done.Done(); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); r.done.Wait() })
+	return r
+}
+
+// complete: every slot runs on exactly one replica, each on its owner in
+// that replica's assignment, and the replicas' assignments agree on who
+// is a member.
+func complete(l *ledger, rs ...*replica) func() error {
+	return func() error {
+		owners := l.owners()
+		if len(owners) != space.Slots() {
+			return fmt.Errorf("%d of %d slots running: %v", len(owners), space.Slots(), owners)
+		}
+		var names []string
+		for _, r := range rs {
+			names = append(names, r.name)
+		}
+		slices.Sort(names)
+		for _, r := range rs {
+			a := r.c.Assignment()
+			if !slices.Equal(a.Members(), names) {
+				return fmt.Errorf("%s's assignment has members %v, want %v", r.name, a.Members(), names)
+			}
+			for _, s := range r.c.Active() {
+				if owners[s] != r.name || a.Owner(s) != r.name {
+					return fmt.Errorf("slot %d is active on %s, running on %s, assigned to %s", s, r.name, owners[s], a.Owner(s))
+				}
+			}
+		}
+		return nil
+	}
+}
+
+func namespace(t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	ns := fmt.Sprintf("sharding-%d", time.Now().UnixNano()%1e9)
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// TestHandoverNeverOverlaps: replicas join, one is cut off from the API
+// server and one stops; at every step all 32 slots end up running, each on
+// one replica, and no slot ever starts on a replica while another still
+// works on it.
+func TestHandoverNeverOverlaps(t *testing.T) {
+	cp := testenv.Shared(t)
+	cs, err := kubernetes.NewForConfig(cp.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t, cs)
+	l := newLedger(t)
+	wait := func(what string, cond func() error) { t.Helper(); testenv.Eventually(t, 2*time.Minute, what, cond) }
+
+	a := start(t, cs, ns, "pod-a", l)
+	wait("pod-a alone to run every slot", complete(l, a))
+	b := start(t, cs, ns, "pod-b", l)
+	wait("pod-a and pod-b to split the slots", complete(l, a, b))
+	c := start(t, cs, ns, "pod-c", l)
+	wait("three replicas to split the slots", complete(l, a, b, c))
+	if n := len(c.c.Active()); n < 4 || n > 20 {
+		t.Errorf("pod-c, joining two, runs %d of 32 slots; want about a third", n)
+	}
+
+	// pod-b is cut off: it stops its slots when its Lease is lost, and the
+	// others take them only after its Lease expires.
+	bSlots := len(b.c.Active())
+	b.client.broken.Store(true)
+	wait("pod-a and pod-c to run every slot", complete(l, a, c))
+	if n := len(b.c.Active()); n != 0 {
+		t.Errorf("pod-b, cut off, still runs %d slots", n)
+	}
+	t.Logf("pod-b ran %d slots when cut off", bSlots)
+
+	// pod-a stops gracefully: its slots move to pod-c.
+	a.cancel()
+	a.done.Wait()
+	wait("pod-c to run every slot", complete(l, c))
+	if l.overlap.Load() != 0 {
+		t.Fatalf("%d overlaps", l.overlap.Load())
+	}
+	l.mu.Lock()
+	t.Logf("slot starts per replica: %v", l.starts)
+	l.mu.Unlock()
+	if !strings.Contains(fmt.Sprint(c.c.Assignment()), "pod-c=32") {
+		t.Errorf("pod-c's assignment: %s", c.c.Assignment())
+	}
+}
