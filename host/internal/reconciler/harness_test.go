@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -103,6 +104,8 @@ type runOptions struct {
 	recorder func(recorder.EventRecorder) recorder.EventRecorder
 	// writer, when set, wraps the client the reconciler writes with.
 	writer func(client.Client) client.Client
+	// requeue, when set, is the controller's Requeue channel (RequeueAll).
+	requeue chan event.GenericEvent
 }
 
 // run starts pkg's module in a fresh namespace and returns the harness.
@@ -161,7 +164,11 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	if h.rec, err = reconciler.New(o); err != nil {
 		t.Fatal(err)
 	}
-	c, err := h.rec.NewController(mgr, reconciler.ControllerOptions{MaxConcurrentReconciles: ro.workers})
+	copts := reconciler.ControllerOptions{MaxConcurrentReconciles: ro.workers}
+	if ro.requeue != nil {
+		copts.Requeue = ro.requeue
+	}
+	c, err := h.rec.NewController(mgr, copts)
 	if err != nil {
 		t.Fatal(err)
 	}

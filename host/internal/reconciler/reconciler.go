@@ -125,6 +125,14 @@ type Options struct {
 	// Paused, when set and true, makes reconciles return at once without
 	// calling the guest. Defaults to nil: never paused.
 	Paused func() bool
+	// Shard, when set, admits the reconcile of key on this replica
+	// (issue 27, package sharding): ok false drops it at once, without a
+	// read, a call or a write, because another replica runs the object's
+	// slot; ok true runs it, and exit is called once its result is
+	// written, so that the replica hands the slot over only when no
+	// reconcile of it runs here. Defaults to nil: every object is this
+	// replica's.
+	Shard func(key types.NamespacedName) (exit func(), ok bool)
 	// Policy is the module's policy: storm damping, the Event budget,
 	// the response limits, what the guest may read, the trigger fan-out
 	// cap and whether unchanged events call the guest (see package
@@ -295,6 +303,13 @@ const (
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl.Result, error) {
 	if r.opts.Paused != nil && r.opts.Paused() {
 		return ctrl.Result{}, nil // resuming requeues every object
+	}
+	if r.opts.Shard != nil {
+		exit, ok := r.opts.Shard(req.NamespacedName)
+		if !ok {
+			return ctrl.Result{}, nil // another replica's; acquiring its slot requeues it here
+		}
+		defer exit()
 	}
 	v, ok := r.opts.Slot.Acquire()
 	if !ok {

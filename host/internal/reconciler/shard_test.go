@@ -1,0 +1,72 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/sharding"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+)
+
+// TestShardAdmitsOnlyItsSlots: with a sharding gate that runs slot 0 only,
+// the object placed in slot 1 is dropped at once (its reconcile is seen
+// refused, and it gets no status), while the object in slot 0 converges;
+// once slot 1 is acquired and the objects requeued (as the coordinator
+// does), it converges too.
+func TestShardAdmitsOnlyItsSlots(t *testing.T) {
+	t.Parallel()
+	space, err := shard.NewSpace(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := sharding.NewGate(space)
+	gate.Acquire([]int{0})
+	slotOf := map[string]int{"w-in": 0, "w-out": 1}
+	var refused atomic.Int64
+	requeue := make(chan event.GenericEvent)
+	h := run(t, "./widget", runOptions{requeue: requeue, rec: reconciler.Options{
+		Shard: func(key types.NamespacedName) (func(), bool) {
+			slot := slotOf[key.Name]
+			if !gate.Enter(slot) {
+				if key.Name == "w-out" {
+					refused.Add(1)
+				}
+				return nil, false
+			}
+			return func() { gate.Exit(slot) }, true
+		},
+	}})
+	h.create(widgetGVK, "w-out", map[string]any{"size": int64(1), "color": "red"})
+	h.create(widgetGVK, "w-in", map[string]any{"size": int64(2), "color": "blue"})
+	ready := func(name, summary string) func() error {
+		return func() error {
+			if got := statusString(h.get(widgetGVK, name), "summary"); got != summary {
+				return fmt.Errorf("%s: summary %q", name, got)
+			}
+			return nil
+		}
+	}
+	testenv.Eventually(t, time.Minute, "w-in to converge", ready("w-in", "2 x blue"))
+	testenv.Eventually(t, time.Minute, "w-out's reconcile to be refused", func() error {
+		if refused.Load() == 0 {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if u := h.get(widgetGVK, "w-out"); u.Object["status"] != nil || h.writes("w-out") != 0 {
+		t.Fatalf("w-out, in a slot this replica does not run, got a status: %v (%d writes)", u.Object["status"], h.writes("w-out"))
+	}
+	gate.Acquire([]int{1})
+	if err := h.rec.RequeueAll(context.Background(), requeue); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "w-out to converge once its slot is acquired", ready("w-out", "1 x red"))
+}
