@@ -204,6 +204,10 @@ Flags:
 	fs.DurationVar(&mo.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
 	fs.DurationVar(&mo.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&mo.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "how often candidates try to acquire or renew the Lease")
+	fs.BoolVar(&opts.Sharding.Enabled, "sharding", false, "split module controllers' objects among the replicas by the hash of their namespace, each replica with a Lease of its own; needs --leader-elect, whose leader alone does module-level work (docs/scaling.md; every replica still caches every object)")
+	fs.StringVar(&opts.Sharding.Identity, "shard-identity", "", "this replica's name among the shards (default: $POD_NAME, else the host name)")
+	fs.IntVar(&opts.Sharding.Slots, "shard-slots", operator.DefaultShardSlots, "slots the namespace hash is cut into, a power of two up to 4096; the same on every replica")
+	fs.StringVar(&opts.Sharding.Group, "shard-group", operator.DefaultShardGroup, "label value that groups the replicas' shard Leases (in --leader-election-namespace)")
 	fs.BoolVar(&opts.Engine.GuestCodeInMemory, "guest-code-in-memory", false, "keep compiled guest code in anonymous memory instead of mapping it from files in the compilation cache directory, where only the code that runs is resident (default: mapped)")
 	fs.BoolVar(&opts.Engine.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
 	fs.IntVar(&opts.Engine.KeepVersions, "keep-versions", operator.DefaultKeepVersions, "versions of each module kept compiled, so a rollback to one is instant")
@@ -278,6 +282,22 @@ Flags:
 	}
 	opts.Modules = modules
 	mo.Namespaces = namespaces
+	if opts.Sharding.Enabled {
+		if !mo.LeaderElection {
+			return errors.New("--sharding needs --leader-elect: module-level work (ReconcileModule status, finalizer drains) has one writer, the elected replica")
+		}
+		if opts.Sharding.Identity == "" {
+			opts.Sharding.Identity = os.Getenv("POD_NAME")
+		}
+		if opts.Sharding.Identity == "" {
+			host, err := os.Hostname()
+			if err != nil {
+				return fmt.Errorf("--sharding: no --shard-identity, no $POD_NAME and no host name: %w", err)
+			}
+			opts.Sharding.Identity = host
+		}
+		opts.Sharding.LeaseDuration, opts.Sharding.RenewDeadline, opts.Sharding.RetryPeriod = mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod
+	}
 	opts.Policy.Limits.MemoryLimitPages = uint32(memLimit)
 	if err := guestLimits.apply(&opts.Policy.Limits); err != nil {
 		return err

@@ -26,6 +26,7 @@ func TestCLI(t *testing.T) {
 		{args: []string{"frobnicate"}, wantErr: `unknown subcommand "frobnicate"`},
 		{args: []string{"run"}, wantErr: "no modules: pass --module"},
 		{args: []string{"run", "--no-such-flag"}, wantErr: "flag provided but not defined"},
+		{args: []string{"run", "--module", "m.wasm", "--sharding"}, wantErr: "--sharding needs --leader-elect"},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "nameonly"}, wantErr: `--module-config "nameonly": want NAME=FILE`},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "m=/no/such.yaml"}, wantErr: "--module-config m: open /no/such.yaml"},
 	}

@@ -178,6 +178,14 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 		return nil, fmt.Errorf("creating controller manager: %w", err)
 	}
 	opts.Informers = informers
+	if opts.Sharding.Enabled {
+		if !mo.LeaderElection {
+			return nil, errors.New("sharding needs leader election (--leader-elect): module-level work (ReconcileModule status, finalizer drains) has one writer, the elected replica")
+		}
+		if opts.Sharding.Namespace == "" {
+			opts.Sharding.Namespace = mo.LeaderElectionNamespace
+		}
+	}
 	h, err := Setup(mgr, opts)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,7 @@ type Host struct {
 	engine      *engine.Engine
 	interpreter *engine.Engine // nil unless InterpreterFirst
 	supervisor  *supervisor.Supervisor
+	shards      *shards // nil unless Options.Sharding.Enabled
 	metrics     *metrics.Metrics
 	loadErrors  []error
 	log         logr.Logger
@@ -158,7 +159,23 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if fr := opts.FlightRecorder; !fr.Disabled {
 		h.recorder = flightrecorder.New(fr)
 	}
+	var sopts supervisor.Options
+	if opts.Sharding.Enabled {
+		if h.shards, err = newShards(mgr, opts.Sharding, func() { h.supervisor.RequeueEvery() }); err != nil {
+			return nil, err
+		}
+		sopts.Shard = h.shards.admit
+		sopts.Leading = func() bool {
+			select {
+			case <-mgr.Elected():
+				return true
+			default:
+				return false
+			}
+		}
+	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
+		Shard: sopts.Shard, Leading: sopts.Leading,
 		FlightRecorder: h.recorder,
 		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Policy: opts.Policy, KeepVersions: opts.Engine.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,
@@ -176,6 +193,11 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	m.ReportModules(hostID, func() []metrics.Module { return h.supervisor.Metrics(context.Background()) })
 	if err := mgr.Add(h.supervisor); err != nil {
 		return fail(err)
+	}
+	if h.shards != nil {
+		if err := mgr.Add(h.shards); err != nil {
+			return fail(err)
+		}
 	}
 	if err := mgr.AddReadyzCheck("wasmreconcile", func(*http.Request) error { return h.Ready() }); err != nil {
 		return fail(err)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
@@ -69,6 +71,10 @@ type Options struct {
 	// offline replay (docs/rollout.md). Defaults to on, with the defaults
 	// of FlightRecorderOptions.
 	FlightRecorder FlightRecorderOptions
+	// Sharding splits module controllers' objects among replicas (issue
+	// 27; docs/scaling.md). Defaults to off: module controllers run in the
+	// elected replica only.
+	Sharding ShardingOptions
 
 	// Registerer registers the host's metrics. Defaults to
 	// controller-runtime's registry, which the manager's metrics endpoint
@@ -255,3 +261,41 @@ type Module struct {
 	// Defaults to Options.DefaultServiceAccount.
 	ServiceAccount string
 }
+
+// ShardingOptions configure sharding across replicas (docs/scaling.md):
+// each replica renews a Lease of its own in Namespace, the live ones split
+// the slots of the hash of an object's namespace by rendezvous hashing,
+// and each reconciles only the objects of the slots it holds; a slot moves
+// only once its old holder has stopped working on it. Every replica still
+// caches every object (the client-side mode). Module-level work
+// (ReconcileModule status, finalizer drains) stays with the replica the
+// manager elects: run the manager with leader election.
+type ShardingOptions struct {
+	// Enabled turns sharding on. Defaults to false.
+	Enabled bool
+	// Identity names this replica in the group: its pod's name. Required
+	// with Enabled; two live replicas of one identity stop with an error.
+	Identity string
+	// Namespace holds the replicas' Leases. Required with Enabled (New
+	// sets the leader election's).
+	Namespace string
+	// Group names the replicas that share the work (the Leases' label).
+	// Defaults to DefaultShardGroup.
+	Group string
+	// Slots is the number of slots the hash space is cut into, a power of
+	// two up to 4096; every replica of a group must use the same. Defaults
+	// to DefaultShardSlots.
+	Slots int
+	// LeaseDuration, RenewDeadline and RetryPeriod time the replicas'
+	// Leases: a replica that cannot renew for RenewDeadline stops its
+	// work, and the others take its slots LeaseDuration after they last
+	// saw its Lease change. Defaults: DefaultLeaseDuration,
+	// DefaultRenewDeadline, DefaultRetryPeriod.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Defaults of ShardingOptions.
+const (
+	DefaultShardGroup = "wasmreconcile-operator"
+	DefaultShardSlots = shard.DefaultSlots
+)

@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/testhooks"
 )
@@ -8,5 +10,15 @@ import (
 func init() {
 	testhooks.ModuleStatus = func(host any, name string) (supervisor.Status, bool) {
 		return host.(*Host).supervisor.Status(name)
+	}
+	testhooks.ShardActive = func(host any) ([]int, bool) {
+		h := host.(*Host)
+		if h.shards == nil {
+			return nil, false
+		}
+		return h.shards.coord.Active(), true
+	}
+	testhooks.ShardAdmitted = func(host any, f func(types.NamespacedName)) {
+		host.(*Host).shards.admitted.Store(&f)
 	}
 }

@@ -7,16 +7,21 @@
 // every slot of a Space to one of a set of members. Both are values: every
 // replica that sees the same members computes the same Assignment, with no
 // coordination beyond agreeing on the members (their Leases). An
-// Assignment's Selector is the shardSelector of ListOptions (KEP-5866,
-// feature gate ShardedListAndWatch) that makes the API server send a
-// replica only the objects of its slots.
+// Assignment's UIDSelector and NamespaceSelector are the shardSelector of
+// ListOptions (KEP-5866, feature gate ShardedListAndWatch) that makes the
+// API server send a replica only the objects it owns.
 //
-// Slots are contiguous, equal ranges of the hash space, so that the slots
-// of one member merge into few ranges of one selector. Rendezvous hashing
-// moves only the slots a joining member wins, or a leaving member held:
-// about 1/N of them for N members, never a slot between two members that
-// stay (RATIONALE.md, "Why rendezvous hashing over a fixed number of
-// slots?").
+// By uid, an object's slot is the top bits of the API server's hash, so
+// slots are contiguous ranges of it and a member's slots merge into few
+// ranges. By namespace, the top bits of the API server's hash are nearly
+// the same for names that differ only at their end (FNV-1a: the last byte
+// never reaches the top eight bits), so 300 namespaces named ns-0 to
+// ns-299 fall into 4 of 256 slots; a namespace's slot is therefore taken
+// from the hash mixed again, and the selector names the namespaces a
+// member owns, each as its own one-point range. Rendezvous hashing moves
+// only the slots a joining member wins, or a leaving member held: about
+// 1/N of them for N members, never a slot between two members that stay
+// (RATIONALE.md, "Why rendezvous hashing over a fixed number of slots?").
 package shard
 
 import (
@@ -91,12 +96,18 @@ func Hash(value string) uint64 {
 	return h.Sum64()
 }
 
-// SlotOf is the slot of the object whose key field holds value.
-func (s Space) SlotOf(value string) int {
+// SlotOf is the slot of the object whose key field holds value: by uid
+// the top bits of Hash(value), by namespace the top bits of Hash(value)
+// mixed again (see the package documentation).
+func (s Space) SlotOf(key Key, value string) int {
 	if s.bits == 0 {
 		return 0
 	}
-	return int(Hash(value) >> (64 - s.bits))
+	h := Hash(value)
+	if key == ByNamespace {
+		h = mix(h)
+	}
+	return int(h >> (64 - s.bits))
 }
 
 // bound is the first hash of slot i, or 2^64 for i == Slots(), as the
@@ -173,7 +184,9 @@ func (a Assignment) Owner(slot int) string {
 }
 
 // OwnerOf is the member that owns the object whose key field holds value.
-func (a Assignment) OwnerOf(value string) string { return a.Owner(a.space.SlotOf(value)) }
+func (a Assignment) OwnerOf(key Key, value string) string {
+	return a.Owner(a.space.SlotOf(key, value))
+}
 
 // Owned are the slots member owns, ascending.
 func (a Assignment) Owned(member string) []int {
@@ -206,8 +219,8 @@ func (a Assignment) Moved(b Assignment) []int {
 // shardRange() takes its bounds.
 type Range struct{ Start, End string }
 
-// Ranges are the ranges of the hash space that member owns, adjacent slots
-// merged, ascending.
+// Ranges are the ranges of the hash space that member owns by uid,
+// adjacent slots merged, ascending.
 func (a Assignment) Ranges(member string) []Range {
 	var out []Range
 	owned := a.Owned(member)
@@ -222,21 +235,55 @@ func (a Assignment) Ranges(member string) []Range {
 	return out
 }
 
-// Selector is the shardSelector (ListOptions.ShardSelector) that makes the
-// API server send only the objects member owns, hashed on key. all is
-// true, and the selector empty, when member owns every slot: a list then
-// needs no selector. A member that owns no slot gets the empty selector
-// and all false: it must not list at all.
-func (a Assignment) Selector(key Key, member string) (selector string, all bool) {
+// UIDSelector is the shardSelector (ListOptions.ShardSelector) that makes
+// the API server send only the objects member owns by uid. all is true,
+// and the selector empty, when member owns every slot: a list then needs
+// no selector. A member that owns no slot gets the empty selector and all
+// false: it must not list at all.
+func (a Assignment) UIDSelector(member string) (sel string, all bool) {
 	ranges := a.Ranges(member)
 	if len(ranges) == 1 && ranges[0] == (Range{Start: a.space.bound(0), End: a.space.bound(a.space.Slots())}) {
 		return "", true
 	}
+	return joinRanges(ByUID, ranges), false
+}
+
+// NamespaceSelector is the shardSelector that makes the API server send
+// only the objects of the namespaces, among namespaces, that member owns
+// (cluster-scoped objects, of the empty namespace, included when member
+// owns ""): one one-point range per namespace's hash. It is empty when
+// member owns none of them: it must not list at all. A selector has room
+// for about a thousand namespaces (the API server parses at most 100,000
+// characters of it).
+func (a Assignment) NamespaceSelector(member string, namespaces []string) string {
+	var ranges []Range
+	seen := map[uint64]bool{}
+	for _, ns := range namespaces {
+		if a.OwnerOf(ByNamespace, ns) != member {
+			continue
+		}
+		h := Hash(ns)
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		end := "0x10000000000000000"
+		if h != ^uint64(0) {
+			end = fmt.Sprintf("0x%016x", h+1)
+		}
+		ranges = append(ranges, Range{Start: fmt.Sprintf("0x%016x", h), End: end})
+	}
+	slices.SortFunc(ranges, func(x, y Range) int { return strings.Compare(x.Start, y.Start) })
+	return joinRanges(ByNamespace, ranges)
+}
+
+// joinRanges joins ranges into a shardSelector on key.
+func joinRanges(key Key, ranges []Range) string {
 	parts := make([]string, len(ranges))
 	for i, r := range ranges {
 		parts[i] = fmt.Sprintf("shardRange(%s, '%s', '%s')", key, r.Start, r.End)
 	}
-	return strings.Join(parts, " || "), false
+	return strings.Join(parts, " || ")
 }
 
 // String lists each member with its number of slots, for logs.

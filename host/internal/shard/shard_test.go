@@ -88,13 +88,22 @@ func TestSelectorsPartitionObjects(t *testing.T) {
 			for _, key := range []Key{ByNamespace, ByUID} {
 				a := Assign(space(t, slots), names("replica-", n))
 				selectors := map[string]sharding.Selector{}
+				var namespaces []string
+				for _, o := range objs {
+					namespaces = append(namespaces, o.GetNamespace())
+				}
 				for _, m := range a.Members() {
-					s, all := a.Selector(key, m)
-					if all {
-						if n != 1 && slots != 1 {
-							t.Fatalf("%d slots, %d members: %s owns all", slots, n, m)
+					var s string
+					if key == ByUID {
+						var all bool
+						if s, all = a.UIDSelector(m); all {
+							if n != 1 && slots != 1 {
+								t.Fatalf("%d slots, %d members: %s owns all", slots, n, m)
+							}
+							continue
 						}
-						continue
+					} else {
+						s = a.NamespaceSelector(m, namespaces)
 					}
 					if s == "" {
 						continue // owns nothing
@@ -110,7 +119,7 @@ func TestSelectorsPartitionObjects(t *testing.T) {
 					if key == ByUID {
 						value = string(o.GetUID())
 					}
-					owner := a.OwnerOf(value)
+					owner := a.OwnerOf(key, value)
 					matched := 0
 					for m, sel := range selectors {
 						ok, err := sel.Matches(o)
@@ -124,7 +133,7 @@ func TestSelectorsPartitionObjects(t *testing.T) {
 							}
 						}
 					}
-					if len(selectors) > 0 && matched != 1 {
+					if (len(selectors) > 0 || key == ByNamespace) && matched != 1 {
 						t.Errorf("%d slots, %d members, %s: %s/%s matches %d selectors, want 1", slots, n, key, o.GetNamespace(), o.GetName(), matched)
 					}
 				}
@@ -135,10 +144,10 @@ func TestSelectorsPartitionObjects(t *testing.T) {
 
 func TestSelectorMergesAdjacentSlots(t *testing.T) {
 	a := Assign(space(t, 4), []string{"only"})
-	if s, all := a.Selector(ByUID, "only"); !all || s != "" {
+	if s, all := a.UIDSelector("only"); !all || s != "" {
 		t.Errorf("the only member: %q, %v; want no selector, all", s, all)
 	}
-	if s, all := a.Selector(ByUID, "stranger"); all || s != "" {
+	if s, all := a.UIDSelector("stranger"); all || s != "" {
 		t.Errorf("a non-member: %q, %v; want nothing", s, all)
 	}
 	if r := a.Ranges("only"); len(r) != 1 || r[0] != (Range{"0x0000000000000000", "0x10000000000000000"}) {
@@ -156,7 +165,7 @@ func TestSelectorMergesAdjacentSlots(t *testing.T) {
 		if len(ranges) != breaks {
 			t.Errorf("%s owns %d runs of slots in %d ranges", m, breaks, len(ranges))
 		}
-		s, _ := a.Selector(ByNamespace, m)
+		s, _ := a.UIDSelector(m)
 		if got := strings.Count(s, "shardRange("); got != len(ranges) {
 			t.Errorf("%s's selector has %d ranges, want %d", m, got, len(ranges))
 		}
@@ -230,5 +239,63 @@ func TestAssignmentString(t *testing.T) {
 	}
 	if got := Assign(space(t, 4), nil).String(); got != "no members" {
 		t.Errorf("String() with no members = %q", got)
+	}
+}
+
+// TestNamespacesSpreadEvenly: namespaces named alike (ns-0 to ns-299,
+// team-000 to team-299) spread over most slots and split about evenly
+// between three members. By the API server's hash alone they would not:
+// its top bits put them in a few slots, which the second half checks, so
+// that the mixing cannot be dropped unnoticed.
+func TestNamespacesSpreadEvenly(t *testing.T) {
+	s := space(t, DefaultSlots)
+	a := Assign(s, names("replica-", 3))
+	for _, pattern := range []string{"ns-%d", "team-%03d", "bench-%d"} {
+		slots, raw := map[int]bool{}, map[uint64]bool{}
+		owners := map[string]int{}
+		for i := range 300 {
+			ns := fmt.Sprintf(pattern, i)
+			slots[s.SlotOf(ByNamespace, ns)] = true
+			raw[Hash(ns)>>56] = true
+			owners[a.OwnerOf(ByNamespace, ns)]++
+		}
+		if len(slots) < 150 {
+			t.Errorf("%s: 300 namespaces in %d of 256 slots", pattern, len(slots))
+		}
+		for _, m := range a.Members() {
+			if owners[m] < 70 || owners[m] > 130 {
+				t.Errorf("%s: %s owns %d of 300 namespaces, want about 100", pattern, m, owners[m])
+			}
+		}
+		if len(raw) > 16 {
+			t.Errorf("%s: the API server's hash spreads them over %d top bytes: the mixing may no longer be needed", pattern, len(raw))
+		}
+	}
+}
+
+// TestNamespaceSelectorEdges: the selector of a member that owns none of
+// the namespaces is empty; one namespace, or two of one hash, give one
+// range; the empty namespace (cluster-scoped objects) is a namespace too.
+func TestNamespaceSelectorEdges(t *testing.T) {
+	a := Assign(space(t, 16), []string{"a", "b"})
+	var mine, theirs string
+	for i := 0; mine == "" || theirs == ""; i++ {
+		ns := fmt.Sprintf("x%d", i)
+		if a.OwnerOf(ByNamespace, ns) == "a" {
+			mine = ns
+		} else {
+			theirs = ns
+		}
+	}
+	if got := a.NamespaceSelector("a", []string{theirs}); got != "" {
+		t.Errorf("a owns none of [%s]: selector %q", theirs, got)
+	}
+	got := a.NamespaceSelector("a", []string{mine, theirs, mine})
+	if strings.Count(got, "shardRange(") != 1 || !strings.Contains(got, fmt.Sprintf("'0x%016x'", Hash(mine))) {
+		t.Errorf("a's selector over [%s %s %s]: %q", mine, theirs, mine, got)
+	}
+	owner := a.OwnerOf(ByNamespace, "")
+	if got := a.NamespaceSelector(owner, []string{""}); !strings.Contains(got, fmt.Sprintf("'0x%016x'", Hash(""))) {
+		t.Errorf("the empty namespace's owner %s: selector %q", owner, got)
 	}
 }

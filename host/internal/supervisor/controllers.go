@@ -40,6 +40,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Policy: spec.Policy, FlightRecorder: s.opts.FlightRecorder,
+			Shard: s.opts.Shard,
 		}
 		if s.statuses != nil {
 			ropts.StatusApplier = s.statuses
@@ -100,6 +101,17 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 		s.requeueAll(r)
 	}
 	return result, nil
+}
+
+// RequeueEvery requeues every object of every running module controller
+// into it, in the background: with Options.Shard, after this replica
+// acquired slots, so that their objects are reconciled here.
+func (s *Supervisor) RequeueEvery() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.modules {
+		s.requeueAll(r)
+	}
 }
 
 // requeueAll requeues every object of r into its running controller, in

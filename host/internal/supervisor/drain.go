@@ -167,6 +167,9 @@ func gvkOf(g abi.GroupVersionKind) schema.GroupVersionKind {
 
 // leading reports whether the supervisor runs in the elected replica.
 func (s *Supervisor) leading() bool {
+	if s.opts.Leading != nil && !s.opts.Leading() {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ctx != nil && s.ctx.Err() == nil

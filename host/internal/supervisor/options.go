@@ -3,6 +3,8 @@ package supervisor
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -91,6 +93,15 @@ type Options struct {
 	// sample of its successful ones (package flightrecorder). Defaults to
 	// nil: nothing is recorded.
 	FlightRecorder *flightrecorder.Recorder
+	// Shard, when set, shards module controllers across replicas (issue
+	// 27): they run in every replica, not only the elected one, and each
+	// reconcile asks Shard first (reconciler.Options.Shard). Leading then
+	// tells the elected replica, which alone drains finalizers. Defaults
+	// to nil: module controllers run in the elected replica only.
+	Shard func(key types.NamespacedName) (exit func(), ok bool)
+	// Leading reports whether this replica is the elected one, with Shard.
+	// Defaults to nil: every replica that runs the supervisor leads.
+	Leading func() bool
 }
 
 // Defaults of Options.

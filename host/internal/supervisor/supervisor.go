@@ -126,8 +126,9 @@ func New(opts Options) (*Supervisor, error) {
 	return s, nil
 }
 
-// NeedLeaderElection makes module controllers run only in the leader.
-func (s *Supervisor) NeedLeaderElection() bool { return true }
+// NeedLeaderElection makes module controllers run only in the leader,
+// unless they are sharded (Options.Shard): then they run in every replica.
+func (s *Supervisor) NeedLeaderElection() bool { return s.opts.Shard == nil }
 
 // Start runs the controllers of every module applied so far, and of every
 // module applied later, and checks their load health, until ctx is done;

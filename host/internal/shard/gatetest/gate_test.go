@@ -66,8 +66,10 @@ func TestListsSplitAsPlaced(t *testing.T) {
 	ctx := context.Background()
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1e6)
 	want := map[string]corev1.ConfigMap{} // by namespace/name
+	var namespaces []string
 	for i := range 12 {
 		ns := fmt.Sprintf("split-%s-%d", run, i)
+		namespaces = append(namespaces, ns)
 		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -87,9 +89,14 @@ func TestListsSplitAsPlaced(t *testing.T) {
 	for _, key := range []shard.Key{shard.ByNamespace, shard.ByUID} {
 		got := map[string]string{} // namespace/name -> member
 		for _, member := range a.Members() {
-			sel, all := a.Selector(key, member)
-			if all || sel == "" {
-				t.Fatalf("%s owns all or nothing of 64 slots", member)
+			var sel string
+			if key == shard.ByUID {
+				var all bool
+				if sel, all = a.UIDSelector(member); all || sel == "" {
+					t.Fatalf("%s owns all or nothing of 64 slots", member)
+				}
+			} else if sel = a.NamespaceSelector(member, namespaces); sel == "" {
+				continue // none of the 12 namespaces is its
 			}
 			list, err := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{ShardSelector: sel, LabelSelector: "run=" + run})
 			if err != nil {
@@ -108,7 +115,7 @@ func TestListsSplitAsPlaced(t *testing.T) {
 				if key == shard.ByUID {
 					value = string(cm.UID)
 				}
-				if owner := a.OwnerOf(value); owner != member {
+				if owner := a.OwnerOf(key, value); owner != member {
 					t.Errorf("%s: %s came to %s, package shard places it with %s", key, k, member, owner)
 				}
 			}
@@ -136,12 +143,11 @@ func TestWatchSplitsAsPlaced(t *testing.T) {
 	}
 	a := shard.Assign(space, []string{"replica-0", "replica-1"})
 	const member = "replica-0"
-	sel, _ := a.Selector(shard.ByNamespace, member)
 	run := fmt.Sprintf("%d", time.Now().UnixNano()%1e6)
 	var mine, theirs []string
 	for i := 0; len(mine) < 4 || len(theirs) < 4; i++ {
 		ns := fmt.Sprintf("watch-%s-%d", run, i)
-		if a.OwnerOf(ns) == member {
+		if a.OwnerOf(shard.ByNamespace, ns) == member {
 			mine = append(mine, ns)
 		} else {
 			theirs = append(theirs, ns)
@@ -150,6 +156,7 @@ func TestWatchSplitsAsPlaced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	sel := a.NamespaceSelector(member, append(append([]string{}, mine...), theirs...))
 	start, err := cs.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +188,7 @@ func TestWatchSplitsAsPlaced(t *testing.T) {
 				t.Fatalf("event %s %v", ev.Type, ev.Object)
 			}
 			cm := ev.Object.(*corev1.ConfigMap)
-			if owner := a.OwnerOf(cm.Namespace); owner != member {
+			if owner := a.OwnerOf(shard.ByNamespace, cm.Namespace); owner != member {
 				t.Errorf("%s's watch carried %s/%s, which is %s's", member, cm.Namespace, cm.Name, owner)
 			}
 			seen = append(seen, cm.Namespace+"/"+cm.Name)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -297,4 +299,15 @@ func SummaryOf(w *unstructured.Unstructured) string {
 // workqueue length, running reconciles and informer sync.
 func ModuleStatus(op *operator.Operator, name string) (supervisor.Status, bool) {
 	return testhooks.ModuleStatus(op.Host, name)
+}
+
+// ShardActive is the slots op works on, and false when it does not shard.
+func ShardActive(op *operator.Operator) ([]int, bool) {
+	return testhooks.ShardActive(op.Host)
+}
+
+// ShardAdmitted makes op, a sharding operator, call f with the key of
+// every reconcile it admits.
+func ShardAdmitted(op *operator.Operator, f func(types.NamespacedName)) {
+	testhooks.ShardAdmitted(op.Host, f)
 }

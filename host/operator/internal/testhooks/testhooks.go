@@ -5,8 +5,20 @@
 // only tests read them, through optest.
 package testhooks
 
-import "github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+import (
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
+)
 
 // ModuleStatus returns the supervisor's status of module name in host, an
 // *operator.Host (any, since package operator imports this one).
 var ModuleStatus func(host any, name string) (supervisor.Status, bool)
+
+// ShardActive returns the slots host, an *operator.Host, works on, and
+// false when it does not shard.
+var ShardActive func(host any) ([]int, bool)
+
+// ShardAdmitted makes host, a sharding *operator.Host, call f with the key
+// of every reconcile it admits.
+var ShardAdmitted func(host any, f func(types.NamespacedName))

@@ -1,0 +1,136 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
+	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
+)
+
+// TestShardedReplicasSplitTheWork: two operators with sharding (and
+// leader election, as it requires) split the slots between them, each
+// working on a disjoint half that covers every slot, and Widgets in
+// namespaces of both halves all converge, each operator reconciling some.
+func TestShardedReplicasSplitTheWork(t *testing.T) {
+	t.Parallel()
+	e := optest.NewEnv(t)
+	const slots = 16
+	space, err := shard.NewSpace(slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := shard.Assign(space, []string{"op-a", "op-b"})
+	// Namespaces until each operator owns two.
+	var namespaces []string
+	owned := map[string]int{}
+	for i := 0; owned["op-a"] < 2 || owned["op-b"] < 2; i++ {
+		if i > 64 {
+			t.Fatal("no namespaces split between two operators")
+		}
+		ns := fmt.Sprintf("%s-s%d", e.NS, i)
+		if err := e.C.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		namespaces = append(namespaces, ns)
+		owned[a.OwnerOf(shard.ByNamespace, ns)]++
+	}
+	module := testwasm.BuildFile(t, "./widget")
+	regs := map[string]*prometheus.Registry{}
+	ops := map[string]*operator.Operator{}
+	for _, id := range []string{"op-a", "op-b"} {
+		mo := e.OperatorOptions()
+		mo.Namespaces = append([]string{e.NS}, namespaces...)
+		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "sharded-"+e.NS, e.NS
+		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
+		regs[id] = prometheus.NewRegistry()
+		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{
+			Modules:    []string{module},
+			Registerer: regs[id],
+			Sharding: operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: "sharded",
+				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
+		})
+	}
+	var mu sync.Mutex
+	admittedBy := map[string]map[string]bool{} // namespace -> operators
+	for id, op := range ops {
+		optest.ShardAdmitted(op, func(key types.NamespacedName) {
+			mu.Lock()
+			defer mu.Unlock()
+			if admittedBy[key.Namespace] == nil {
+				admittedBy[key.Namespace] = map[string]bool{}
+			}
+			admittedBy[key.Namespace][id] = true
+		})
+	}
+	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
+		var all []int
+		for id, op := range ops {
+			active, ok := optest.ShardActive(op)
+			if !ok {
+				return fmt.Errorf("%s does not shard", id)
+			}
+			for _, s := range active {
+				if owner := a.Owner(s); owner != id {
+					return fmt.Errorf("%s works on slot %d, which is %s's", id, s, owner)
+				}
+			}
+			all = append(all, active...)
+		}
+		slices.Sort(all)
+		if len(all) != slots || len(slices.Compact(all)) != slots {
+			return fmt.Errorf("slots worked on: %v", all)
+		}
+		return nil
+	})
+	for _, ns := range namespaces {
+		for i := range 2 {
+			if err := e.C.Create(context.Background(), optest.Widget(ns, fmt.Sprintf("w%d", i), int64(i+1))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, ns := range namespaces {
+		for i := range 2 {
+			testenv.Eventually(t, 2*time.Minute, "every Widget to converge", func() error {
+				w := &unstructured.Unstructured{}
+				w.SetGroupVersionKind(optest.Widget(ns, "", 0).GroupVersionKind())
+				if err := e.C.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("w%d", i)}, w); err != nil {
+					return err
+				}
+				if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s == "" {
+					return fmt.Errorf("%s/w%d has no summary", ns, i)
+				}
+				return nil
+			})
+		}
+	}
+	// Membership did not change after the split: each namespace's Widgets
+	// were reconciled by its owner alone.
+	mu.Lock()
+	for _, ns := range namespaces {
+		if got, want := admittedBy[ns], a.OwnerOf(shard.ByNamespace, ns); len(got) != 1 || !got[want] {
+			t.Errorf("%s, %s's: reconciled by %v", ns, want, got)
+		}
+	}
+	mu.Unlock()
+	for id, reg := range regs {
+		if n := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); n == 0 {
+			t.Errorf("%s reconciled nothing", id)
+		}
+	}
+}
