@@ -228,14 +228,26 @@ func TestMapCodeKnownDigest(t *testing.T) {
 		t.Skip("backing code with a file is Linux's only")
 	}
 	dir := t.TempDir()
-	_, first := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	// One compile; the others load it from a compilation cache directory,
+	// each into a runtime and engine of its own, so that no two share code
+	// (as a waking module's does not).
+	cacheDir := t.TempDir()
+	cfg := func() wazero.RuntimeConfig {
+		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cache.Close(context.Background()) })
+		return wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache)
+	}
+	_, first := compile(t, cfg(), wasmBytes)
 	_, sum, err := MapCode(first, dir, [32]byte{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mapWith := func(known [32]byte) (got [32]byte, hashed int64) {
 		t.Helper()
-		rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+		rt, c := compile(t, cfg(), wasmBytes)
 		before := codeHashes.Load()
 		if _, got, err = MapCode(c, dir, known); err != nil {
 			t.Fatal(err)
