@@ -161,7 +161,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	var sopts supervisor.Options
 	if opts.Sharding.Enabled {
-		if h.shards, err = newShards(mgr, opts.Sharding, func() { h.supervisor.RequeueEvery() }); err != nil {
+		if h.shards, err = newShards(mgr, m, opts.Sharding, func() { h.supervisor.RequeueEvery() }); err != nil {
 			return nil, err
 		}
 		sopts.Shard = h.shards.admit

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/sharding"
 )
@@ -27,7 +30,7 @@ type shards struct {
 
 // newShards checks o and builds the gate and the coordinator; acquired is
 // called after slots are acquired (the host requeues its objects).
-func newShards(mgr manager.Manager, o ShardingOptions, acquired func()) (*shards, error) {
+func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acquired func()) (*shards, error) {
 	if o.Identity == "" || o.Namespace == "" {
 		return nil, errors.New("sharding: Identity (the pod's name) and Namespace are required")
 	}
@@ -47,6 +50,10 @@ func newShards(mgr manager.Manager, o ShardingOptions, acquired func()) (*shards
 	}
 	s := &shards{space: space, gate: sharding.NewGate(space)}
 	log := mgr.GetLogger().WithName("sharding")
+	// given: when each slot this replica owns but does not run yet was
+	// given to it, for wasmreconcile_shard_handover_seconds.
+	var mu sync.Mutex
+	given := map[int]time.Time{}
 	s.coord, err = sharding.New(membership.Options{
 		Client: cs.CoordinationV1(), Namespace: o.Namespace, Group: o.Group, Identity: o.Identity,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
@@ -55,11 +62,40 @@ func newShards(mgr manager.Manager, o ShardingOptions, acquired func()) (*shards
 		Space: space,
 		Acquire: func(slots []int) {
 			s.gate.Acquire(slots)
+			mu.Lock()
+			now := time.Now()
+			for _, slot := range slots {
+				if t, ok := given[slot]; ok {
+					m.ShardHandoverSeconds.Observe(now.Sub(t).Seconds())
+					delete(given, slot)
+				}
+			}
+			mu.Unlock()
+			m.ShardSlots.Set(float64(s.gate.ActiveCount()))
 			acquired()
 		},
-		Release: func(ctx context.Context, slots []int) { _ = s.gate.Release(ctx, slots) },
+		Release: func(ctx context.Context, slots []int) {
+			_ = s.gate.Release(ctx, slots)
+			m.ShardSlots.Set(float64(s.gate.ActiveCount()))
+		},
 		OnAssignment: func(a shard.Assignment, moved []int) {
-			log.Info("assignment", "members", a.Members(), "slots", a.String(), "moved", len(moved), "mine", len(a.Owned(o.Identity)))
+			mine := a.Owned(o.Identity)
+			mu.Lock()
+			now := time.Now()
+			for _, slot := range mine {
+				if _, ok := given[slot]; !ok && !s.gate.Active(slot) {
+					given[slot] = now
+				}
+			}
+			for slot := range given {
+				if a.Owner(slot) != o.Identity {
+					delete(given, slot) // given elsewhere before it started here
+				}
+			}
+			mu.Unlock()
+			m.ShardMembers.Set(float64(len(a.Members())))
+			m.ShardMoves.Add(float64(len(moved)))
+			log.Info("assignment", "members", a.Members(), "slots", a.String(), "moved", len(moved), "mine", len(mine))
 		},
 	})
 	if err != nil {

@@ -53,6 +53,15 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 	regs := map[string]*prometheus.Registry{}
 	ops := map[string]*operator.Operator{}
 	for _, id := range []string{"op-a", "op-b"} {
+		if id == "op-b" {
+			// op-a first runs every slot alone, so that op-b's slots move.
+			testenv.Eventually(t, 2*time.Minute, "op-a to run every slot", func() error {
+				if active, _ := optest.ShardActive(ops["op-a"]); len(active) != slots {
+					return fmt.Errorf("op-a runs %d slots", len(active))
+				}
+				return nil
+			})
+		}
 		mo := e.OperatorOptions()
 		mo.Namespaces = append([]string{e.NS}, namespaces...)
 		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "sharded-"+e.NS, e.NS
@@ -128,9 +137,24 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 		}
 	}
 	mu.Unlock()
+	slotsSeen := 0.0
 	for id, reg := range regs {
 		if n := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); n == 0 {
 			t.Errorf("%s reconciled nothing", id)
 		}
+		if n := optest.Gather(t, reg, "wasmreconcile_shard_members", nil); n != 2 {
+			t.Errorf("%s: wasmreconcile_shard_members %v, want 2", id, n)
+		}
+		slotsSeen += optest.Gather(t, reg, "wasmreconcile_shard_slots", nil)
+	}
+	if slotsSeen != slots {
+		t.Errorf("wasmreconcile_shard_slots sum to %v, want %d", slotsSeen, slots)
+	}
+	// op-a gave op-b its slots when it joined, and op-b timed each handover.
+	if moves, want := optest.Gather(t, regs["op-a"], "wasmreconcile_shard_slot_moves_total", nil), len(a.Owned("op-b")); moves != float64(want) {
+		t.Errorf("op-a counted %v slot moves, want op-b's %d", moves, want)
+	}
+	if n, want := optest.Gather(t, regs["op-b"], "wasmreconcile_shard_handover_seconds", nil), len(a.Owned("op-b")); n != float64(want) {
+		t.Errorf("op-b timed %v handovers, want %d", n, want)
 	}
 }

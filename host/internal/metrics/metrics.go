@@ -84,6 +84,16 @@ type Metrics struct {
 	// waited for the module's code to load back, by module and result (ok,
 	// failed).
 	ModuleWakeSeconds *prometheus.HistogramVec
+	// ShardSlots is how many slots this replica works on, with sharding
+	// (issue 27); ShardMembers how many live replicas it sees.
+	ShardSlots, ShardMembers prometheus.Gauge
+	// ShardMoves counts slots whose owner changed in this replica's
+	// assignments.
+	ShardMoves prometheus.Counter
+	// ShardHandoverSeconds observes, per slot this replica was given, the
+	// time from the assignment to the slot's work starting here (the old
+	// owner stopping included).
+	ShardHandoverSeconds prometheus.Histogram
 
 	modules *moduleCollector
 	budget  *budgetCollector
@@ -205,6 +215,23 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "How long the first call after an unload waited for the module's code to load back from the compilation cache, by module and result (ok, failed).",
 			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
 		}, []string{"module", "result"}),
+		ShardSlots: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_shard_slots",
+			Help: "Slots this replica works on, with --sharding; 0 without.",
+		}),
+		ShardMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_shard_members",
+			Help: "Live replicas this replica sees in its shard group, itself included, with --sharding; 0 without.",
+		}),
+		ShardMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmreconcile_shard_slot_moves_total",
+			Help: "Slots whose owner changed in this replica's assignments, with --sharding.",
+		}),
+		ShardHandoverSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "wasmreconcile_shard_handover_seconds",
+			Help:    "Per slot given to this replica: from the assignment to the slot's work starting here, the old owner stopping included, with --sharding.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120},
+		}),
 		modules: newModuleCollector(),
 		budget:  &budgetCollector{},
 	}
@@ -231,6 +258,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.TriggerFanOutDropped = promreg.Register(reg, m.TriggerFanOutDropped, &err)
 	m.ModuleUnloads = promreg.Register(reg, m.ModuleUnloads, &err)
 	m.ModuleWakeSeconds = promreg.Register(reg, m.ModuleWakeSeconds, &err)
+	m.ShardSlots = promreg.Register(reg, m.ShardSlots, &err)
+	m.ShardMembers = promreg.Register(reg, m.ShardMembers, &err)
+	m.ShardMoves = promreg.Register(reg, m.ShardMoves, &err)
+	m.ShardHandoverSeconds = promreg.Register(reg, m.ShardHandoverSeconds, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	m.budget = promreg.Register(reg, m.budget, &err)
 	if err != nil {
@@ -243,7 +274,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
-		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.ModuleUnloads, m.ModuleWakeSeconds, m.modules, m.budget}
+		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.ModuleUnloads, m.ModuleWakeSeconds,
+		m.ShardSlots, m.ShardMembers, m.ShardMoves, m.ShardHandoverSeconds, m.modules, m.budget}
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and

@@ -62,6 +62,19 @@ func (g *Gate) Active(slot int) bool {
 	return slot >= 0 && slot < len(g.active) && g.active[slot]
 }
 
+// ActiveCount is the number of slots work may start on.
+func (g *Gate) ActiveCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, a := range g.active {
+		if a {
+			n++
+		}
+	}
+	return n
+}
+
 // Acquire lets work on slots start.
 func (g *Gate) Acquire(slots []int) {
 	g.mu.Lock()

@@ -16,6 +16,9 @@ func TestGate(t *testing.T) {
 		t.Fatal("an inactive or unknown slot admitted work")
 	}
 	g.Acquire([]int{3, 4})
+	if n := g.ActiveCount(); n != 2 {
+		t.Fatalf("ActiveCount after acquiring 3 and 4: %d", n)
+	}
 	if !g.Enter(3) || !g.Active(4) || g.Active(5) {
 		t.Fatal("an acquired slot refused work")
 	}
