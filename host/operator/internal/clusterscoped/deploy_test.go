@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
@@ -59,5 +60,19 @@ func TestDeployManifestsApply(t *testing.T) {
 	}
 	if sc := d.Spec.Template.Spec.Containers[0].SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("the operator container's root filesystem is not read-only")
+	}
+	podName := false
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		podName = podName || (e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name")
+	}
+	if !podName {
+		t.Error("the operator container has no POD_NAME from metadata.name (the shard identity)")
+	}
+	var pdb policyv1.PodDisruptionBudget
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "wasmreconcile-system", Name: "wasmreconcile-operator"}, &pdb); err != nil {
+		t.Fatalf("the PodDisruptionBudget: %v", err)
+	}
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 || pdb.Spec.Selector == nil || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != d.Spec.Selector.MatchLabels["app.kubernetes.io/name"] {
+		t.Errorf("the PodDisruptionBudget %+v does not keep one of the Deployment's pods", pdb.Spec)
 	}
 }
