@@ -433,6 +433,11 @@ func (h *Host) Ready() error {
 			return errors.New("the ReconcileModule cache has not synced yet")
 		}
 	}
+	if h.shards != nil {
+		if err := h.shards.ready(); err != nil {
+			return err
+		}
+	}
 	return h.supervisor.Ready(ctx)
 }
 

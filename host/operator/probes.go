@@ -73,5 +73,8 @@ func (h *Host) modulesReport(ctx context.Context) string {
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "%d modules: %d loaded, %d unloaded\n", len(mods), loaded, len(mods)-loaded)
+	if h.shards != nil {
+		b.WriteString(h.shards.report())
+	}
 	return b.String()
 }

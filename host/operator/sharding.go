@@ -8,6 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -20,9 +24,13 @@ import (
 
 // shards is a Host's share of the work when sharding is on.
 type shards struct {
-	space shard.Space
-	gate  *sharding.Gate
-	coord *sharding.Coordinator
+	identity, group string
+	space           shard.Space
+	log             logr.Logger
+	gate            *sharding.Gate
+	coord           *sharding.Coordinator
+	// probe lists Leases, for shard.Probe.
+	probe func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	// admitted, when set (tests, through testhooks), sees every admitted
 	// reconcile's key.
 	admitted atomic.Pointer[func(types.NamespacedName)]
@@ -48,8 +56,12 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	s := &shards{space: space, gate: sharding.NewGate(space)}
+	s := &shards{identity: o.Identity, group: o.Group, space: space, gate: sharding.NewGate(space)}
+	s.probe = func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+		return cs.CoordinationV1().Leases(o.Namespace).List(ctx, lo)
+	}
 	log := mgr.GetLogger().WithName("sharding")
+	s.log = log
 	// given: when each slot this replica owns but does not run yet was
 	// given to it, for wasmreconcile_shard_handover_seconds.
 	var mu sync.Mutex
@@ -101,7 +113,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	log.Info("sharding by namespace, filtered in this replica (client-side)", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots)
+	log.Info("sharding by namespace", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots)
 	return s, nil
 }
 
@@ -117,8 +129,37 @@ func (s *shards) admit(key types.NamespacedName) (func(), bool) {
 	return func() { s.gate.Exit(slot) }, true
 }
 
-// Start runs the coordinator in every replica (a manager runnable).
+// shardMode is how this replica's caches see other replicas' objects: today
+// always client-side (every replica caches every object).
+const shardMode = "client-side: every replica caches every object and reconciles those of its slots"
+
+// ready is nil once this replica is a member of its group: until then it
+// works on no slot.
+func (s *shards) ready() error {
+	for _, m := range s.coord.Membership().View().Members {
+		if m.Self {
+			return nil
+		}
+	}
+	return fmt.Errorf("sharding (%s): %s is not yet a member of shard group %s (its Lease is not written yet)", shardMode, s.identity, s.group)
+}
+
+// report is /readyz/modules' sharding line.
+func (s *shards) report() string {
+	a := s.coord.Assignment()
+	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s\n", shardMode, s.identity, s.gate.ActiveCount(), s.space.Slots(), a)
+}
+
+// Start runs the coordinator in every replica (a manager runnable), after
+// logging whether the API server could filter by shard (KEP-5866): this
+// version filters in the replica either way.
 func (s *shards) Start(ctx context.Context) error {
+	log := s.log
+	if on, err := shard.Probe(ctx, shard.ByNamespace, s.probe); err != nil {
+		log.Info("could not tell whether the API server filters by shard", "error", err.Error(), "mode", shardMode)
+	} else {
+		log.Info("sharding", "mode", shardMode, "apiServerShardedListAndWatch", on)
+	}
 	if err := s.coord.Run(ctx); err != nil {
 		return err // the Lease was lost: the manager stops, the pod restarts
 	}

@@ -106,6 +106,14 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 		}
 		return nil
 	})
+	testenv.Eventually(t, time.Minute, "both operators to be ready", func() error {
+		for id, op := range ops {
+			if err := op.Ready(); err != nil {
+				return fmt.Errorf("%s: %w", id, err)
+			}
+		}
+		return nil
+	})
 	for _, ns := range namespaces {
 		for i := range 2 {
 			if err := e.C.Create(context.Background(), optest.Widget(ns, fmt.Sprintf("w%d", i), int64(i+1))); err != nil {
