@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/membership/membershiptest"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 )
 
@@ -65,56 +65,10 @@ func TestNewRefuses(t *testing.T) {
 	}
 }
 
-// breakable is a Leases client that fails every call once broken: a
-// replica cut off from the API server.
-type breakable struct {
-	coordinationv1client.LeasesGetter
-	broken atomic.Bool
-}
-
-func (b *breakable) Leases(ns string) coordinationv1client.LeaseInterface {
-	return &breakableLeases{LeaseInterface: b.LeasesGetter.Leases(ns), b: b}
-}
-
-type breakableLeases struct {
-	coordinationv1client.LeaseInterface
-	b *breakable
-}
-
-var errCutOff = errors.New("cut off from the API server")
-
-func (l *breakableLeases) Get(ctx context.Context, name string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.Get(ctx, name, o)
-}
-
-func (l *breakableLeases) Update(ctx context.Context, x *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.Update(ctx, x, o)
-}
-
-func (l *breakableLeases) Create(ctx context.Context, x *coordinationv1.Lease, o metav1.CreateOptions) (*coordinationv1.Lease, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.Create(ctx, x, o)
-}
-
-func (l *breakableLeases) List(ctx context.Context, o metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.List(ctx, o)
-}
-
 // replica is one Membership under test, with what it reported.
 type replica struct {
 	m      *Membership
-	client *breakable
+	client *membershiptest.Breakable
 	cancel context.CancelFunc
 	done   chan error
 
@@ -159,7 +113,7 @@ var timing = Options{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Sec
 
 func start(t *testing.T, cs kubernetes.Interface, ns, identity string) *replica {
 	t.Helper()
-	r := &replica{client: &breakable{LeasesGetter: cs.CoordinationV1()}, done: make(chan error, 1)}
+	r := &replica{client: &membershiptest.Breakable{LeasesGetter: cs.CoordinationV1()}, done: make(chan error, 1)}
 	opts := timing
 	opts.Client, opts.Namespace, opts.Group, opts.Identity = r.client, ns, "wasmreconcile-operator", identity
 	opts.OnChange = func(v View) {
@@ -283,10 +237,10 @@ func TestCutOffReplicaStopsBeforeOthersTakeOver(t *testing.T) {
 		}
 		return nil
 	})
-	b.client.broken.Store(true)
+	b.client.Broken.Store(true)
 	err := <-b.done
 	b.done <- err
-	if err == nil || !strings.Contains(err.Error(), "lost Lease") || !errors.Is(err, errCutOff) {
+	if err == nil || !strings.Contains(err.Error(), "lost Lease") || !errors.Is(err, membershiptest.ErrCutOff) {
 		t.Fatalf("b's Run after being cut off: %v", err)
 	}
 	waitFor(t, "a to drop b", members(a, "pod-a"))

@@ -2,7 +2,6 @@ package sharding
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -12,13 +11,12 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/membership/membershiptest"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 )
@@ -80,47 +78,10 @@ func (l *ledger) owners() map[int]string {
 	return out
 }
 
-type breakable struct {
-	coordinationv1client.LeasesGetter
-	broken atomic.Bool
-}
-
-func (b *breakable) Leases(ns string) coordinationv1client.LeaseInterface {
-	return &breakableLeases{LeaseInterface: b.LeasesGetter.Leases(ns), b: b}
-}
-
-type breakableLeases struct {
-	coordinationv1client.LeaseInterface
-	b *breakable
-}
-
-var errCutOff = errors.New("cut off from the API server")
-
-func (l *breakableLeases) Get(ctx context.Context, n string, o metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.Get(ctx, n, o)
-}
-
-func (l *breakableLeases) Update(ctx context.Context, x *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.Update(ctx, x, o)
-}
-
-func (l *breakableLeases) List(ctx context.Context, o metav1.ListOptions) (*coordinationv1.LeaseList, error) {
-	if l.b.broken.Load() {
-		return nil, errCutOff
-	}
-	return l.LeaseInterface.List(ctx, o)
-}
-
 type replica struct {
 	name   string
 	c      *Coordinator
-	client *breakable
+	client *membershiptest.Breakable
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 	moves  atomic.Int64
@@ -136,7 +97,7 @@ var space = func() shard.Space {
 
 func start(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger) *replica {
 	t.Helper()
-	r := &replica{name: name, client: &breakable{LeasesGetter: cs.CoordinationV1()}}
+	r := &replica{name: name, client: &membershiptest.Breakable{LeasesGetter: cs.CoordinationV1()}}
 	mopts := membership.Options{Client: r.client, Namespace: ns, Group: "wasmreconcile-operator", Identity: name,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
 	c, err := New(mopts, Options{
@@ -223,7 +184,7 @@ func TestHandoverNeverOverlaps(t *testing.T) {
 	// pod-b is cut off: it stops its slots when its Lease is lost, and the
 	// others take them only after its Lease expires.
 	bSlots := len(b.c.Active())
-	b.client.broken.Store(true)
+	b.client.Broken.Store(true)
 	wait("pod-a and pod-c to run every slot", complete(l, a, c))
 	if n := len(b.c.Active()); n != 0 {
 		t.Errorf("pod-b, cut off, still runs %d slots", n)
