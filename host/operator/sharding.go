@@ -72,6 +72,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 		OnLost: func(err error) { log.Error(err, "every slot's work stopped") },
 	}, sharding.Options{
 		Space: space,
+		Log:   log,
 		Acquire: func(slots []int) {
 			s.gate.Acquire(slots)
 			mu.Lock()

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 )
@@ -53,6 +55,9 @@ type Options struct {
 	// Retry is how often a pending slot (claimed elsewhere) is tried again
 	// without a change of view. Default: membership.DefaultRetryPeriod.
 	Retry time.Duration
+	// Log receives the claims that could not be written (each is tried
+	// again at the next view or retry). Default: discarded.
+	Log logr.Logger
 }
 
 // Coordinator turns membership views into started and stopped slots.
@@ -162,10 +167,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			<-membershipDone
 			return ErrLost
 		}
+		// A claim not written is tried again at the next view or retry;
+		// the slots already started keep running (their claims stand).
 		if err := c.step(ctx); err != nil && ctx.Err() == nil {
-			// A claim not written: the next view or retry tries again; the
-			// slots already started keep running (their claims stand).
-			_ = err
+			c.opts.Log.Info("claims not written; trying again", "error", err.Error())
 		}
 		select {
 		case <-ctx.Done():
@@ -276,10 +281,10 @@ func (c *Coordinator) step(ctx context.Context) error {
 	}
 	if len(withdraw) > 0 {
 		keep := slices.DeleteFunc(slices.Clone(claims), func(s int) bool { return slices.Contains(withdraw, s) })
+		// On an error the withdrawn slots stay claimed, never started,
+		// until the next step writes the claims again.
 		if err := m.Claim(ctx, membership.Claims{Generation: gen, Slots: keep}); err != nil {
-			// The withdrawn slots stay claimed but never start: harmless
-			// but for the slots' other claimant, which waits for them.
-			_ = err
+			c.opts.Log.Info("withdrawn claims not written; trying again", "slots", withdraw, "error", err.Error())
 		}
 	}
 	if len(start) > 0 {
