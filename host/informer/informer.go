@@ -48,6 +48,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -155,6 +156,12 @@ type Informers struct {
 	mu   sync.Mutex
 	last map[schema.GroupKind]time.Time // last watch event or completed list
 	errs map[schema.GroupKind]error     // last reflector error since then
+
+	// Sharding (shard.go): nil unless SetSharding was called.
+	sharding  *Sharding
+	selection selection
+	notify    chan struct{}              // closed when an informer watches anew
+	lws       map[*listWatcher]struct{} // every informer's, for Resharded
 }
 
 // New returns Informers configured by opts, with their metrics registered on
@@ -165,7 +172,8 @@ func New(opts Options) (*Informers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Informers{opts: opts, metrics: m, last: map[schema.GroupKind]time.Time{}, errs: map[schema.GroupKind]error{}}, nil
+	return &Informers{opts: opts, metrics: m, last: map[schema.GroupKind]time.Time{}, errs: map[schema.GroupKind]error{},
+		notify: make(chan struct{}), lws: map[*listWatcher]struct{}{}}, nil
 }
 
 // Metrics are the informers' metrics.
@@ -229,6 +237,11 @@ func (i *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object,
 		example.SetGroupVersionKind(w.packed)
 		obj = example
 	}
+	i.mu.Lock()
+	if i.sharding != nil {
+		i.lws[w] = struct{}{}
+	}
+	i.mu.Unlock()
 	inf := toolscache.NewSharedIndexInformer(w, obj, resync, indexers)
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
 		w.mu.Lock()
@@ -279,6 +292,13 @@ type listWatcher struct {
 	watches   int    // watches opened so far
 	lastEnd   string // how the previous watch ended: a restart reason
 	lastError error  // the last error the reflector reported
+
+	// Sharding (shard.go).
+	shardOnce  sync.Once
+	sharded    bool            // the kind lists and watches with the selector
+	listed     selection       // the selection the last list used
+	watchedGen uint64          // the selection of the open watch
+	runCtx     context.Context // the reflector's, from its last call
 }
 
 func (w *listWatcher) setEnd(reason string) {
@@ -310,6 +330,7 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 	if opts.Continue != "" {
 		return w.page(ctx, opts) // never issued by us; pass through
 	}
+	resharded := w.selectForList(ctx, &opts)
 	opts.Limit = 0
 	if opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact {
 		// Every list here is paginated, and that changes what a
@@ -333,6 +354,9 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 	w.mu.Lock()
 	had := w.lastCount
 	w.mu.Unlock()
+	if resharded {
+		had = 0 // a share that changed may well be empty
+	}
 	if meta.LenList(list) == 0 && had > 0 {
 		// A kind that had objects now lists empty: a truncated or wrong
 		// answer would make the cache delete them all. Ask again first.
@@ -391,6 +415,11 @@ func (w *listWatcher) page(ctx context.Context, opts metav1.ListOptions) (runtim
 // events; opening a watch after the first is a restart, labelled with how
 // the previous one ended.
 func (w *listWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	changed, err := w.selectForWatch(ctx, &opts)
+	if err != nil {
+		w.setEnd("resharded")
+		return nil, err
+	}
 	w.mu.Lock()
 	if w.watches > 0 {
 		reason := w.lastEnd
@@ -418,7 +447,8 @@ func (w *listWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOpti
 		w.setEnd(restartReason(err))
 		return nil, err
 	}
-	return newCountingWatch(w, inner, cancel, serverTimeout), nil
+	w.watchOpened()
+	return newCountingWatch(w, inner, cancel, serverTimeout, changed), nil
 }
 
 // emptyList is what client-go decodes in place of a diverted list.
@@ -510,6 +540,8 @@ func packEvent(ev watch.Event) (watch.Event, bool) {
 // restartReason classifies why a watch or list failed.
 func restartReason(err error) string {
 	switch {
+	case strings.Contains(err.Error(), errResharded.Error()):
+		return "resharded"
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		return "gone"
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
@@ -529,7 +561,7 @@ type countingWatch struct {
 	stop   chan struct{}
 }
 
-func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.CancelFunc, serverTimeout time.Duration) *countingWatch {
+func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.CancelFunc, serverTimeout time.Duration, resharded <-chan struct{}) *countingWatch {
 	c := &countingWatch{inner: inner, out: make(chan watch.Event), cancel: cancel, stop: make(chan struct{})}
 	started := time.Now()
 	go func() {
@@ -562,6 +594,16 @@ func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.Canc
 				case <-c.stop:
 					return
 				}
+			case <-resharded:
+				// The shard selection changed: end as expired, so
+				// that the reflector lists with the new selector.
+				w.setEnd("resharded")
+				st := reshardedError().(apierrors.APIStatus).Status()
+				select {
+				case c.out <- watch.Event{Type: watch.Error, Object: &st}:
+				case <-c.stop:
+				}
+				return
 			case <-c.stop:
 				return
 			}

@@ -45,7 +45,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}, []string{"kind", "type"})
 	m.WatchRestarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wasmreconcile_informer_watch_restarts_total",
-		Help: "Watches reopened by informers, by kind and the reason the previous one ended (eof, timeout, gone, error).",
+		Help: "Watches reopened by informers, by kind and the reason the previous one ended (eof, timeout, gone, resharded, error).",
 	}, []string{"kind", "reason"})
 	m.LastEvent = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "wasmreconcile_informer_last_event_timestamp_seconds",
