@@ -160,7 +160,7 @@ type Informers struct {
 	// Sharding (shard.go): nil unless SetSharding was called.
 	sharding  *Sharding
 	selection selection
-	notify    chan struct{}              // closed when an informer watches anew
+	notify    chan struct{}             // closed when an informer watches anew
 	lws       map[*listWatcher]struct{} // every informer's, for Resharded
 }
 
