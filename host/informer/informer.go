@@ -288,7 +288,7 @@ type listWatcher struct {
 	packed    schema.GroupVersionKind // set: decode into packed objects
 
 	mu        sync.Mutex
-	lastCount int    // objects in the last accepted list
+	lastCount int    // objects held: the last list's, plus watch adds, minus deletes
 	watches   int    // watches opened so far
 	lastEnd   string // how the previous watch ended: a restart reason
 	lastError error  // the last error the reflector reported
@@ -299,6 +299,14 @@ type listWatcher struct {
 	listed     selection       // the selection the last list used
 	watchedGen uint64          // the selection of the open watch
 	runCtx     context.Context // the reflector's, from its last call
+}
+
+// countObjects counts objects a watch added (+1) or deleted (-1).
+func (w *listWatcher) countObjects(d int) {
+	w.mu.Lock()
+	w.lastCount += d
+	w.mu.Unlock()
+	w.m.Objects.WithLabelValues(w.kind).Add(float64(d))
 }
 
 func (w *listWatcher) setEnd(reason string) {
@@ -379,7 +387,9 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 		w.m.EmptyListVerifications.WithLabelValues(w.kind, outcome).Inc()
 	}
 	w.mu.Lock()
+	prev := w.lastCount
 	w.lastCount = meta.LenList(list)
+	w.m.Objects.WithLabelValues(w.kind).Add(float64(w.lastCount - prev))
 	w.mu.Unlock()
 	w.informers.sawEvent(w.gk, w.kind) // a list is as fresh as an event
 	return list, nil
@@ -581,6 +591,12 @@ func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.Canc
 					return
 				}
 				w.m.EventsReceived.WithLabelValues(w.kind, string(ev.Type)).Inc()
+				switch ev.Type {
+				case watch.Added:
+					w.countObjects(1)
+				case watch.Deleted:
+					w.countObjects(-1)
+				}
 				w.informers.sawEvent(w.gk, w.kind)
 				if ev.Type == watch.Error {
 					if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {

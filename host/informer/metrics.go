@@ -11,7 +11,7 @@ import (
 type Metrics struct {
 	ListPages, ListObjects, ListExpired, EmptyListVerifications, EventsReceived, WatchRestarts *prometheus.CounterVec
 	ListDuration                                                                               *prometheus.HistogramVec
-	LastEvent                                                                                  *prometheus.GaugeVec
+	LastEvent, Objects                                                                         *prometheus.GaugeVec
 }
 
 // NewMetrics builds the informer metrics and registers them on reg; a
@@ -51,6 +51,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "wasmreconcile_informer_last_event_timestamp_seconds",
 		Help: "Unix time of the last watch event (bookmarks included) or completed list per kind; time() minus it is the cache's staleness.",
 	}, []string{"kind"})
+	m.Objects = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "wasmreconcile_informer_objects",
+		Help: "Objects the informers of a kind hold: the last list's count plus the watch's adds minus its deletes. With sharding, this replica's share.",
+	}, []string{"kind"})
 	var err error
 	m.ListPages = promreg.Register(reg, m.ListPages, &err)
 	m.ListObjects = promreg.Register(reg, m.ListObjects, &err)
@@ -60,6 +64,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m.EventsReceived = promreg.Register(reg, m.EventsReceived, &err)
 	m.WatchRestarts = promreg.Register(reg, m.WatchRestarts, &err)
 	m.LastEvent = promreg.Register(reg, m.LastEvent, &err)
+	m.Objects = promreg.Register(reg, m.Objects, &err)
 	if err != nil {
 		return nil, err
 	}
@@ -69,5 +74,5 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // Collectors returns m's collectors, for checks of what dashboards and
 // alert rules may reference.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ListPages, m.ListObjects, m.ListDuration, m.ListExpired, m.EmptyListVerifications, m.EventsReceived, m.WatchRestarts, m.LastEvent}
+	return []prometheus.Collector{m.ListPages, m.ListObjects, m.ListDuration, m.ListExpired, m.EmptyListVerifications, m.EventsReceived, m.WatchRestarts, m.LastEvent, m.Objects}
 }

@@ -253,13 +253,27 @@ func (a Assignment) UIDSelector(member string) (sel string, all bool) {
 // (cluster-scoped objects, of the empty namespace, included when member
 // owns ""): one one-point range per namespace's hash. It is empty when
 // member owns none of them: it must not list at all. A selector has room
-// for about a thousand namespaces (the API server parses at most 100,000
-// characters of it).
+// for about a thousand namespaces (MaxSelectorNamespaces).
 func (a Assignment) NamespaceSelector(member string, namespaces []string) string {
+	sel, _ := a.space.NamespaceSelector(namespaces, func(slot int) bool { return a.Owner(slot) == member })
+	return sel
+}
+
+// MaxSelectorNamespaces is how many namespaces a shardSelector may name:
+// the API server parses at most 100,000 characters of a selector, and a
+// one-point range takes 72.
+const MaxSelectorNamespaces = 1000
+
+// NamespaceSelector is the shardSelector of the namespaces, among
+// namespaces, whose slot in says true: one one-point range per
+// namespace's hash, ascending. It returns how many namespaces it names;
+// the selector is empty when it names none (it must not be used to list,
+// it would list everything).
+func (s Space) NamespaceSelector(namespaces []string, in func(slot int) bool) (string, int) {
 	var ranges []Range
 	seen := map[uint64]bool{}
 	for _, ns := range namespaces {
-		if a.OwnerOf(ByNamespace, ns) != member {
+		if !in(s.SlotOf(ByNamespace, ns)) {
 			continue
 		}
 		h := Hash(ns)
@@ -274,7 +288,7 @@ func (a Assignment) NamespaceSelector(member string, namespaces []string) string
 		ranges = append(ranges, Range{Start: fmt.Sprintf("0x%016x", h), End: end})
 	}
 	slices.SortFunc(ranges, func(x, y Range) int { return strings.Compare(x.Start, y.Start) })
-	return joinRanges(ByNamespace, ranges)
+	return joinRanges(ByNamespace, ranges), len(ranges)
 }
 
 // joinRanges joins ranges into a shardSelector on key.

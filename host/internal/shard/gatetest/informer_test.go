@@ -148,6 +148,13 @@ func TestInformersCacheTheirShare(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: other, Name: outside}, &cm); err == nil {
 			t.Errorf("%s: the watch carried %s/%s from another replica's namespace", member, other, outside)
 		}
+		var all corev1.ConfigMapList
+		if err := c.List(ctx, &all); err != nil {
+			t.Fatal(err)
+		}
+		if n := testutil.ToFloat64(infs.Metrics().Objects.WithLabelValues("ConfigMap")); int(n) != len(all.Items) {
+			t.Errorf("%s: wasmreconcile_informer_objects says %v ConfigMaps, the cache holds %d", member, n, len(all.Items))
+		}
 		if err := cs.CoreV1().ConfigMaps(mine[0]).Delete(ctx, "barrier", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
