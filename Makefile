@@ -250,6 +250,11 @@ bench-e2e: controlplane ## End to end against a native controller-runtime contro
 	$(GO) build -o $(BIN)/benche2e ./hack/benche2e
 	$(BIN)/benche2e -assets "$$(hack/controlplane.sh)" -objects 2000,10000 -modules 20 $(BENCH_E2E_FLAGS)
 
+.PHONY: bench-shard
+bench-shard: controlplane ## Sharding (issue 27): 3 replicas against one on 30,000 Widgets in 300 namespaces, server-side and client-side modes (~30 min).
+	$(GO) build -o $(BIN)/benche2e ./hack/benche2e
+	$(BIN)/benche2e -assets "$$(hack/controlplane.sh)" -objects "" -modules 0 -shard-objects 30000 -shard-namespaces 300 -shard-replicas 3 $(BENCH_SHARD_FLAGS)
+
 .PHONY: fuzz
 fuzz: ## Fuzz the instrumenter for FUZZTIME (default 2m).
 	$(GO) test -run '^$$' -fuzz FuzzInstrument -fuzztime $(or $(FUZZTIME),2m) ./host/internal/instrument/

@@ -26,10 +26,10 @@ type controlPlane struct {
 }
 
 // startControlPlane starts etcd and kube-apiserver from assets with crds
-// installed.
-func startControlPlane(assets string, crds []*apiextensionsv1.CustomResourceDefinition) (*controlPlane, error) {
+// installed and kube-apiserver's featureGates (NAME=true) on.
+func startControlPlane(assets string, crds []*apiextensionsv1.CustomResourceDefinition, featureGates ...string) (*controlPlane, error) {
 	log.SetLogger(logr.Discard()) // envtest logs through controller-runtime; the driver prints its own progress
-	cp, err := controlplane.Start(context.Background(), controlplane.Options{Assets: assets, CRDs: crds, NoControllerManager: true,
+	cp, err := controlplane.Start(context.Background(), controlplane.Options{Assets: assets, CRDs: crds, NoControllerManager: true, FeatureGates: featureGates,
 		Progress: func(line string) {
 			if strings.HasPrefix(line, "warning:") {
 				fmt.Fprintln(os.Stderr, "benche2e:", line)

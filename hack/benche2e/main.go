@@ -30,6 +30,9 @@
 // operator's) plus 20 s, checks that the operator unloaded every other
 // module, and compares the summed RSS again.
 //
+// The sharding case (-shard-objects N, make bench-shard) is described in
+// shard.go.
+//
 // Every process it starts (control planes, controllers) is stopped when it
 // ends, on an error or Ctrl-C too; the control plane and the controllers also
 // get SIGKILL if the driver itself is killed.
@@ -118,6 +121,10 @@ func run() error {
 		cpuProfile    = flag.Duration("cpu-profile", 0, "run the operator with --pprof-bind-address and profile its CPU for this long from the first create of each run, into the work directory (kept); 0: no profile")
 		idleTrace     = flag.Bool("idle-trace", false, "run the operator with --pprof-bind-address and record an execution trace of its idle window in each run, into the work directory (kept; go tool trace reads it); the tracer's own CPU then counts in the idle figure")
 		heapProfiles  = flag.Bool("heap-profiles", false, "run the operator with --pprof-bind-address and save its heap profile at the end of each run into the work directory (kept)")
+		shardObjects  = flag.Int("shard-objects", 0, "Widgets of the sharding case (make bench-shard: 30000); 0 skips it")
+		shardNS       = flag.Int("shard-namespaces", 300, "namespaces the sharding case spreads its Widgets over")
+		shardReplicas = flag.Int("shard-replicas", 3, "sharded replicas of the sharding case, against one operator without sharding")
+		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
 	)
@@ -183,6 +190,24 @@ func run() error {
 		}
 		reports = append(reports, b.reportE2E(title, runs))
 		fmt.Fprint(b.out, reports[len(reports)-1])
+	}
+	if *shardObjects > 0 {
+		if *shardNS < 2 || *shardReplicas < 2 {
+			return errors.New("-shard-namespaces and -shard-replicas must be at least 2")
+		}
+		spread = *shardNS
+		for _, mode := range strings.Split(*shardModes, ",") {
+			if mode != "server-side" && mode != "client-side" {
+				return fmt.Errorf("-shard-modes: %q is neither server-side nor client-side", mode)
+			}
+			report, err := b.shardCase(ctx, mode == "server-side", *rounds, *shardObjects, *shardReplicas)
+			if err != nil {
+				return err
+			}
+			reports = append(reports, report)
+			fmt.Fprint(b.out, report)
+		}
+		spread = 1
 	}
 	if len(kinds) > 0 {
 		title := fmt.Sprintf("%d modules, %s objects of each kind (%s in all), %d workers each", len(kinds), thousands(*moduleObjects), thousands(len(kinds)**moduleObjects), b.workers)
@@ -466,31 +491,8 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 		res.create = time.Since(t0)
 		created <- err
 	}()
-	lastSay := time.Now()
-	for ready.count.Load() < total {
-		select {
-		case err := <-created:
-			if err != nil {
-				return res, err
-			}
-			b.say("%s: created %s objects in %s", label, thousands(int(total)), res.create.Round(time.Millisecond))
-			created = nil
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		for _, p := range procs {
-			if err := p.exited(); err != nil {
-				return res, err
-			}
-		}
-		if time.Since(t0) > b.timeout {
-			return res, fmt.Errorf("%d of %d objects Ready after %s", ready.count.Load(), total, b.timeout)
-		}
-		if time.Since(lastSay) >= 10*time.Second {
-			b.say("%s: %s of %s Ready", label, thousands(int(ready.count.Load())), thousands(int(total)))
-			lastSay = time.Now()
-		}
+	if created, err = b.waitConverged(ctx, label, ready, total, t0, created, procs); err != nil {
+		return res, err
 	}
 	res.converge = time.Since(t0)
 	res.cpuConv, res.cpConv = cpu()-cpu0, cp.cpu()-cp0
@@ -602,6 +604,40 @@ func (b *bench) runOnce(ctx context.Context, label, variant string, kinds []kind
 	}
 	b.say("%s: stopping", label)
 	return res, nil
+}
+
+// waitConverged waits until total objects are Ready, reporting progress
+// every 10 s and when created (the creates' result, when they end)
+// reports; it fails when a process of procs exits or after b.timeout. It
+// returns created, nil once the creates have ended.
+func (b *bench) waitConverged(ctx context.Context, label string, ready *readiness, total int64, t0 time.Time, created chan error, procs []*proc) (chan error, error) {
+	lastSay := time.Now()
+	for ready.count.Load() < total {
+		select {
+		case err := <-created:
+			if err != nil {
+				return nil, err
+			}
+			b.say("%s: created %s objects in %s", label, thousands(int(total)), time.Since(t0).Round(time.Millisecond))
+			created = nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				return nil, err
+			}
+		}
+		if time.Since(t0) > b.timeout {
+			return nil, fmt.Errorf("%d of %d objects Ready after %s", ready.count.Load(), total, b.timeout)
+		}
+		if time.Since(lastSay) >= 10*time.Second {
+			b.say("%s: %s of %s Ready", label, thousands(int(ready.count.Load())), thousands(int(total)))
+			lastSay = time.Now()
+		}
+	}
+	return created, nil
 }
 
 // idlePhase reports whether a run of kinds has the idle phase: the

@@ -21,8 +21,29 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
-// namespace holds every object the benchmark creates.
+// namespace holds every object the benchmark creates, unless spread
+// spreads them over namespaces of their own (the sharding case).
 const namespace = "bench"
+
+// spread is how many namespaces the objects are spread over: object i
+// lives in nsFor(i). 1: all in namespace.
+var spread = 1
+
+// nsFor is the namespace of object i.
+func nsFor(i int) string {
+	if spread <= 1 {
+		return namespace
+	}
+	return fmt.Sprintf("%s-%03d", namespace, i%spread)
+}
+
+// watchedNamespace is the namespace readiness watches: all with spread.
+func watchedNamespace() string {
+	if spread <= 1 {
+		return namespace
+	}
+	return metav1.NamespaceAll
+}
 
 var colors = []string{"blue", "red", "green", "yellow", "purple"}
 
@@ -31,14 +52,23 @@ func (k kind) gvr() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Group: k.Group, Version: "v1alpha1", Resource: k.Plural}
 }
 
-// createNamespace creates the benchmark's namespace.
+// createNamespace creates the benchmark's namespaces: namespace, and
+// spread more when spread is above 1.
 func createNamespace(ctx context.Context, cfg *rest.Config) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
-	return err
+	names := []string{namespace}
+	for i := 0; spread > 1 && i < spread; i++ {
+		names = append(names, nsFor(i))
+	}
+	for _, ns := range names {
+		if _, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // createWidgets creates perKind objects of each kind, from creators
@@ -57,10 +87,10 @@ func createWidgets(ctx context.Context, dyn dynamic.Interface, kinds []kind, per
 				u := &unstructured.Unstructured{Object: map[string]any{
 					"apiVersion": j.k.Group + "/v1alpha1",
 					"kind":       j.k.Kind,
-					"metadata":   map[string]any{"name": fmt.Sprintf("w-%05d", j.i), "namespace": namespace},
+					"metadata":   map[string]any{"name": fmt.Sprintf("w-%05d", j.i), "namespace": nsFor(j.i)},
 					"spec":       map[string]any{"size": int64(j.i%10 + 1), "color": colors[j.i%len(colors)]},
 				}}
-				if _, err := dyn.Resource(j.k.gvr()).Namespace(namespace).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				if _, err := dyn.Resource(j.k.gvr()).Namespace(nsFor(j.i)).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					errs <- fmt.Errorf("creating %s %s: %w", j.k.Kind, u.GetName(), err)
 					return
 				}
@@ -96,7 +126,7 @@ feed:
 // to its module, and a status to write.
 func touchWidget(ctx context.Context, dyn dynamic.Interface, k kind, i int) error {
 	patch := fmt.Appendf(nil, `{"spec":{"size":%d}}`, i%10+1)
-	_, err := dyn.Resource(k.gvr()).Namespace(namespace).Patch(ctx, "w-00000", types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := dyn.Resource(k.gvr()).Namespace(nsFor(0)).Patch(ctx, "w-00000", types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return fmt.Errorf("changing %s w-00000: %w", k.Kind, err)
 	}
@@ -117,7 +147,7 @@ func newReadiness() *readiness { return &readiness{ready: map[string]bool{}} }
 // observe records the state of u.
 func (r *readiness) observe(k kind, u *unstructured.Unstructured) {
 	ok := isReady(u)
-	key := k.Kind + "/" + u.GetName()
+	key := k.Kind + "/" + u.GetNamespace() + "/" + u.GetName()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ready[key] == ok {
@@ -160,7 +190,7 @@ func isReady(u *unstructured.Unstructured) bool {
 // yet) and records their readiness in r until ctx ends. It returns once the
 // watch is established.
 func watchReadiness(ctx context.Context, dyn dynamic.Interface, k kind, r *readiness) error {
-	res := dyn.Resource(k.gvr()).Namespace(namespace)
+	res := dyn.Resource(k.gvr()).Namespace(watchedNamespace())
 	list, err := res.List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return err
@@ -207,7 +237,7 @@ func (w *watchFunc) WatchWithContext(ctx context.Context, opts metav1.ListOption
 // (the managedFields entries of the status subresource), so that a run
 // shows that both controllers write the same status the same way.
 func describe(ctx context.Context, dyn dynamic.Interface, k kind) string {
-	u, err := dyn.Resource(k.gvr()).Namespace(namespace).Get(ctx, "w-00000", metav1.GetOptions{})
+	u, err := dyn.Resource(k.gvr()).Namespace(nsFor(0)).Get(ctx, "w-00000", metav1.GetOptions{})
 	if err != nil {
 		return err.Error()
 	}

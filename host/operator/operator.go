@@ -161,10 +161,13 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	var sopts supervisor.Options
 	if opts.Sharding.Enabled {
-		if h.shards, err = newShards(mgr, m, opts.Sharding, func() { h.supervisor.RequeueEvery() }); err != nil {
+		if h.shards, err = newShards(mgr, m, opts.Sharding, opts.Informers, func() { h.supervisor.RequeueEvery() }); err != nil {
 			return nil, err
 		}
 		sopts.Shard = h.shards.admit
+		if h.shards.serverSide {
+			sopts.ReadLive = h.shards.readLive
+		}
 		sopts.Leading = func() bool {
 			select {
 			case <-mgr.Elected():
@@ -175,7 +178,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		}
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
-		Shard: sopts.Shard, Leading: sopts.Leading,
+		Shard: sopts.Shard, Leading: sopts.Leading, ReadLive: sopts.ReadLive,
 		FlightRecorder: h.recorder,
 		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Policy: opts.Policy, KeepVersions: opts.Engine.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,

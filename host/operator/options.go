@@ -266,8 +266,10 @@ type Module struct {
 // each replica renews a Lease of its own in Namespace, the live ones split
 // the slots of the hash of an object's namespace by rendezvous hashing,
 // and each reconciles only the objects of the slots it holds; a slot moves
-// only once its old holder has stopped working on it. Every replica still
-// caches every object (the client-side mode). Module-level work
+// only once its old holder has stopped working on it. In the server-side
+// mode each replica's informers list and watch only its share (the API
+// server's shardSelector, feature gate ShardedListAndWatch); in the
+// client-side mode every replica caches every object. Module-level work
 // (ReconcileModule status, finalizer drains) stays with the replica the
 // manager elects: run the manager with leader election.
 type ShardingOptions struct {
@@ -292,10 +294,29 @@ type ShardingOptions struct {
 	// saw its Lease change. Defaults: DefaultLeaseDuration,
 	// DefaultRenewDeadline, DefaultRetryPeriod.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Mode is ShardModeAuto (server-side when the API server filters by
+	// shard, no module reads beyond its own namespace and the cache's
+	// informers are Options.Informers; client-side otherwise, saying why
+	// in the log and /readyz/modules), ShardModeServerSide (an error at
+	// start when it cannot run) or ShardModeClientSide. Defaults to
+	// ShardModeAuto.
+	Mode string
+	// NamespaceDebounce, server-side, is how long a replica gathers
+	// namespaces that come and go before it lists its share again with
+	// them. Defaults to DefaultShardNamespaceDebounce.
+	NamespaceDebounce time.Duration
+	// ReshardTimeout, server-side, bounds the wait for the informers to
+	// list new slots' objects before the slots are admitted (they are
+	// admitted then anyway, and reconciled as their objects arrive), and
+	// the probe of the API server at start. Defaults to
+	// DefaultShardReshardTimeout.
+	ReshardTimeout time.Duration
 }
 
 // Defaults of ShardingOptions.
 const (
-	DefaultShardGroup = "wasmreconcile-operator"
-	DefaultShardSlots = shard.DefaultSlots
+	DefaultShardGroup             = "wasmreconcile-operator"
+	DefaultShardSlots             = shard.DefaultSlots
+	DefaultShardNamespaceDebounce = time.Second
+	DefaultShardReshardTimeout    = 30 * time.Second
 )

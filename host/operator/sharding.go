@@ -9,13 +9,18 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
@@ -29,6 +34,21 @@ type shards struct {
 	log             logr.Logger
 	gate            *sharding.Gate
 	coord           *sharding.Coordinator
+	opts            ShardingOptions
+
+	// serverSide: the informers list and watch only this replica's share
+	// (informers.Shard); otherwise every replica caches every object.
+	serverSide bool
+	mode       string // for the log and /readyz/modules
+	informers  *informer.Informers
+	cache      cache.Cache                          // for the Namespace informer, server-side
+	sharded    func(schema.GroupKind) (bool, error) // server-side: whether a kind's informers hold only the share
+
+	mu         sync.Mutex
+	namespaces map[string]struct{} // that exist, server-side
+	pending    map[int]bool        // slots being acquired: in the selection, not yet admitted
+	tooMany    bool                // the selection named more than MaxSelectorNamespaces; logged once
+	nsChanged  chan struct{}       // a namespace came or went (capacity 1)
 	// probe lists Leases, for shard.Probe.
 	probe func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	// admitted, when set (tests, through testhooks), sees every admitted
@@ -36,9 +56,11 @@ type shards struct {
 	admitted atomic.Pointer[func(types.NamespacedName)]
 }
 
-// newShards checks o and builds the gate and the coordinator; acquired is
+// newShards checks o, decides the mode (asking the API server whether it
+// filters by shard) and builds the gate and the coordinator; acquired is
 // called after slots are acquired (the host requeues its objects).
-func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acquired func()) (*shards, error) {
+// informers are the cache's (nil: the client-side mode only).
+func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, informers *informer.Informers, acquired func()) (*shards, error) {
 	if o.Identity == "" || o.Namespace == "" {
 		return nil, errors.New("sharding: Identity (the pod's name) and Namespace are required")
 	}
@@ -56,12 +78,22 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	s := &shards{identity: o.Identity, group: o.Group, space: space, gate: sharding.NewGate(space)}
+	if o.NamespaceDebounce <= 0 {
+		o.NamespaceDebounce = DefaultShardNamespaceDebounce
+	}
+	if o.ReshardTimeout <= 0 {
+		o.ReshardTimeout = DefaultShardReshardTimeout
+	}
+	s := &shards{identity: o.Identity, group: o.Group, space: space, gate: sharding.NewGate(space), opts: o,
+		namespaces: map[string]struct{}{}, pending: map[int]bool{}, nsChanged: make(chan struct{}, 1), cache: mgr.GetCache()}
 	s.probe = func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 		return cs.CoordinationV1().Leases(o.Namespace).List(ctx, lo)
 	}
 	log := mgr.GetLogger().WithName("sharding")
 	s.log = log
+	if err := s.chooseMode(mgr, informers); err != nil {
+		return nil, err
+	}
 	// given: when each slot this replica owns but does not run yet was
 	// given to it, for wasmreconcile_shard_handover_seconds.
 	var mu sync.Mutex
@@ -74,6 +106,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 		Space: space,
 		Log:   log,
 		Acquire: func(slots []int) {
+			s.cacheShare(slots)
 			s.gate.Acquire(slots)
 			mu.Lock()
 			now := time.Now()
@@ -90,6 +123,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 		Release: func(ctx context.Context, slots []int) {
 			_ = s.gate.Release(ctx, slots)
 			m.ShardSlots.Set(float64(s.gate.ActiveCount()))
+			s.reselect() // the cache lets the slots' objects go
 		},
 		OnAssignment: func(a shard.Assignment, moved []int) {
 			mine := a.Owned(o.Identity)
@@ -114,8 +148,212 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, acqui
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	log.Info("sharding by namespace", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots)
+	log.Info("sharding by namespace", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots, "mode", s.mode)
 	return s, nil
+}
+
+// Modes of ShardingOptions.Mode.
+const (
+	ShardModeAuto       = "auto"
+	ShardModeServerSide = "server-side"
+	ShardModeClientSide = "client-side"
+)
+
+// chooseMode asks the API server whether it filters lists and watches by
+// shard (shard.Probe) and picks the mode ShardingOptions.Mode asks for.
+func (s *shards) chooseMode(mgr manager.Manager, informers *informer.Informers) error {
+	want := s.opts.Mode
+	if want == "" {
+		want = ShardModeAuto
+	}
+	switch want {
+	case ShardModeAuto, ShardModeServerSide, ShardModeClientSide:
+	default:
+		return fmt.Errorf("sharding: mode %q: want %s, %s or %s", want, ShardModeAuto, ShardModeServerSide, ShardModeClientSide)
+	}
+	var why string // why not server-side
+	switch {
+	case want == ShardModeClientSide:
+		why = "asked for"
+	case informers == nil:
+		why = "the cache's informers are not wasmreconcile's (Options.Informers)"
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReshardTimeout)
+		on, err := shard.Probe(ctx, shard.ByNamespace, s.probe)
+		cancel()
+		switch {
+		case err != nil:
+			why = "could not tell whether the API server filters by shard: " + err.Error()
+		case !on:
+			why = "the API server ignores shardSelector (feature gate ShardedListAndWatch off)"
+		}
+	}
+	if why != "" {
+		if want == ShardModeServerSide {
+			return fmt.Errorf("sharding: mode %s: %s; turn the gate on, or use mode %s or %s", ShardModeServerSide, why, ShardModeAuto, ShardModeClientSide)
+		}
+		s.mode = ShardModeClientSide + " (" + why + "): every replica caches every object and reconciles those of its slots"
+		return nil
+	}
+	s.serverSide, s.informers = true, informers
+	s.mode = ShardModeServerSide + ": each replica lists and watches only its namespaces' objects (shardSelector) and reads others live; cluster-scoped kinds are cached whole and reconciled by the owner of the empty namespace's slot"
+	mapper := mgr.GetRESTMapper()
+	s.sharded = func(gk schema.GroupKind) (bool, error) {
+		if gk.Group == v1alpha1.GroupVersion.Group {
+			return false, nil // the host's own kinds: every replica needs them whole
+		}
+		mapping, err := mapper.RESTMapping(gk)
+		if err != nil {
+			return false, err
+		}
+		return mapping.Scope.Name() == meta.RESTScopeNameNamespace, nil
+	}
+	informers.SetSharding(informer.Sharding{Sharded: s.sharded})
+	return nil
+}
+
+// readLive is the reconcilers' ReadLive, server-side: a guest's read of a
+// sharded kind in a namespace outside this replica's share (or across
+// namespaces) goes to the API server, since the cache holds only the
+// share.
+func (s *shards) readLive(gvk schema.GroupVersionKind, namespace string) bool {
+	if sharded, err := s.sharded(gvk.GroupKind()); err != nil || !sharded {
+		return false
+	}
+	if namespace == "" {
+		return true
+	}
+	slot := s.space.SlotOf(shard.ByNamespace, namespace)
+	if s.gate.Active(slot) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.pending[slot]
+}
+
+// selectionLocked is the shard selection of the active and pending slots'
+// namespaces; s.mu is held.
+func (s *shards) selectionLocked() (sel string, nothing bool) {
+	names := make([]string, 0, len(s.namespaces))
+	for ns := range s.namespaces {
+		names = append(names, ns)
+	}
+	sel, n := s.space.NamespaceSelector(names, func(slot int) bool { return s.pending[slot] || s.gate.Active(slot) })
+	switch {
+	case n == 0:
+		return "", true
+	case n > shard.MaxSelectorNamespaces:
+		if !s.tooMany {
+			s.tooMany = true
+			s.log.Info("this replica's share names more namespaces than a shardSelector holds: caching every object until it names fewer", "namespaces", n, "max", shard.MaxSelectorNamespaces)
+		}
+		return "", false
+	}
+	s.tooMany = false
+	return sel, false
+}
+
+// cacheShare, server-side, widens the informers' selection to slots
+// before they are admitted, and waits (up to ReshardTimeout) until the
+// informers listed with it, so that the first reconciles of the slots'
+// objects find them in the cache.
+func (s *shards) cacheShare(slots []int) {
+	if !s.serverSide {
+		return
+	}
+	s.mu.Lock()
+	for _, slot := range slots {
+		s.pending[slot] = true
+	}
+	gen := s.informers.Shard(s.selectionLocked())
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReshardTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := s.informers.Resharded(ctx, gen); err != nil {
+		s.log.Info("admitting new slots before the cache listed them; their objects are reconciled as they arrive", "error", err.Error())
+	} else {
+		s.log.V(1).Info("cached the share of new slots", "slots", len(slots), "after", time.Since(start).Round(time.Millisecond).String())
+	}
+	s.mu.Lock()
+	for _, slot := range slots {
+		delete(s.pending, slot)
+	}
+	s.mu.Unlock()
+}
+
+// reselect, server-side, sets the informers' selection to the active and
+// pending slots' namespaces.
+func (s *shards) reselect() {
+	if !s.serverSide {
+		return
+	}
+	s.mu.Lock()
+	s.informers.Shard(s.selectionLocked())
+	s.mu.Unlock()
+}
+
+// watchNamespaces, server-side, keeps the set of namespaces the selection
+// names from: a selector names each namespace, so one created later joins
+// the selection (after NamespaceDebounce, which gathers bursts into one
+// relist of every sharded kind). It returns once the namespaces are
+// listed.
+func (s *shards) watchNamespaces(ctx context.Context) error {
+	ns := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}}
+	inf, err := s.cache.GetInformer(ctx, ns)
+	if err != nil {
+		return fmt.Errorf("sharding: watching namespaces: %w", err)
+	}
+	set := func(obj any, present bool) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		o, ok := obj.(metav1.Object)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		_, had := s.namespaces[o.GetName()]
+		if present {
+			s.namespaces[o.GetName()] = struct{}{}
+		} else {
+			delete(s.namespaces, o.GetName())
+		}
+		s.mu.Unlock()
+		if had != present {
+			select {
+			case s.nsChanged <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { set(obj, true) },
+		DeleteFunc: func(obj any) { set(obj, false) },
+	}); err != nil {
+		return fmt.Errorf("sharding: watching namespaces: %w", err)
+	}
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("sharding: namespaces not listed: %w", ctx.Err())
+	}
+	s.reselect()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.nsChanged:
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(s.opts.NamespaceDebounce):
+			}
+			s.reselect()
+		}
+	}()
+	return nil
 }
 
 // admit is the reconcilers' Shard hook: an object's namespace places it.
@@ -130,10 +368,6 @@ func (s *shards) admit(key types.NamespacedName) (func(), bool) {
 	return func() { s.gate.Exit(slot) }, true
 }
 
-// shardMode is how this replica's caches see other replicas' objects: today
-// always client-side (every replica caches every object).
-const shardMode = "client-side: every replica caches every object and reconciles those of its slots"
-
 // ready is nil once this replica is a member of its group: until then it
 // works on no slot.
 func (s *shards) ready() error {
@@ -142,24 +376,22 @@ func (s *shards) ready() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("sharding (%s): %s is not yet a member of shard group %s (its Lease is not written yet)", shardMode, s.identity, s.group)
+	return fmt.Errorf("sharding (%s): %s is not yet a member of shard group %s (its Lease is not written yet)", s.mode, s.identity, s.group)
 }
 
 // report is /readyz/modules' sharding line.
 func (s *shards) report() string {
 	a := s.coord.Assignment()
-	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s\n", shardMode, s.identity, s.gate.ActiveCount(), s.space.Slots(), a)
+	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s\n", s.mode, s.identity, s.gate.ActiveCount(), s.space.Slots(), a)
 }
 
-// Start runs the coordinator in every replica (a manager runnable), after
-// logging whether the API server could filter by shard (KEP-5866): this
-// version filters in the replica either way.
+// Start runs the coordinator in every replica (a manager runnable);
+// server-side, it first lists the namespaces the selection names from.
 func (s *shards) Start(ctx context.Context) error {
-	log := s.log
-	if on, err := shard.Probe(ctx, shard.ByNamespace, s.probe); err != nil {
-		log.Info("could not tell whether the API server filters by shard", "error", err.Error(), "mode", shardMode)
-	} else {
-		log.Info("sharding", "mode", shardMode, "apiServerShardedListAndWatch", on)
+	if s.serverSide {
+		if err := s.watchNamespaces(ctx); err != nil {
+			return err
+		}
 	}
 	if err := s.coord.Run(ctx); err != nil {
 		return err // the Lease was lost: the manager stops, the pod restarts

@@ -18,6 +18,13 @@ func init() {
 		}
 		return h.shards.coord.Active(), true
 	}
+	testhooks.ShardReport = func(host any) string {
+		h := host.(*Host)
+		if h.shards == nil {
+			return ""
+		}
+		return h.shards.report()
+	}
 	testhooks.ShardAdmitted = func(host any, f func(types.NamespacedName)) {
 		host.(*Host).shards.admitted.Store(&f)
 	}

@@ -38,6 +38,33 @@ func (b ClientBackend) List(ctx context.Context, gvk schema.GroupVersionKind, na
 	return out, nil
 }
 
+// SplitBackend reads from Cache, or from Live when UseLive says the
+// cache does not hold what is asked: a sharded replica's cache holds only
+// the namespaces of its share (docs/scaling.md), so reads of others go to
+// the API server.
+type SplitBackend struct {
+	Cache, Live Backend
+	// UseLive reports whether objects of gvk in namespace ("": every
+	// namespace, or a cluster-scoped kind) must be read from Live.
+	UseLive func(gvk schema.GroupVersionKind, namespace string) bool
+}
+
+// Get implements Backend.
+func (b SplitBackend) Get(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (map[string]any, error) {
+	if b.UseLive(gvk, namespace) {
+		return b.Live.Get(ctx, gvk, namespace, name)
+	}
+	return b.Cache.Get(ctx, gvk, namespace, name)
+}
+
+// List implements Backend.
+func (b SplitBackend) List(ctx context.Context, gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]map[string]any, error) {
+	if b.UseLive(gvk, namespace) {
+		return b.Live.List(ctx, gvk, namespace, selector)
+	}
+	return b.Cache.List(ctx, gvk, namespace, selector)
+}
+
 // MemoryBackend serves a fixed set of objects; offline runs use it with the
 // object, its children and the related objects.
 type MemoryBackend struct{ Objects []map[string]any }

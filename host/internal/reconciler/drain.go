@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
@@ -26,7 +27,8 @@ func (r *Reconciler) Kind() schema.GroupVersionKind { return r.gvk }
 // it once the module's controller has stopped (nothing adds the finalizer
 // any more); the reconciler keeps its clients for it.
 //
-// It lists the objects from the informer cache (Options.Client) and
+// It lists the objects from the informer cache (Options.Client; with
+// Options.Shard, from the API server, Options.APIReader) and
 // removes the finalizer with the same optimistic-lock merge patch as a
 // finalized reconcile, made by Options.Writer (the module's identity). A
 // conflict is retried from the object as the API server has it
@@ -42,14 +44,13 @@ func (r *Reconciler) DrainFinalizer(ctx context.Context) (released, remaining in
 	if r.finalizer == "" {
 		return 0, 0, nil
 	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
-	if err := r.opts.Client.List(ctx, list); err != nil {
+	items, err := r.drainList(ctx)
+	if err != nil {
 		return 0, 0, fmt.Errorf("module[%s]: listing %s to remove finalizer %s: %w", r.name, r.gvk.Kind, r.finalizer, err)
 	}
 	var errs []error
-	for i := range list.Items {
-		obj := &list.Items[i]
+	for i := range items {
+		obj := &items[i]
 		if !controllerutil.ContainsFinalizer(obj, r.finalizer) {
 			continue
 		}
@@ -69,6 +70,34 @@ func (r *Reconciler) DrainFinalizer(ctx context.Context) (released, remaining in
 		err = fmt.Errorf("module[%s]: removing finalizer %s: %w", r.name, r.finalizer, errors.Join(errs...))
 	}
 	return released, remaining, err
+}
+
+// drainList lists every object of the module's kind: from the cache, or,
+// with Options.Shard (a sharded replica's cache may hold only its share),
+// from the API server in pages of 500.
+func (r *Reconciler) drainList(ctx context.Context) ([]unstructured.Unstructured, error) {
+	gvk := r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List")
+	if r.opts.Shard == nil {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := r.opts.Client.List(ctx, list); err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+	var items []unstructured.Unstructured
+	cont := ""
+	for {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := r.opts.APIReader.List(ctx, list, client.Limit(500), client.Continue(cont)); err != nil {
+			return nil, err
+		}
+		items = append(items, list.Items...)
+		if cont = list.GetContinue(); cont == "" {
+			return items, nil
+		}
+	}
 }
 
 // releaseOne removes the module's finalizer from obj, retrying conflicts

@@ -133,6 +133,12 @@ type Options struct {
 	// reconcile of it runs here. Defaults to nil: every object is this
 	// replica's.
 	Shard func(key types.NamespacedName) (exit func(), ok bool)
+	// ReadLive, when set, reports whether a guest's reads (cache_read) of
+	// gvk in namespace ("": across namespaces, or a cluster-scoped kind)
+	// go to APIReader instead of Client: a replica that caches only its
+	// share (server-side sharding) reads other namespaces live. Reads are
+	// authorized the same either way.
+	ReadLive func(gvk schema.GroupVersionKind, namespace string) bool
 	// Policy is the module's policy: storm damping, the Event budget,
 	// the response limits, what the guest may read, the trigger fan-out
 	// cap and whether unchanged events call the guest (see package
@@ -242,7 +248,11 @@ func New(opts Options) (*Reconciler, error) {
 	if m.Finalizer {
 		r.finalizer = FinalizerPrefix + r.name
 	}
-	r.reads = cacheread.New(m, cacheread.ClientBackend{Reader: opts.Client},
+	var backend cacheread.Backend = cacheread.ClientBackend{Reader: opts.Client}
+	if opts.ReadLive != nil {
+		backend = cacheread.SplitBackend{Cache: backend, Live: cacheread.ClientBackend{Reader: opts.APIReader}, UseLive: opts.ReadLive}
+	}
+	r.reads = cacheread.New(m, backend,
 		cacheread.Options{Namespaces: opts.Policy.ReadNamespaces, Scopes: opts.Scopes, Authorize: opts.Authorize})
 	opts.Metrics.Init(r.name)
 	return r, nil

@@ -99,6 +99,8 @@ type Options struct {
 	// tells the elected replica, which alone drains finalizers. Defaults
 	// to nil: module controllers run in the elected replica only.
 	Shard func(key types.NamespacedName) (exit func(), ok bool)
+	// ReadLive is every module's reconciler.Options.ReadLive.
+	ReadLive func(gvk schema.GroupVersionKind, namespace string) bool
 	// Leading reports whether this replica is the elected one, with Shard.
 	// Defaults to nil: every replica that runs the supervisor leads.
 	Leading func() bool

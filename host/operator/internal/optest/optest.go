@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,6 +152,14 @@ func NewOperator(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opt
 // to a registry of the test's own unless opts names one.
 func Start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) *operator.Operator {
 	t.Helper()
+	op, _ := StartStoppable(t, cfg, mo, opts)
+	return op
+}
+
+// StartStoppable is Start, and returns stop, which stops the operator as
+// a signal would and returns when it has (a later call does nothing).
+func StartStoppable(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts operator.Options) (*operator.Operator, func()) {
+	t.Helper()
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
 	}
@@ -164,13 +173,17 @@ func Start(t testing.TB, cfg *rest.Config, mo operator.ManagerOptions, opts oper
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- op.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-	})
-	return op
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("operator: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return op, stop
 }
 
 // Gather sums the samples of metric whose labels include every label in
@@ -305,6 +318,9 @@ func ModuleStatus(op *operator.Operator, name string) (supervisor.Status, bool) 
 func ShardActive(op *operator.Operator) ([]int, bool) {
 	return testhooks.ShardActive(op.Host)
 }
+
+// ShardReport is the sharding line of op's /readyz/modules.
+func ShardReport(op *operator.Operator) string { return testhooks.ShardReport(op.Host) }
 
 // ShardAdmitted makes op, a sharding operator, call f with the key of
 // every reconcile it admits.

@@ -22,3 +22,7 @@ var ShardActive func(host any) ([]int, bool)
 // ShardAdmitted makes host, a sharding *operator.Host, call f with the key
 // of every reconcile it admits.
 var ShardAdmitted func(host any, f func(types.NamespacedName))
+
+// ShardReport is the sharding line of host's /readyz/modules ("" when it
+// does not shard): its mode and assignment.
+var ShardReport func(host any) string

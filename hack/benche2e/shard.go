@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+)
+
+// The sharding case (issue 27, make bench-shard): one operator without
+// sharding against -shard-replicas operators with --sharding, on the same
+// objects spread over -shard-namespaces namespaces, each on a fresh control
+// plane with the ShardedListAndWatch feature gate on (the server-side mode)
+// or off (the client-side mode). Per replica it measures the Widgets its
+// informers hold (wasmreconcile_informer_objects), its CPU to converge and
+// its RSS 20 s after convergence, as fractions of the single operator's;
+// then a replica joins and one leaves, and it counts the slots that moved
+// (wasmreconcile_shard_slot_moves_total of a replica that stays).
+
+// Goals of issue 27, server-side mode.
+const (
+	shardGoalCached = 0.40        // of the objects, per replica
+	shardGoalCPU    = 0.40        // of the single operator's CPU to converge
+	shardGoalRSS    = 0.45        // of the single operator's RSS
+	shardGoalJoin   = 0.25 + 0.05 // of the slots, when a 4th replica joins
+	shardSlots      = 256         // the operator's default --shard-slots
+	shardWidgetKind = `kind="Widget.examples.wasmreconcile.io"`
+)
+
+// shardRun is what one run of the sharding case measured, per replica.
+type shardRun struct {
+	replicas int // 0: the single operator, without --sharding
+	converge time.Duration
+	cpu      []time.Duration // over converge
+	rss      []int64         // 20 s after convergence
+	cached   []float64       // Widgets the informers hold then
+	// Membership changes (sharded runs): slots that moved when one more
+	// replica joined, and when one left (and how many it had).
+	joinMoved, leaveMoved, leaverHad float64
+}
+
+// shardCase runs the sharding case with the gate on or off, rounds blocks
+// of (single, sharded), and returns its report.
+func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, replicas int) (string, error) {
+	mode := "client-side"
+	if gate {
+		mode = "server-side"
+	}
+	title := fmt.Sprintf("sharding, %s mode (ShardedListAndWatch %s): %s Widgets in %d namespaces, %d replicas against one, %d workers each",
+		mode, map[bool]string{true: "on", false: "off"}[gate], thousands(objects), spread, replicas, b.workers)
+	var runs []shardRun
+	for r := range rounds {
+		for i, n := range []int{0, replicas} {
+			label := fmt.Sprintf("%s: run %d of %d (%s)", title, 2*r+i+1, 2*rounds, map[bool]string{true: "single", false: fmt.Sprintf("%d replicas", n)}[n == 0])
+			run, err := b.shardRunOnce(ctx, label, gate, mode, objects, n)
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", label, err)
+			}
+			runs = append(runs, run)
+		}
+	}
+	return b.reportShard(title, mode, objects, runs), nil
+}
+
+// shardRunOnce runs one operator without sharding (replicas 0) or
+// replicas operators with it, on a fresh control plane.
+func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode string, objects, replicas int) (res shardRun, err error) {
+	res.replicas = replicas
+	b.say("%s: starting a control plane (load average %s)", label, loadavg())
+	crds, err := crdsFor(b.crdFile, []kind{exampleWidget})
+	if err != nil {
+		return res, err
+	}
+	var gates []string
+	if gate {
+		gates = []string{"ShardedListAndWatch=true"}
+	}
+	cp, err := startControlPlane(b.assets, crds, gates...)
+	if err != nil {
+		return res, err
+	}
+	defer cp.stop()
+	b.say("%s: creating %d namespaces", label, spread+1)
+	if err := createNamespace(ctx, cp.config); err != nil {
+		return res, err
+	}
+	runDir, err := os.MkdirTemp(b.work, "run-shard-")
+	if err != nil {
+		return res, err
+	}
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	start := func(i int) (*proc, error) {
+		id := fmt.Sprintf("op-%d", i)
+		p, err := startProc(id, b.operatorBin, func(metrics, probe string) []string {
+			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
+				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm}
+			if replicas > 0 {
+				args = append(args, "--leader-elect", "--leader-election-namespace", namespace,
+					"--sharding", "--shard-mode", mode, "--shard-identity", id)
+			}
+			return args
+		}, filepath.Join(runDir, id+".log"))
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, p)
+		return p, nil
+	}
+	n := max(replicas, 1)
+	for i := range n {
+		if _, err := start(i); err != nil {
+			return res, err
+		}
+	}
+	b.say("%s: waiting for %d operator(s) to be ready", label, n)
+	for _, p := range procs {
+		if err := p.waitReady(ctx, 5*time.Minute); err != nil {
+			return res, err
+		}
+	}
+	if replicas > 0 {
+		if err := b.waitMembers(ctx, procs); err != nil {
+			return res, err
+		}
+	}
+	if err := sleep(ctx, 2*time.Second); err != nil { // let start-up work settle
+		return res, err
+	}
+	dyn, err := dynamic.NewForConfig(cp.config)
+	if err != nil {
+		return res, err
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	ready := newReadiness()
+	if err := watchReadiness(watchCtx, dyn, exampleWidget, ready); err != nil {
+		return res, err
+	}
+	cpu0 := make([]time.Duration, n)
+	for i, p := range procs {
+		if cpu0[i], err = cpuTime(p.pid()); err != nil {
+			return res, err
+		}
+	}
+	b.say("%s: creating %s Widgets", label, thousands(objects))
+	t0 := time.Now()
+	created := make(chan error, 1)
+	go func() { created <- createWidgets(ctx, dyn, []kind{exampleWidget}, objects, b.creators) }()
+	if created, err = b.waitConverged(ctx, label, ready, int64(objects), t0, created, procs); err != nil {
+		return res, err
+	}
+	res.converge = time.Since(t0)
+	tConv := time.Now()
+	for i, p := range procs {
+		c, err := cpuTime(p.pid())
+		if err != nil {
+			return res, err
+		}
+		res.cpu = append(res.cpu, c-cpu0[i])
+	}
+	if created != nil {
+		if err := <-created; err != nil {
+			return res, err
+		}
+	}
+	b.say("%s: all %s Ready after %s (CPU %s); RSS in %s", label, thousands(objects), res.converge.Round(time.Millisecond),
+		fmtDurations(res.cpu), time.Until(tConv.Add(rssAfter)).Round(time.Second))
+	if err := sleep(ctx, time.Until(tConv.Add(rssAfter))); err != nil {
+		return res, err
+	}
+	for _, p := range procs {
+		rss, _, err := memory(p.pid())
+		if err != nil {
+			return res, err
+		}
+		cached, err := p.scrapeSeries("wasmreconcile_informer_objects", shardWidgetKind)
+		if err != nil {
+			return res, err
+		}
+		res.rss = append(res.rss, rss)
+		res.cached = append(res.cached, cached)
+	}
+	b.say("%s: RSS %s; Widgets cached %v", label, fmtMiBs(res.rss), res.cached)
+	if replicas == 0 {
+		return res, nil
+	}
+
+	// One more replica joins; then the second leaves, gracefully. The
+	// first stays and counts the slots that move.
+	moves := func() (float64, error) {
+		m, err := procs[0].scrape("wasmreconcile_shard_slot_moves_total")
+		return m["wasmreconcile_shard_slot_moves_total"], err
+	}
+	before, err := moves()
+	if err != nil {
+		return res, err
+	}
+	b.say("%s: a replica joins", label)
+	joiner, err := start(replicas)
+	if err != nil {
+		return res, err
+	}
+	if err := joiner.waitReady(ctx, 5*time.Minute); err != nil {
+		return res, err
+	}
+	if err := b.waitMembers(ctx, procs); err != nil {
+		return res, err
+	}
+	after, err := moves()
+	if err != nil {
+		return res, err
+	}
+	res.joinMoved = after - before
+	leaver := procs[1]
+	m, err := leaver.scrape("wasmreconcile_shard_slots")
+	if err != nil {
+		return res, err
+	}
+	res.leaverHad = m["wasmreconcile_shard_slots"]
+	b.say("%s: %v slots moved to the new replica; %s leaves with %v", label, res.joinMoved, leaver.name, res.leaverHad)
+	leaver.stop()
+	procs = append(procs[:1], procs[2:]...)
+	defer leaver.stop()
+	if err := b.waitMembers(ctx, procs); err != nil {
+		return res, err
+	}
+	final, err := moves()
+	if err != nil {
+		return res, err
+	}
+	res.leaveMoved = final - after
+	b.say("%s: %v slots moved when it left", label, res.leaveMoved)
+	return res, nil
+}
+
+// waitMembers waits until every process of procs sees len(procs) members
+// and their slots add up to every slot, each worked on by one.
+func (b *bench) waitMembers(ctx context.Context, procs []*proc) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var slots float64
+		agree := true
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				return err
+			}
+			m, err := p.scrape("wasmreconcile_shard_members", "wasmreconcile_shard_slots")
+			if err != nil {
+				agree = false
+				continue
+			}
+			if int(m["wasmreconcile_shard_members"]) != len(procs) {
+				agree = false
+			}
+			slots += m["wasmreconcile_shard_slots"]
+		}
+		if agree && slots == shardSlots {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d replicas did not settle on %d members working on %d slots in 2 min (%v slots worked on)", len(procs), len(procs), shardSlots, slots)
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// reportShard prints each run's figures and the sharded replicas' largest
+// fractions of the single operator's, against issue 27's goals.
+func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\n== %s\n", title)
+	var single *shardRun
+	for i := range runs {
+		r := &runs[i]
+		if r.replicas == 0 {
+			single = r
+			fmt.Fprintf(&sb, "single operator: converged in %s, CPU %.2fs, RSS %.1f MiB, Widgets cached %.0f\n",
+				r.converge.Round(time.Millisecond), r.cpu[0].Seconds(), mib(r.rss[0]), r.cached[0])
+			continue
+		}
+		if single == nil {
+			continue
+		}
+		fmt.Fprintf(&sb, "%d replicas: converged in %s (%.2f× the single operator's time)\n", r.replicas, r.converge.Round(time.Millisecond), ratio(r.converge.Seconds(), single.converge.Seconds()))
+		var maxCached, maxCPU, maxRSS float64
+		for i := range r.cpu {
+			cached := r.cached[i] / float64(objects)
+			cpu := ratio(r.cpu[i].Seconds(), single.cpu[0].Seconds())
+			rss := ratio(float64(r.rss[i]), float64(single.rss[0]))
+			maxCached, maxCPU, maxRSS = max(maxCached, cached), max(maxCPU, cpu), max(maxRSS, rss)
+			fmt.Fprintf(&sb, "  op-%d: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%)\n",
+				i, r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss)
+		}
+		goal := func(v, g float64) string {
+			if mode != "server-side" {
+				return "(no goal for this mode)"
+			}
+			if v <= g {
+				return fmt.Sprintf("≤ %.0f%%: met", 100*g)
+			}
+			return fmt.Sprintf("≤ %.0f%%: missed", 100*g)
+		}
+		fmt.Fprintf(&sb, "  largest share: cached %.1f%% %s; CPU %.1f%% %s; RSS %.1f%% %s\n",
+			100*maxCached, goal(maxCached, shardGoalCached), 100*maxCPU, goal(maxCPU, shardGoalCPU), 100*maxRSS, goal(maxRSS, shardGoalRSS))
+		join := r.joinMoved / shardSlots
+		verdict := "met"
+		if join > shardGoalJoin {
+			verdict = "missed"
+		}
+		fmt.Fprintf(&sb, "  a replica joined: %.0f of %d slots moved (%.1f%%; ≤ %.0f%%: %s)\n", r.joinMoved, shardSlots, 100*join, 100*shardGoalJoin, verdict)
+		verdict = "met"
+		if r.leaveMoved != r.leaverHad {
+			verdict = "missed"
+		}
+		fmt.Fprintf(&sb, "  a replica left: %.0f slots moved, it had %.0f (only its own: %s)\n", r.leaveMoved, r.leaverHad, verdict)
+	}
+	return sb.String()
+}
+
+func fmtDurations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = fmt.Sprintf("%.2fs", d.Seconds())
+	}
+	return strings.Join(parts, " ")
+}
+
+func fmtMiBs(bs []int64) string {
+	parts := make([]string, len(bs))
+	for i, b := range bs {
+		parts[i] = fmt.Sprintf("%.1f MiB", mib(b))
+	}
+	return strings.Join(parts, " ")
+}
