@@ -127,6 +127,13 @@ func New(cfg *rest.Config, mo ManagerOptions, opts Options) (*Operator, error) {
 	// it is decoded; the transform stays for what comes otherwise. The
 	// cache keeps unstructured objects packed: JSON beside typed metadata,
 	// two fifths of the maps' memory (package packed).
+	if opts.Sharding.Enabled && opts.Sharding.Identity != "" {
+		// Every request names the replica and its claims' generation in
+		// its User-Agent (the API server's audit log shows who wrote).
+		cfg = rest.CopyConfig(cfg)
+		opts.Sharding.agent = newShardAgent(cfg, opts.Sharding.Identity)
+		cfg.Wrap(opts.Sharding.agent.wrap)
+	}
 	cacheHTTP, err := informer.HTTPClient(cfg)
 	if err != nil {
 		return nil, err

@@ -311,6 +311,10 @@ type ShardingOptions struct {
 	// the probe of the API server at start. Defaults to
 	// DefaultShardReshardTimeout.
 	ReshardTimeout time.Duration
+
+	// agent, set by New, names the replica and its claims' generation in
+	// the User-Agent of the operator's requests.
+	agent *shardAgent
 }
 
 // Defaults of ShardingOptions.

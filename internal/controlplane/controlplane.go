@@ -125,7 +125,15 @@ type Options struct {
 	// or NAME=false (such as "ShardedListAndWatch=true"). Default: none,
 	// the version's defaults.
 	FeatureGates []string
+	// AuditPolicy, when set, is a kube-apiserver audit policy (YAML, kind
+	// Policy of audit.k8s.io/v1): the events it selects are written one
+	// JSON object a line, as each request completes, to AuditLog().
+	// Default: none, no audit log.
+	AuditPolicy string
 }
+
+// AuditLog is the file of the audit events Options.AuditPolicy selects.
+func (cp *ControlPlane) AuditLog() string { return filepath.Join(cp.dir, "audit.log") }
 
 // ControlPlane is a running control plane. Stop stops it.
 type ControlPlane struct {
@@ -222,6 +230,16 @@ func (cp *ControlPlane) start(ctx context.Context, opts Options, progress func(s
 	api.Out, api.Err = apiLog, apiLog
 	if len(opts.FeatureGates) > 0 {
 		api.Configure().Set("feature-gates", strings.Join(opts.FeatureGates, ","))
+	}
+	if opts.AuditPolicy != "" {
+		policy := filepath.Join(cp.dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(opts.AuditPolicy), 0o600); err != nil {
+			return err
+		}
+		api.Configure().Set("audit-policy-file", policy)
+		api.Configure().Set("audit-log-path", cp.AuditLog())
+		api.Configure().Set("audit-log-format", "json")
+		api.Configure().Set("audit-log-mode", "blocking")
 	}
 	cp.env.ControlPlane.Etcd = &envtest.Etcd{
 		Path:    filepath.Join(bin, Etcd),

@@ -237,6 +237,16 @@ func (m *Membership) Claim(ctx context.Context, c Claims) error {
 	}
 }
 
+// Claims are the claims this replica last asked Claim to write (written,
+// or being written).
+func (m *Membership) Claims() Claims {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.claims
+	c.Slots = slices.Clone(c.Slots)
+	return c
+}
+
 // ErrStopped is Claim's error once Run has returned.
 var ErrStopped = errors.New("membership: not running")
 

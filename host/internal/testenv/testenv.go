@@ -79,17 +79,18 @@ var ControllerManagerControllers = []string{"garbage-collector-controller", "nam
 // directory that Stop removes. Control planes an earlier, killed test run
 // left behind are reaped first.
 func Start(crdPaths ...string) (*ControlPlane, error) {
-	return start(nil, crdPaths...)
+	return start(MainOptions{}, crdPaths...)
 }
 
-// start is Start with kube-apiserver's feature gates (controlplane.Options).
-func start(featureGates []string, crdPaths ...string) (*ControlPlane, error) {
+// start is Start with kube-apiserver's feature gates and audit policy
+// from opts (controlplane.Options).
+func start(mopts MainOptions, crdPaths ...string) (*ControlPlane, error) {
 	controlplane.ReapOrphans(func(line string) { fmt.Fprintln(os.Stderr, "testenv:", line) })
 	assets, err := Assets()
 	if err != nil {
 		return nil, err
 	}
-	opts := controlplane.Options{Assets: assets, Controllers: ControllerManagerControllers, FeatureGates: featureGates}
+	opts := controlplane.Options{Assets: assets, Controllers: ControllerManagerControllers, FeatureGates: mopts.FeatureGates, AuditPolicy: mopts.AuditPolicy}
 	for _, p := range crdPaths {
 		opts.CRDDirs = append(opts.CRDDirs, filepath.Join(testwasm.RepoRoot(), p))
 	}
@@ -147,6 +148,10 @@ type MainOptions struct {
 	// as "ShardedListAndWatch=true"); the package then gets a control
 	// plane of its own with them, as with OwnControlPlane. Default: none.
 	FeatureGates []string
+	// AuditPolicy is kube-apiserver's audit policy (controlplane.Options);
+	// the package then gets a control plane of its own, whose AuditLog
+	// holds the events. Default: none.
+	AuditPolicy string
 }
 
 // SharedControlPlaneEnv names the environment variable that holds the
@@ -187,8 +192,8 @@ func Main(m *testing.M, opts MainOptions) int {
 // mainControlPlane is the run's shared control plane or a new one.
 func mainControlPlane(opts MainOptions) (*ControlPlane, error) {
 	dir := os.Getenv(SharedControlPlaneEnv)
-	if dir == "" || opts.OwnControlPlane || len(opts.FeatureGates) > 0 {
-		return start(opts.FeatureGates, CRDs...)
+	if dir == "" || opts.OwnControlPlane || len(opts.FeatureGates) > 0 || opts.AuditPolicy != "" {
+		return start(opts, CRDs...)
 	}
 	cp, err := controlplane.Attach(dir)
 	if err != nil {
