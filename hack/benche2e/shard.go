@@ -34,11 +34,12 @@ const (
 
 // shardRun is what one run of the sharding case measured, per replica.
 type shardRun struct {
-	replicas int // 0: the single operator, without --sharding
-	converge time.Duration
-	cpu      []time.Duration // over converge
-	rss      []int64         // 20 s after convergence
-	cached   []float64       // Widgets the informers hold then
+	replicas   int // 0: the single operator, without --sharding
+	converge   time.Duration
+	cpu        []time.Duration // over converge
+	rss        []int64         // 20 s after convergence
+	cached     []float64       // Widgets the informers hold then
+	reconciles []float64       // controller_runtime_reconcile_total then
 	// Membership changes (sharded runs): slots that moved when one more
 	// replica joined, and when one left (and how many it had).
 	joinMoved, leaveMoved, leaverHad float64
@@ -187,10 +188,15 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		if err != nil {
 			return res, err
 		}
+		m, err := p.scrape("controller_runtime_reconcile_total")
+		if err != nil {
+			return res, err
+		}
 		res.rss = append(res.rss, rss)
 		res.cached = append(res.cached, cached)
+		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
 	}
-	b.say("%s: RSS %s; Widgets cached %v", label, fmtMiBs(res.rss), res.cached)
+	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
 	if replicas == 0 {
 		return res, nil
 	}
@@ -286,8 +292,8 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 		r := &runs[i]
 		if r.replicas == 0 {
 			single = r
-			fmt.Fprintf(&sb, "single operator: converged in %s, CPU %.2fs, RSS %.1f MiB, Widgets cached %.0f\n",
-				r.converge.Round(time.Millisecond), r.cpu[0].Seconds(), mib(r.rss[0]), r.cached[0])
+			fmt.Fprintf(&sb, "single operator: converged in %s, CPU %.2fs, RSS %.1f MiB, Widgets cached %.0f, %.0f reconciles\n",
+				r.converge.Round(time.Millisecond), r.cpu[0].Seconds(), mib(r.rss[0]), r.cached[0], r.reconciles[0])
 			continue
 		}
 		if single == nil {
@@ -300,8 +306,8 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			cpu := ratio(r.cpu[i].Seconds(), single.cpu[0].Seconds())
 			rss := ratio(float64(r.rss[i]), float64(single.rss[0]))
 			maxCached, maxCPU, maxRSS = max(maxCached, cached), max(maxCPU, cpu), max(maxRSS, rss)
-			fmt.Fprintf(&sb, "  op-%d: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%)\n",
-				i, r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss)
+			fmt.Fprintf(&sb, "  op-%d: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%), %.0f reconciles\n",
+				i, r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss, r.reconciles[i])
 		}
 		goal := func(v, g float64) string {
 			if mode != "server-side" {

@@ -237,6 +237,7 @@ func (i *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object,
 		example.SetGroupVersionKind(w.packed)
 		obj = example
 	}
+	w.example = obj
 	i.mu.Lock()
 	if i.sharding != nil {
 		i.lws[w] = struct{}{}
@@ -295,10 +296,12 @@ type listWatcher struct {
 
 	// Sharding (shard.go).
 	shardOnce  sync.Once
-	sharded    bool            // the kind lists and watches with the selector
-	listed     selection       // the selection the last list used
-	watchedGen uint64          // the selection of the open watch
-	runCtx     context.Context // the reflector's, from its last call
+	sharded    bool                // the kind lists and watches with the selector
+	listed     selection           // the selection the last list used
+	watchedGen uint64              // the selection of the open watch
+	runCtx     context.Context     // the reflector's, from its last call
+	keys       map[string]struct{} // of the objects the informer holds (sharded kinds)
+	example    runtime.Object      // the informer's example object
 }
 
 // countObjects counts objects a watch added (+1) or deleted (-1).
@@ -391,6 +394,15 @@ func (w *listWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptio
 	w.lastCount = meta.LenList(list)
 	w.m.Objects.WithLabelValues(w.kind).Add(float64(w.lastCount - prev))
 	w.mu.Unlock()
+	if w.isSharded() {
+		keys, err := listKeys(list)
+		if err != nil {
+			return nil, err
+		}
+		w.mu.Lock()
+		w.keys = keys
+		w.mu.Unlock()
+	}
 	w.informers.sawEvent(w.gk, w.kind) // a list is as fresh as an event
 	return list, nil
 }
@@ -458,7 +470,7 @@ func (w *listWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOpti
 		return nil, err
 	}
 	w.watchOpened()
-	return newCountingWatch(w, inner, cancel, serverTimeout, changed), nil
+	return newCountingWatch(w, inner, cancel, serverTimeout, changed, ctx, opts), nil
 }
 
 // emptyList is what client-go decodes in place of a diverted list.
@@ -563,15 +575,17 @@ func restartReason(err error) string {
 }
 
 // countingWatch forwards a watch's events, counting them by type and noting
-// how the watch ended.
+// how the watch ended. For a sharded kind it also follows the shard
+// selection (reshard).
 type countingWatch struct {
+	mu     sync.Mutex
 	inner  watch.Interface
 	out    chan watch.Event
 	cancel context.CancelFunc
 	stop   chan struct{}
 }
 
-func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.CancelFunc, serverTimeout time.Duration, resharded <-chan struct{}) *countingWatch {
+func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.CancelFunc, serverTimeout time.Duration, resharded <-chan struct{}, ctx context.Context, opts metav1.ListOptions) *countingWatch {
 	c := &countingWatch{inner: inner, out: make(chan watch.Event), cancel: cancel, stop: make(chan struct{})}
 	started := time.Now()
 	go func() {
@@ -597,6 +611,7 @@ func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.Canc
 				case watch.Deleted:
 					w.countObjects(-1)
 				}
+				w.track(ev)
 				w.informers.sawEvent(w.gk, w.kind)
 				if ev.Type == watch.Error {
 					if st, ok := ev.Object.(*metav1.Status); ok && st.Code == 410 {
@@ -611,8 +626,18 @@ func newCountingWatch(w *listWatcher, inner watch.Interface, cancel context.Canc
 					return
 				}
 			case <-resharded:
-				// The shard selection changed: end as expired, so
-				// that the reflector lists with the new selector.
+				// The shard selection changed: list the new share and
+				// tell the reflector the difference, then watch on.
+				next, changed, err := c.reshard(ctx, w, opts)
+				if errors.Is(err, errStopped) {
+					return
+				}
+				if err == nil {
+					inner, resharded = next, changed
+					continue
+				}
+				// Else end as expired, so that the reflector lists with
+				// the new selector itself.
 				w.setEnd("resharded")
 				st := reshardedError().(apierrors.APIStatus).Status()
 				select {
@@ -636,6 +661,8 @@ func (c *countingWatch) Stop() {
 	default:
 		close(c.stop)
 	}
+	c.mu.Lock()
 	c.inner.Stop()
+	c.mu.Unlock()
 	c.cancel()
 }

@@ -4,10 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 )
 
 // Sharding makes the informers of some kinds list and watch only a share
@@ -18,12 +25,16 @@ import (
 //
 // A sharded informer lists with the selector current when its list
 // starts, and watches with that same selector. When the selector changes,
-// its open watch ends as expired (restart reason "resharded") and the
-// reflector lists again with the new one: client-go's reflector replaces
-// the cache's contents with that list, so objects that left the share are
-// deleted from the cache and those that joined it are added. A watch about
-// to be opened for a list made with an older selector is refused the same
-// way, so a watch never carries a selector its list did not use.
+// its open watch lists the new share itself and hands the reflector the
+// difference as watch events: ADDED or MODIFIED for each object listed,
+// DELETED for each object it held that the list lacks (a stub with the
+// object's namespace and name), and a BOOKMARK at the list's
+// resourceVersion; then it watches on from there with the new selector
+// (restart reason "resharded"). The reflector never restarts, so a move
+// costs no reflector backoff. If that list or watch fails, the watch ends
+// as expired and the reflector lists again itself. A watch about to be
+// opened for a list made with an older selector is refused as expired, so
+// a watch never carries a selector its list did not use.
 type Sharding struct {
 	// Sharded reports whether gk's informers list and watch with the
 	// selector. Call it for kinds the API server serves; an error leaves
@@ -212,4 +223,166 @@ func (w *listWatcher) watchOpened() {
 	i.mu.Lock()
 	i.notifyLocked()
 	i.mu.Unlock()
+}
+
+// errStopped: the watch was stopped while it resharded.
+var errStopped = errors.New("watch stopped")
+
+// reshard stops c's inner watch, lists w's share under the current
+// selection and sends the reflector the difference from what the informer
+// holds (see Sharding), then opens the next watch at the list's
+// resourceVersion. It returns that watch and the channel closed when the
+// selection changes again.
+func (c *countingWatch) reshard(ctx context.Context, w *listWatcher, opts metav1.ListOptions) (watch.Interface, <-chan struct{}, error) {
+	c.mu.Lock()
+	c.inner.Stop()
+	c.mu.Unlock()
+	sel, _ := w.informers.currentSelection()
+	lo := metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector, ShardSelector: sel.selector}
+	list, err := w.fullList(ctx, lo)
+	if err != nil {
+		return nil, nil, err
+	}
+	rv, err := listResourceVersion(list)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.mu.Lock()
+	held := w.keys
+	w.mu.Unlock()
+	send := func(ev watch.Event) error {
+		select {
+		case c.out <- ev:
+			return nil
+		case <-c.stop:
+			return errStopped
+		}
+	}
+	now := map[string]struct{}{}
+	err = meta.EachListItem(list, func(obj runtime.Object) error {
+		k, err := objectKey(obj)
+		if err != nil {
+			return err
+		}
+		now[k] = struct{}{}
+		typ := watch.Added
+		if _, ok := held[k]; ok {
+			typ = watch.Modified
+		}
+		return send(watch.Event{Type: typ, Object: obj})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for k := range held {
+		if _, ok := now[k]; !ok {
+			ns, name, _ := strings.Cut(k, "/")
+			if err := send(watch.Event{Type: watch.Deleted, Object: w.stub(ns, name, rv)}); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if err := send(watch.Event{Type: watch.Bookmark, Object: w.stub("", "", rv)}); err != nil {
+		return nil, nil, err
+	}
+	w.mu.Lock()
+	w.keys = now
+	prev := w.lastCount
+	w.lastCount = len(now)
+	w.listed = sel
+	w.mu.Unlock()
+	w.m.Objects.WithLabelValues(w.kind).Add(float64(len(now) - prev))
+	w.m.WatchRestarts.WithLabelValues(w.kind, "resharded").Inc()
+	w.informers.sawEvent(w.gk, w.kind)
+	next := opts
+	next.ResourceVersion, next.ResourceVersionMatch, next.ShardSelector = rv, "", sel.selector
+	next.AllowWatchBookmarks = true
+	inner, err := w.watch(ctx, next)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	c.inner = inner
+	c.mu.Unlock()
+	select {
+	case <-c.stop:
+		inner.Stop()
+		return nil, nil, errStopped
+	default:
+	}
+	w.watchOpened()
+	return inner, sel.changed, nil
+}
+
+// track keeps, for a sharded kind, the keys of the objects the informer
+// holds, from a watch event.
+func (w *listWatcher) track(ev watch.Event) {
+	if !w.isSharded() || (ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted) {
+		return
+	}
+	k, err := objectKey(ev.Object)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.keys == nil {
+		w.keys = map[string]struct{}{}
+	}
+	if ev.Type == watch.Deleted {
+		delete(w.keys, k)
+	} else {
+		w.keys[k] = struct{}{}
+	}
+}
+
+// stub is an object of w's kind with only a namespace, a name and a
+// resourceVersion: a DELETED event's object, or a BOOKMARK's.
+func (w *listWatcher) stub(namespace, name, rv string) runtime.Object {
+	if !w.packed.Empty() {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(w.packed)
+		u.SetNamespace(namespace)
+		u.SetName(name)
+		u.SetResourceVersion(rv)
+		if o, err := packed.Pack(u); err == nil {
+			return o
+		}
+	}
+	o := w.example.DeepCopyObject()
+	if a, err := meta.Accessor(o); err == nil {
+		a.SetNamespace(namespace)
+		a.SetName(name)
+		a.SetResourceVersion(rv)
+	}
+	return o
+}
+
+// listKeys are the keys of a list's objects.
+func listKeys(list runtime.Object) (map[string]struct{}, error) {
+	keys := map[string]struct{}{}
+	err := meta.EachListItem(list, func(obj runtime.Object) error {
+		k, err := objectKey(obj)
+		keys[k] = struct{}{}
+		return err
+	})
+	return keys, err
+}
+
+// objectKey is "namespace/name".
+func objectKey(obj runtime.Object) (string, error) {
+	a, err := meta.Accessor(obj)
+	if err != nil {
+		return "", err
+	}
+	return a.GetNamespace() + "/" + a.GetName(), nil
+}
+
+// listResourceVersion is a list's resourceVersion.
+func listResourceVersion(list runtime.Object) (string, error) {
+	a, err := meta.ListAccessor(list)
+	if err != nil {
+		return "", err
+	}
+	return a.GetResourceVersion(), nil
 }

@@ -176,6 +176,8 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 				return false
 			}
 		}
+		h.shards.leading = sopts.Leading
+		h.shards.reconcileModules = opts.ReconcileModules
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Shard: sopts.Shard, Leading: sopts.Leading, ReadLive: sopts.ReadLive,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -53,6 +55,13 @@ type shards struct {
 	nsChanged  chan struct{}       // a namespace came or went (capacity 1)
 	// probe lists Leases, for shard.Probe.
 	probe func(context.Context, metav1.ListOptions) (runtime.Object, error)
+	// leading reports whether this replica is the elected one, which alone
+	// records rebalance Events; set by Setup.
+	leading func() bool
+	// recorder records rebalance Events on ReconcileModules, when the
+	// host serves them (reconcileModules, set by Setup).
+	recorder         events.EventRecorder
+	reconcileModules bool
 	// admitted, when set (tests, through testhooks), sees every admitted
 	// reconcile's key.
 	admitted atomic.Pointer[func(types.NamespacedName)]
@@ -87,6 +96,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 		o.ReshardTimeout = DefaultShardReshardTimeout
 	}
 	s := &shards{identity: o.Identity, group: o.Group, space: space, gate: sharding.NewGate(space), opts: o,
+		recorder:   mgr.GetEventRecorder("wasmreconcile"),
 		namespaces: map[string]struct{}{}, pending: map[int]bool{}, nsChanged: make(chan struct{}, 1), cache: mgr.GetCache()}
 	s.probe = func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 		return cs.CoordinationV1().Leases(o.Namespace).List(ctx, lo)
@@ -145,6 +155,9 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 			m.ShardMembers.Set(float64(len(a.Members())))
 			m.ShardMoves.Add(float64(len(moved)))
 			log.Info("assignment", "members", a.Members(), "slots", a.String(), "moved", len(moved), "mine", len(mine))
+			if len(moved) > 0 {
+				go s.rebalanced(a, len(moved))
+			}
 		},
 	})
 	if err != nil {
@@ -156,6 +169,28 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	}
 	log.Info("sharding by namespace", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots, "mode", s.mode)
 	return s, nil
+}
+
+// ReasonRebalanced is the reason of the Event the elected replica records
+// on every ReconcileModule when slots move between replicas.
+const ReasonRebalanced = "Rebalanced"
+
+// rebalanced, on the elected replica, records a ReasonRebalanced Event on
+// every ReconcileModule: the members and how many slots moved.
+func (s *shards) rebalanced(a shard.Assignment, moved int) {
+	if s.leading == nil || !s.leading() || !s.reconcileModules {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var list v1alpha1.ReconcileModuleList
+	if err := s.cache.List(ctx, &list); err != nil {
+		return // no ReconcileModules served (--reconcile-modules off)
+	}
+	for i := range list.Items {
+		s.recorder.Eventf(&list.Items[i], nil, corev1.EventTypeNormal, ReasonRebalanced, "Shard",
+			"shard group %s rebalanced: %d of %d slots moved; %s", s.group, moved, s.space.Slots(), a)
+	}
 }
 
 // Modes of ShardingOptions.Mode.
@@ -280,7 +315,7 @@ func (s *shards) cacheShare(slots []int) {
 	if err := s.informers.Resharded(ctx, gen); err != nil {
 		s.log.Info("admitting new slots before the cache listed them; their objects are reconciled as they arrive", "error", err.Error())
 	} else {
-		s.log.V(1).Info("cached the share of new slots", "slots", len(slots), "after", time.Since(start).Round(time.Millisecond).String())
+		s.log.Info("cached the share of new slots", "slots", len(slots), "after", time.Since(start).Round(time.Millisecond).String())
 	}
 	s.mu.Lock()
 	for _, slot := range slots {

@@ -20,7 +20,7 @@ import (
 // kustomize and applies it with server-side apply to the real API server,
 // then server-side dry-runs the samples (the example modules' RBAC and a
 // ReconcileModule) against the CRD it installed. The Deployment must have
-// two replicas with leader election and ReconcileModules on.
+// three replicas with leader election, sharding and ReconcileModules on.
 func TestDeployManifestsApply(t *testing.T) {
 	cp := testenv.Shared(t)
 	assets, cfg := cp.Assets(), cp.Config
@@ -55,8 +55,8 @@ func TestDeployManifestsApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := d.Spec.Template.Spec.Containers[0].Args
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 || !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--reconcile-modules") {
-		t.Errorf("Deployment: replicas %v, args %v; want 2 replicas with --leader-elect and --reconcile-modules", d.Spec.Replicas, args)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 || !slices.Contains(args, "--leader-elect") || !slices.Contains(args, "--sharding") || !slices.Contains(args, "--reconcile-modules") {
+		t.Errorf("Deployment: replicas %v, args %v; want 3 replicas with --leader-elect, --sharding and --reconcile-modules", d.Spec.Replicas, args)
 	}
 	if sc := d.Spec.Template.Spec.Containers[0].SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Error("the operator container's root filesystem is not read-only")
