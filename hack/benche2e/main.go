@@ -102,6 +102,9 @@ type bench struct {
 	// execution trace of the idle window instead (-idle-trace), which shows
 	// every goroutine that wakes, where a 100 Hz profile may sample none.
 	idleTrace bool
+	// shardEnv is added to the sharding case's operators' environment
+	// (-shard-gomaxprocs).
+	shardEnv []string
 }
 
 func run() error {
@@ -124,6 +127,7 @@ func run() error {
 		shardObjects  = flag.Int("shard-objects", 0, "Widgets of the sharding case (make bench-shard: 30000); 0 skips it")
 		shardNS       = flag.Int("shard-namespaces", 300, "namespaces the sharding case spreads its Widgets over")
 		shardReplicas = flag.Int("shard-replicas", 3, "sharded replicas of the sharding case, against one operator without sharding")
+		shardProcs    = flag.Int("shard-gomaxprocs", 0, "GOMAXPROCS of every operator of the sharding case, the single one too (0: the Go default, the machine's cores)")
 		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
@@ -196,6 +200,9 @@ func run() error {
 			return errors.New("-shard-namespaces and -shard-replicas must be at least 2")
 		}
 		spread = *shardNS
+		if *shardProcs > 0 {
+			b.shardEnv = []string{fmt.Sprintf("GOMAXPROCS=%d", *shardProcs)}
+		}
 		for _, mode := range strings.Split(*shardModes, ",") {
 			if mode != "server-side" && mode != "client-side" {
 				return fmt.Errorf("-shard-modes: %q is neither server-side nor client-side", mode)

@@ -37,6 +37,7 @@ type proc struct {
 
 	bin         string
 	args        func(metrics, probe string) []string
+	env         []string // added to the driver's environment
 	portRetries int
 }
 
@@ -44,12 +45,12 @@ type proc struct {
 // addresses it is given through addrs (two free loopback addresses). The
 // process gets SIGKILL if the driver dies (Pdeathsig) and a process group of
 // its own, so that a Ctrl-C reaches the driver only, which stops it.
-func startProc(name, bin string, args func(metrics, probe string) []string, logPath string) (*proc, error) {
+func startProc(name, bin string, args func(metrics, probe string) []string, logPath string, env ...string) (*proc, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, log: logPath, bin: bin, args: args, logFile: f}
+	p := &proc{name: name, log: logPath, bin: bin, args: args, logFile: f, env: env}
 	if err := p.start(); err != nil {
 		f.Close()
 		return nil, err
@@ -68,6 +69,9 @@ func (p *proc) start() error {
 	}
 	p.done = make(chan struct{})
 	p.cmd = exec.Command(p.bin, p.args(p.metrics, p.probe)...)
+	if len(p.env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.logFile, p.logFile
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -54,6 +54,9 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 	}
 	title := fmt.Sprintf("sharding, %s mode (ShardedListAndWatch %s): %s Widgets in %d namespaces, %d replicas against one, %d workers each",
 		mode, map[bool]string{true: "on", false: "off"}[gate], thousands(objects), spread, replicas, b.workers)
+	if len(b.shardEnv) > 0 {
+		title += ", " + strings.Join(b.shardEnv, " ")
+	}
 	var runs []shardRun
 	for r := range rounds {
 		for i, n := range []int{0, replicas} {
@@ -110,7 +113,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 					"--sharding", "--shard-mode", mode, "--shard-identity", id)
 			}
 			return args
-		}, filepath.Join(runDir, id+".log"))
+		}, filepath.Join(runDir, id+".log"), b.shardEnv...)
 		if err != nil {
 			return nil, err
 		}
