@@ -36,6 +36,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
@@ -178,6 +179,18 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		}
 		h.shards.leading = sopts.Leading
 		h.shards.reconcileModules = opts.ReconcileModules
+		candidates := func() map[string]shadowCount {
+			out := map[string]shadowCount{}
+			for _, name := range h.supervisor.Names() {
+				if cs, ok := h.supervisor.Candidate(name); ok {
+					st := cs.Stats
+					out[name] = shadowCount{Digest: cs.Digest, Agreements: st.Agreements, Differences: st.Differences, CandidateErrors: st.CandidateErrors,
+						Skipped: st.Skipped, ServedByCandidate: st.ServedByCandidate, ServedByServing: st.ServedByServing}
+				}
+			}
+			return out
+		}
+		h.shards.candidates.Store(&candidates)
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Shard: sopts.Shard, Leading: sopts.Leading, ReadLive: sopts.ReadLive,
@@ -248,6 +261,10 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 			return fail(err)
 		}
 	}
+	var peerShadowStats func(module, digest string) shadow.Stats
+	if h.shards != nil {
+		peerShadowStats = h.shards.peerShadowStats
+	}
 	if opts.ReconcileModules {
 		if err := v1alpha1.AddToScheme(mgr.GetScheme()); err != nil {
 			return fail(err)
@@ -258,6 +275,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 			DefaultServiceAccount: opts.Identity.DefaultServiceAccount, ServiceAccountNamespace: opts.Identity.ServiceAccountNamespace,
 			URLPolicy:        source.URLPolicy{AllowedHosts: opts.Sources.URLAllowedHosts, AllowPrivate: opts.Sources.URLAllowPrivate},
 			SourceNamespaces: opts.Sources.Namespaces, BlobCache: opts.Sources.CacheDir,
+			PeerShadowStats: peerShadowStats,
 		}); err != nil {
 			return fail(err)
 		}

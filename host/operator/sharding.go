@@ -2,9 +2,11 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/metrics"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/sharding"
 )
@@ -58,6 +61,9 @@ type shards struct {
 	// leading reports whether this replica is the elected one, which alone
 	// records rebalance Events; set by Setup.
 	leading func() bool
+	// candidates, set by Setup, returns this replica's candidates' counts
+	// by module, for publishShadowCounts.
+	candidates atomic.Pointer[func() map[string]shadowCount]
 	// recorder records rebalance Events on ReconcileModules, when the
 	// host serves them (reconcileModules, set by Setup).
 	recorder         events.EventRecorder
@@ -113,7 +119,9 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	s.coord, err = sharding.New(membership.Options{
 		Client: cs.CoordinationV1(), Namespace: o.Namespace, Group: o.Group, Identity: o.Identity,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		OnLost: func(err error) { log.Error(err, "every slot's work stopped") },
+		OnLost:         func(err error) { log.Error(err, "every slot's work stopped") },
+		Annotations:    s.publishShadowCounts,
+		PeerAnnotation: AnnotationShadowCounts,
 	}, sharding.Options{
 		Space: space,
 		Log:   log,
@@ -169,6 +177,79 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	}
 	log.Info("sharding by namespace", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots, "mode", s.mode)
 	return s, nil
+}
+
+// AnnotationShadowCounts is the annotation of a replica's shard Lease
+// that publishes its shadow comparison counts, by module (JSON,
+// shadowCount): the elected replica promotes a candidate on the sum of
+// every live replica's counts, since each compares only its own share.
+const AnnotationShadowCounts = "wasmreconcile.io/shadow-counts"
+
+// shadowCount is one module's candidate counts in AnnotationShadowCounts.
+type shadowCount struct {
+	Digest            string `json:"digest"`
+	Agreements        int64  `json:"agreements,omitempty"`
+	Differences       int64  `json:"differences,omitempty"`
+	CandidateErrors   int64  `json:"candidateErrors,omitempty"`
+	Skipped           int64  `json:"skipped,omitempty"`
+	ServedByCandidate int64  `json:"servedByCandidate,omitempty"`
+	ServedByServing   int64  `json:"servedByServing,omitempty"`
+}
+
+// maxPublishedCandidates bounds the modules AnnotationShadowCounts holds,
+// so that the Lease stays small (a few hundred bytes each).
+const maxPublishedCandidates = 200
+
+// publishShadowCounts is membership's Annotations: this replica's
+// candidates' counts, for the elected replica to add up.
+func (s *shards) publishShadowCounts() map[string]string {
+	f := s.candidates.Load()
+	if f == nil {
+		return nil
+	}
+	counts := (*f)()
+	if len(counts) == 0 {
+		return nil
+	}
+	if len(counts) > maxPublishedCandidates {
+		names := make([]string, 0, len(counts))
+		for n := range counts {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		for _, n := range names[maxPublishedCandidates:] {
+			delete(counts, n)
+		}
+	}
+	b, err := json.Marshal(counts)
+	if err != nil {
+		return nil
+	}
+	return map[string]string{AnnotationShadowCounts: string(b)}
+}
+
+// peerShadowStats is the sum of the other live replicas' published
+// counts of module's candidate digest (the modulecontroller adds its own).
+func (s *shards) peerShadowStats(module, digest string) shadow.Stats {
+	var sum shadow.Stats
+	for id, v := range s.coord.Membership().Peers() {
+		var counts map[string]shadowCount
+		if err := json.Unmarshal([]byte(v), &counts); err != nil {
+			s.log.Info("ignoring shadow counts that do not decode", "replica", id, "error", err.Error())
+			continue
+		}
+		c, ok := counts[module]
+		if !ok || c.Digest != digest {
+			continue
+		}
+		sum.Agreements += c.Agreements
+		sum.Differences += c.Differences
+		sum.CandidateErrors += c.CandidateErrors
+		sum.Skipped += c.Skipped
+		sum.ServedByCandidate += c.ServedByCandidate
+		sum.ServedByServing += c.ServedByServing
+	}
+	return sum
 }
 
 // ReasonRebalanced is the reason of the Event the elected replica records

@@ -87,6 +87,15 @@ type Options struct {
 	// all work at once, since the others may take its slots LeaseDuration
 	// after its last renewal. Run then returns the same error.
 	OnLost func(error)
+	// Annotations, when set, are written into this replica's Lease with
+	// every renewal (each key under wasmreconcile.io/, beside
+	// AnnotationClaims): what the replica publishes to the others, such
+	// as its shadow comparison counts. A key it stops returning is
+	// removed.
+	Annotations func() map[string]string
+	// PeerAnnotation names the annotation Peers reads from the other live
+	// members' Leases. Default: none.
+	PeerAnnotation string
 	// now is the clock, for tests; time.Now by default.
 	now func() time.Time
 }
@@ -153,6 +162,11 @@ type Membership struct {
 	attempts []time.Time // the renewal times it wrote last, oldest first (at most 16)
 	claims   Claims
 	notified *View
+	// peers are the other live members' PeerAnnotation values, by
+	// identity, as last listed; published the keys this replica wrote
+	// from Annotations last.
+	peers     map[string]string
+	published []string
 }
 
 type seen struct {
@@ -245,6 +259,18 @@ func (m *Membership) Claims() Claims {
 	c := m.claims
 	c.Slots = slices.Clone(c.Slots)
 	return c
+}
+
+// Peers are the other live members' values of Options.PeerAnnotation, by
+// identity, as last listed (members without it are left out).
+func (m *Membership) Peers() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]string, len(m.peers))
+	for k, v := range m.peers {
+		out[k] = v
+	}
+	return out
 }
 
 // ErrStopped is Claim's error once Run has returned.
@@ -400,6 +426,22 @@ func (m *Membership) desired(l *coordinationv1.Lease, c Claims, now metav1.Micro
 		l.Annotations = map[string]string{}
 	}
 	l.Annotations[AnnotationClaims] = FormatClaims(c)
+	if m.opts.Annotations != nil {
+		extra := m.opts.Annotations()
+		for _, k := range m.published {
+			if _, ok := extra[k]; !ok {
+				delete(l.Annotations, k)
+			}
+		}
+		m.published = m.published[:0]
+		for k, v := range extra {
+			if k == AnnotationClaims {
+				continue
+			}
+			l.Annotations[k] = v
+			m.published = append(m.published, k)
+		}
+	}
 	if ptr.Deref(l.Spec.HolderIdentity, "") != m.opts.Identity || l.Spec.AcquireTime == nil {
 		l.Spec.AcquireTime = &now
 	}
@@ -466,6 +508,7 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 		m.seen[l.Name] = s
 	}
 	var members []Member
+	peers := map[string]string{}
 	for i := range list.Items {
 		l := &list.Items[i]
 		s := m.seen[l.Name]
@@ -481,6 +524,11 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 			continue // expired: not seen to change for its duration
 		}
 		mem := Member{Identity: s.holder, Self: self}
+		if !self && m.opts.PeerAnnotation != "" {
+			if v, ok := l.Annotations[m.opts.PeerAnnotation]; ok {
+				peers[s.holder] = v
+			}
+		}
 		if self {
 			mem.Claims = m.claims
 		} else if c, err := ParseClaims(s.claims); err != nil {
@@ -497,6 +545,7 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Identity, b.Identity) })
 	m.view = View{Members: members}
+	m.peers = peers
 	v := cloneView(m.view)
 	m.notifyLocked()
 	return v, nil

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
+
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
@@ -50,6 +52,12 @@ type Options struct {
 	// load (a large module, an unreachable registry, a compile stopped at
 	// its limits) never holds up the others'. Defaults to 4.
 	Workers int
+	// PeerShadowStats, when set (sharded replicas), returns the other
+	// replicas' comparison counts of module's candidate digest: each
+	// replica shadows only its share of the objects, so status and
+	// promotion use this replica's counts plus these. Defaults to nil:
+	// this replica's counts alone.
+	PeerShadowStats func(module, digest string) shadow.Stats
 }
 
 // Defaults of Options.
