@@ -105,6 +105,9 @@ type bench struct {
 	// shardEnv is added to the sharding case's operators' environment
 	// (-shard-gomaxprocs).
 	shardEnv []string
+	// shardAlone: the sharding case runs one real replica among fake
+	// members (-shard-alone).
+	shardAlone bool
 }
 
 func run() error {
@@ -128,6 +131,7 @@ func run() error {
 		shardNS       = flag.Int("shard-namespaces", 300, "namespaces the sharding case spreads its Widgets over")
 		shardReplicas = flag.Int("shard-replicas", 3, "sharded replicas of the sharding case, against one operator without sharding")
 		shardProcs    = flag.Int("shard-gomaxprocs", 0, "GOMAXPROCS of every operator of the sharding case, the single one too (0: the Go default, the machine's cores)")
+		shardAlone    = flag.Bool("shard-alone", false, "run one real sharded replica, the other members being Leases the driver renews, to measure a replica's share without other operator processes beside it (server-side mode; no joins or leaves)")
 		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
@@ -200,6 +204,7 @@ func run() error {
 			return errors.New("-shard-namespaces and -shard-replicas must be at least 2")
 		}
 		spread = *shardNS
+		b.shardAlone = *shardAlone
 		if *shardProcs > 0 {
 			b.shardEnv = []string{fmt.Sprintf("GOMAXPROCS=%d", *shardProcs)}
 		}

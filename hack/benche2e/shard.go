@@ -9,7 +9,12 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // The sharding case (issue 27, make bench-shard): one operator without
@@ -34,7 +39,8 @@ const (
 
 // shardRun is what one run of the sharding case measured, per replica.
 type shardRun struct {
-	replicas   int // 0: the single operator, without --sharding
+	replicas   int  // 0: the single operator, without --sharding
+	alone      bool // one real replica among fake members (-shard-alone)
 	converge   time.Duration
 	cpu        []time.Duration // over converge
 	rss        []int64         // 20 s after convergence
@@ -57,6 +63,9 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 	if len(b.shardEnv) > 0 {
 		title += ", " + strings.Join(b.shardEnv, " ")
 	}
+	if b.shardAlone {
+		title += ", one real replica"
+	}
 	var runs []shardRun
 	for r := range rounds {
 		for i, n := range []int{0, replicas} {
@@ -74,7 +83,7 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 // shardRunOnce runs one operator without sharding (replicas 0) or
 // replicas operators with it, on a fresh control plane.
 func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode string, objects, replicas int) (res shardRun, err error) {
-	res.replicas = replicas
+	res.replicas, res.alone = replicas, replicas > 0 && b.shardAlone
 	b.say("%s: starting a control plane (load average %s)", label, loadavg())
 	crds, err := crdsFor(b.crdFile, []kind{exampleWidget})
 	if err != nil {
@@ -121,6 +130,17 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		return p, nil
 	}
 	n := max(replicas, 1)
+	if replicas > 0 && b.shardAlone {
+		// One real replica; the others are Leases the driver renews, so
+		// that the replica works on its share with no other operator
+		// process beside it (their shares are reconciled by no one).
+		n = 1
+		stopFakes, err := fakeMembers(ctx, cp, replicas-1)
+		if err != nil {
+			return res, err
+		}
+		defer stopFakes()
+	}
 	for i := range n {
 		if _, err := start(i); err != nil {
 			return res, err
@@ -133,7 +153,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		}
 	}
 	if replicas > 0 {
-		if err := b.waitMembers(ctx, procs); err != nil {
+		if err := b.waitMembers(ctx, procs, max(replicas, 1)); err != nil {
 			return res, err
 		}
 	}
@@ -160,7 +180,29 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	t0 := time.Now()
 	created := make(chan error, 1)
 	go func() { created <- createWidgets(ctx, dyn, []kind{exampleWidget}, objects, b.creators) }()
-	if created, err = b.waitConverged(ctx, label, ready, int64(objects), t0, created, procs); err != nil {
+	if replicas > 0 && b.shardAlone {
+		// Converged: every Widget of the replica's share Ready, once all
+		// are created (its informers hold exactly its share).
+		if err := <-created; err != nil {
+			return res, err
+		}
+		created = nil
+		for {
+			share, err := procs[0].scrapeSeries("wasmreconcile_informer_objects", shardWidgetKind)
+			if err != nil {
+				return res, err
+			}
+			if share > 0 && float64(ready.count.Load()) >= share {
+				break
+			}
+			if time.Since(t0) > b.timeout {
+				return res, fmt.Errorf("%d of its %v Widgets Ready after %s", ready.count.Load(), share, b.timeout)
+			}
+			if err := sleep(ctx, 50*time.Millisecond); err != nil {
+				return res, err
+			}
+		}
+	} else if created, err = b.waitConverged(ctx, label, ready, int64(objects), t0, created, procs); err != nil {
 		return res, err
 	}
 	res.converge = time.Since(t0)
@@ -200,7 +242,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
 	}
 	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
-	if replicas == 0 {
+	if replicas == 0 || b.shardAlone {
 		return res, nil
 	}
 
@@ -222,7 +264,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	if err := joiner.waitReady(ctx, 5*time.Minute); err != nil {
 		return res, err
 	}
-	if err := b.waitMembers(ctx, procs); err != nil {
+	if err := b.waitMembers(ctx, procs, len(procs)); err != nil {
 		return res, err
 	}
 	after, err := moves()
@@ -240,7 +282,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	leaver.stop()
 	procs = append(procs[:1], procs[2:]...)
 	defer leaver.stop()
-	if err := b.waitMembers(ctx, procs); err != nil {
+	if err := b.waitMembers(ctx, procs, len(procs)); err != nil {
 		return res, err
 	}
 	final, err := moves()
@@ -252,9 +294,10 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	return res, nil
 }
 
-// waitMembers waits until every process of procs sees len(procs) members
-// and their slots add up to every slot, each worked on by one.
-func (b *bench) waitMembers(ctx context.Context, procs []*proc) error {
+// waitMembers waits until every process of procs sees members members
+// and their slots add up to every slot, each worked on by one (with fake
+// members, -shard-alone, to the real replicas' share).
+func (b *bench) waitMembers(ctx context.Context, procs []*proc, members int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var slots float64
@@ -268,16 +311,16 @@ func (b *bench) waitMembers(ctx context.Context, procs []*proc) error {
 				agree = false
 				continue
 			}
-			if int(m["wasmreconcile_shard_members"]) != len(procs) {
+			if int(m["wasmreconcile_shard_members"]) != members {
 				agree = false
 			}
 			slots += m["wasmreconcile_shard_slots"]
 		}
-		if agree && slots == shardSlots {
+		if agree && (slots == shardSlots || (members > len(procs) && slots > 0)) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d replicas did not settle on %d members working on %d slots in 2 min (%v slots worked on)", len(procs), len(procs), shardSlots, slots)
+			return fmt.Errorf("%d replicas did not settle on %d members working on %d slots in 2 min (%v slots worked on)", len(procs), members, shardSlots, slots)
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
 			return err
@@ -323,6 +366,10 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 		}
 		fmt.Fprintf(&sb, "  largest share: cached %.1f%% %s; CPU %.1f%% %s; RSS %.1f%% %s\n",
 			100*maxCached, goal(maxCached, shardGoalCached), 100*maxCPU, goal(maxCPU, shardGoalCPU), 100*maxRSS, goal(maxRSS, shardGoalRSS))
+		if r.alone {
+			fmt.Fprintf(&sb, "  (one real replica, the other %d members fake: no joins or leaves measured)\n", r.replicas-1)
+			continue
+		}
 		join := r.joinMoved / shardSlots
 		verdict := "met"
 		if join > shardGoalJoin {
@@ -352,4 +399,55 @@ func fmtMiBs(bs []int64) string {
 		parts[i] = fmt.Sprintf("%.1f MiB", mib(b))
 	}
 	return strings.Join(parts, " ")
+}
+
+// fakeMembers writes n Leases of the operator's shard group that claim no
+// slot, and renews them every 2 s until stop: members that take their
+// share of the slots and do no work (-shard-alone).
+func fakeMembers(ctx context.Context, cp *controlPlane, n int) (stop func(), err error) {
+	cs, err := kubernetes.NewForConfig(cp.config)
+	if err != nil {
+		return nil, err
+	}
+	leases := cs.CoordinationV1().Leases(namespace)
+	write := func(i int) error {
+		id := fmt.Sprintf("fake-%d", i)
+		name := "wasmreconcile-operator-" + id
+		now := metav1.NewMicroTime(time.Now())
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+		} else if err != nil {
+			return err
+		}
+		l.Labels = map[string]string{"wasmreconcile.io/shard-group": "wasmreconcile-operator"}
+		l.Annotations = map[string]string{"wasmreconcile.io/shard-claims": "g=1;s="}
+		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = &id, ptr.To(int32(15))
+		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
+		if l.ResourceVersion == "" {
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		} else {
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		}
+		return err
+	}
+	for i := range n {
+		if err := write(i); err != nil {
+			return nil, fmt.Errorf("writing a fake member's Lease: %w", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Second):
+			}
+			for i := range n {
+				_ = write(i)
+			}
+		}
+	}()
+	return func() { close(done) }, nil
 }

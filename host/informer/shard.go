@@ -108,9 +108,14 @@ func (i *Informers) Resharded(ctx context.Context, gen uint64) error {
 				continue
 			}
 			w.mu.Lock()
-			alive := w.runCtx != nil && w.runCtx.Err() == nil
+			stopped := w.runCtx != nil && w.runCtx.Err() != nil
+			alive := w.runCtx != nil && !stopped
 			watched := w.watchedGen
 			w.mu.Unlock()
+			if stopped {
+				delete(i.lws, w) // its informer was stopped: forget it
+				continue
+			}
 			if alive && watched < gen {
 				waiting = append(waiting, w.kind)
 			}
