@@ -239,7 +239,7 @@ func (i *Informers) NewInformer(lw toolscache.ListerWatcher, obj runtime.Object,
 	}
 	w.example = obj
 	i.mu.Lock()
-	if i.sharding != nil {
+	if w.sharding = i.sharding; w.sharding != nil {
 		i.lws[w] = struct{}{}
 	}
 	i.mu.Unlock()
@@ -295,6 +295,7 @@ type listWatcher struct {
 	lastError error  // the last error the reflector reported
 
 	// Sharding (shard.go).
+	sharding   *Sharding // the Informers' when the informer was built; nil: off
 	shardOnce  sync.Once
 	sharded    bool                // the kind lists and watches with the selector
 	listed     selection           // the selection the last list used

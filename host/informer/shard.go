@@ -59,7 +59,7 @@ func (i *Informers) SetSharding(s Sharding) {
 	defer i.mu.Unlock()
 	i.sharding = &s
 	if i.selection.gen == 0 {
-		i.selection = selection{selector: NothingSelector, nothing: true, changed: make(chan struct{})}
+		i.selection = selection{selector: NothingSelector, changed: make(chan struct{})}
 	}
 }
 
@@ -82,7 +82,7 @@ func (i *Informers) Shard(selector string, nothing bool) uint64 {
 		return i.selection.gen
 	}
 	close(i.selection.changed)
-	i.selection = selection{selector: selector, gen: i.selection.gen + 1, nothing: nothing, changed: make(chan struct{})}
+	i.selection = selection{selector: selector, gen: i.selection.gen + 1, changed: make(chan struct{})}
 	i.notifyLocked()
 	return i.selection.gen
 }
@@ -101,27 +101,32 @@ const NothingSelector = "shardRange(object.metadata.namespace, '0xcbf29ce4842223
 // ends first, naming the kinds still listing.
 func (i *Informers) Resharded(ctx context.Context, gen uint64) error {
 	for {
+		// Take the wake-up channel before looking, so that a watch opened
+		// meanwhile wakes this loop.
 		i.mu.Lock()
-		var waiting []string
+		wake := i.notify
+		lws := make([]*listWatcher, 0, len(i.lws))
 		for w := range i.lws {
-			if !w.isSharded() {
-				continue
-			}
+			lws = append(lws, w)
+		}
+		i.mu.Unlock()
+		var waiting []string
+		for _, w := range lws {
 			w.mu.Lock()
-			stopped := w.runCtx != nil && w.runCtx.Err() != nil
-			alive := w.runCtx != nil && !stopped
+			started := w.runCtx != nil
+			stopped := started && w.runCtx.Err() != nil
 			watched := w.watchedGen
 			w.mu.Unlock()
-			if stopped {
+			switch {
+			case stopped:
+				i.mu.Lock()
 				delete(i.lws, w) // its informer was stopped: forget it
-				continue
-			}
-			if alive && watched < gen {
+				i.mu.Unlock()
+			case started && w.isSharded() && watched < gen:
+				// (isSharded was decided at its first list: no lookup here.)
 				waiting = append(waiting, w.kind)
 			}
 		}
-		wake := i.notify
-		i.mu.Unlock()
 		if len(waiting) == 0 {
 			return nil
 		}
@@ -143,7 +148,6 @@ func (i *Informers) notifyLocked() {
 type selection struct {
 	selector string
 	gen      uint64
-	nothing  bool
 	changed  chan struct{} // closed when the selection is replaced
 }
 
@@ -158,13 +162,12 @@ func (i *Informers) currentSelection() (selection, bool) {
 	return i.selection, true
 }
 
-// isSharded decides once whether w's kind is sharded.
+// isSharded decides once whether w's kind is sharded, by the Sharding
+// its informer was built under (the decision may ask the API server's
+// discovery, so no lock is held around it).
 func (w *listWatcher) isSharded() bool {
 	w.shardOnce.Do(func() {
-		i := w.informers
-		i.mu.Lock()
-		s := i.sharding
-		i.mu.Unlock()
+		s := w.sharding
 		if s == nil || s.Sharded == nil {
 			return
 		}
