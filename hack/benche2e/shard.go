@@ -153,7 +153,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		}
 	}
 	if replicas > 0 {
-		if err := b.waitMembers(ctx, procs, max(replicas, 1)); err != nil {
+		if err := b.waitMembers(ctx, procs, replicas); err != nil {
 			return res, err
 		}
 	}

@@ -162,35 +162,13 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	var sopts supervisor.Options
 	if opts.Sharding.Enabled {
-		if h.shards, err = newShards(mgr, m, opts.Sharding, opts.Informers, func() { h.supervisor.RequeueEvery() }); err != nil {
+		if h.shards, err = newShards(mgr, m, opts.Sharding, opts.Informers, opts.ReconcileModules, func() { h.supervisor.RequeueEvery() }); err != nil {
 			return nil, err
 		}
-		sopts.Shard = h.shards.admit
+		sopts.Shard, sopts.Leading = h.shards.admit, h.shards.leading
 		if h.shards.serverSide {
 			sopts.ReadLive = h.shards.readLive
 		}
-		sopts.Leading = func() bool {
-			select {
-			case <-mgr.Elected():
-				return true
-			default:
-				return false
-			}
-		}
-		h.shards.leading = sopts.Leading
-		h.shards.reconcileModules = opts.ReconcileModules
-		candidates := func() map[string]shadowCount {
-			out := map[string]shadowCount{}
-			for _, name := range h.supervisor.Names() {
-				if cs, ok := h.supervisor.Candidate(name); ok {
-					st := cs.Stats
-					out[name] = shadowCount{Digest: cs.Digest, Agreements: st.Agreements, Differences: st.Differences, CandidateErrors: st.CandidateErrors,
-						Skipped: st.Skipped, ServedByCandidate: st.ServedByCandidate, ServedByServing: st.ServedByServing}
-				}
-			}
-			return out
-		}
-		h.shards.candidates.Store(&candidates)
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
 		Shard: sopts.Shard, Leading: sopts.Leading, ReadLive: sopts.ReadLive,
@@ -202,6 +180,9 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if h.shards != nil {
+		h.shards.supervisor = h.supervisor // before Start: publishShadowCounts reads it
 	}
 	fail := func(err error) (*Host, error) {
 		_ = h.Close(context.Background())

@@ -32,16 +32,16 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/sharding"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 )
 
 // shards is a Host's share of the work when sharding is on.
 type shards struct {
-	identity, group string
-	space           shard.Space
-	log             logr.Logger
-	gate            *sharding.Gate
-	coord           *sharding.Coordinator
-	opts            ShardingOptions
+	space shard.Space
+	log   logr.Logger
+	gate  *sharding.Gate
+	coord *sharding.Coordinator
+	opts  ShardingOptions
 
 	// serverSide: the informers list and watch only this replica's share
 	// (informers.Shard); otherwise every replica caches every object.
@@ -59,13 +59,13 @@ type shards struct {
 	// probe lists Leases, for shard.Probe.
 	probe func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	// leading reports whether this replica is the elected one, which alone
-	// records rebalance Events; set by Setup.
+	// records rebalance Events (and does module-level work).
 	leading func() bool
-	// candidates, set by Setup, returns this replica's candidates' counts
-	// by module, for publishShadowCounts.
-	candidates atomic.Pointer[func() map[string]shadowCount]
+	// supervisor, set by Setup before Start, has the candidates whose
+	// counts publishShadowCounts publishes.
+	supervisor *supervisor.Supervisor
 	// recorder records rebalance Events on ReconcileModules, when the
-	// host serves them (reconcileModules, set by Setup).
+	// host serves them (reconcileModules).
 	recorder         events.EventRecorder
 	reconcileModules bool
 	// admitted, when set (tests, through testhooks), sees every admitted
@@ -77,7 +77,7 @@ type shards struct {
 // filters by shard) and builds the gate and the coordinator; acquired is
 // called after slots are acquired (the host requeues its objects).
 // informers are the cache's (nil: the client-side mode only).
-func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, informers *informer.Informers, acquired func()) (*shards, error) {
+func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, informers *informer.Informers, reconcileModules bool, acquired func()) (*shards, error) {
 	if o.Identity == "" || o.Namespace == "" {
 		return nil, errors.New("sharding: Identity (the pod's name) and Namespace are required")
 	}
@@ -101,8 +101,16 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	if o.ReshardTimeout <= 0 {
 		o.ReshardTimeout = DefaultShardReshardTimeout
 	}
-	s := &shards{identity: o.Identity, group: o.Group, space: space, gate: sharding.NewGate(space), opts: o,
-		recorder:   mgr.GetEventRecorder("wasmreconcile"),
+	s := &shards{space: space, gate: sharding.NewGate(space), opts: o,
+		recorder: mgr.GetEventRecorder("wasmreconcile"), reconcileModules: reconcileModules,
+		leading: func() bool {
+			select {
+			case <-mgr.Elected():
+				return true
+			default:
+				return false
+			}
+		},
 		namespaces: map[string]struct{}{}, pending: map[int]bool{}, nsChanged: make(chan struct{}, 1), cache: mgr.GetCache()}
 	s.probe = func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 		return cs.CoordinationV1().Leases(o.Namespace).List(ctx, lo)
@@ -203,11 +211,17 @@ const maxPublishedCandidates = 200
 // publishShadowCounts is membership's Annotations: this replica's
 // candidates' counts, for the elected replica to add up.
 func (s *shards) publishShadowCounts() map[string]string {
-	f := s.candidates.Load()
-	if f == nil {
+	if s.supervisor == nil {
 		return nil
 	}
-	counts := (*f)()
+	counts := map[string]shadowCount{}
+	for _, name := range s.supervisor.Names() {
+		if cs, ok := s.supervisor.Candidate(name); ok {
+			st := cs.Stats
+			counts[name] = shadowCount{Digest: cs.Digest, Agreements: st.Agreements, Differences: st.Differences, CandidateErrors: st.CandidateErrors,
+				Skipped: st.Skipped, ServedByCandidate: st.ServedByCandidate, ServedByServing: st.ServedByServing}
+		}
+	}
 	if len(counts) == 0 {
 		return nil
 	}
@@ -259,7 +273,7 @@ const ReasonRebalanced = "Rebalanced"
 // rebalanced, on the elected replica, records a ReasonRebalanced Event on
 // every ReconcileModule: the members and how many slots moved.
 func (s *shards) rebalanced(a shard.Assignment, moved int) {
-	if s.leading == nil || !s.leading() || !s.reconcileModules {
+	if !s.leading() || !s.reconcileModules {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -270,7 +284,7 @@ func (s *shards) rebalanced(a shard.Assignment, moved int) {
 	}
 	for i := range list.Items {
 		s.recorder.Eventf(&list.Items[i], nil, corev1.EventTypeNormal, ReasonRebalanced, "Shard",
-			"shard group %s rebalanced: %d of %d slots moved; %s", s.group, moved, s.space.Slots(), a)
+			"shard group %s rebalanced: %d of %d slots moved; %s", s.opts.Group, moved, s.space.Slots(), a)
 	}
 }
 
@@ -320,7 +334,11 @@ func (s *shards) chooseMode(mgr manager.Manager, informers *informer.Informers) 
 	s.serverSide, s.informers = true, informers
 	s.mode = ShardModeServerSide + ": each replica lists and watches only its namespaces' objects (shardSelector) and reads others live; cluster-scoped kinds are cached whole and reconciled by the owner of the empty namespace's slot"
 	mapper := mgr.GetRESTMapper()
+	var decided sync.Map // schema.GroupKind -> bool: a kind's scope does not change
 	s.sharded = func(gk schema.GroupKind) (bool, error) {
+		if v, ok := decided.Load(gk); ok {
+			return v.(bool), nil
+		}
 		if gk.Group == v1alpha1.GroupVersion.Group {
 			return false, nil // the host's own kinds: every replica needs them whole
 		}
@@ -328,7 +346,9 @@ func (s *shards) chooseMode(mgr manager.Manager, informers *informer.Informers) 
 		if err != nil {
 			return false, err
 		}
-		return mapping.Scope.Name() == meta.RESTScopeNameNamespace, nil
+		sharded := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+		decided.Store(gk, sharded)
+		return sharded, nil
 	}
 	informers.SetSharding(informer.Sharding{Sharded: s.sharded})
 	return nil
@@ -498,13 +518,13 @@ func (s *shards) ready() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("sharding (%s): %s is not yet a member of shard group %s (its Lease is not written yet)", s.mode, s.identity, s.group)
+	return fmt.Errorf("sharding (%s): %s is not yet a member of shard group %s (its Lease is not written yet)", s.mode, s.opts.Identity, s.opts.Group)
 }
 
 // report is /readyz/modules' sharding line.
 func (s *shards) report() string {
 	a := s.coord.Assignment()
-	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s\n", s.mode, s.identity, s.gate.ActiveCount(), s.space.Slots(), a)
+	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s\n", s.mode, s.opts.Identity, s.gate.ActiveCount(), s.space.Slots(), a)
 }
 
 // Start runs the coordinator in every replica (a manager runnable);

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,19 +34,7 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 	}
 	a := shard.Assign(space, []string{"op-a", "op-b"})
 	// Namespaces until each operator owns two.
-	var namespaces []string
-	owned := map[string]int{}
-	for i := 0; owned["op-a"] < 2 || owned["op-b"] < 2; i++ {
-		if i > 64 {
-			t.Fatal("no namespaces split between two operators")
-		}
-		ns := fmt.Sprintf("%s-s%d", e.NS, i)
-		if err := e.C.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		namespaces = append(namespaces, ns)
-		owned[a.OwnerOf(shard.ByNamespace, ns)]++
-	}
+	namespaces, _ := optest.ShardNamespaces(t, e, a, "s", 2)
 	module := testwasm.BuildFile(t, "./widget")
 	regs := map[string]*prometheus.Registry{}
 	ops := map[string]*operator.Operator{}

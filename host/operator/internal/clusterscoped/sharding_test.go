@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,24 +73,8 @@ func TestShardedShadowCountsAddUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := shard.Assign(space, []string{"op-a", "op-b"})
-	mine := map[string]string{}
-	var namespaces []string
-	for i := 0; mine["op-a"] == "" || mine["op-b"] == ""; i++ {
-		if i > 64 {
-			t.Fatal("no namespaces split between two operators")
-		}
-		ns := fmt.Sprintf("%s-s%d", e.NS, i)
-		if err := e.C.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = e.C.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		})
-		namespaces = append(namespaces, ns)
-		if owner := a.OwnerOf(shard.ByNamespace, ns); mine[owner] == "" {
-			mine[owner] = ns
-		}
-	}
+	namespaces, owned := optest.ShardNamespaces(t, e, a, "s", 1)
+	mine := map[string]string{"op-a": owned["op-a"][0], "op-b": owned["op-b"][0]}
 	regs := map[string]*prometheus.Registry{}
 	for _, id := range []string{"op-a", "op-b"} {
 		mo := e.OperatorOptions()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 )
@@ -369,4 +370,35 @@ func WaitModuleEvent(t *testing.T, c client.Client, uid types.UID, reason string
 		return fmt.Errorf("none yet")
 	})
 	return msg
+}
+
+// ShardNamespaces creates namespaces E.NS-PREFIXi (deleted when the test
+// ends) until every member of a owns at least each of them by namespace,
+// and returns them in the order created and, by member, the ones each
+// owns.
+func ShardNamespaces(t *testing.T, e Env, a shard.Assignment, prefix string, each int) (all []string, byMember map[string][]string) {
+	t.Helper()
+	byMember = map[string][]string{}
+	enough := func() bool {
+		for _, m := range a.Members() {
+			if len(byMember[m]) < each {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; !enough(); i++ {
+		if i > 64*each {
+			t.Fatalf("%d namespaces do not give each of %v %d", i, a.Members(), each)
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s%d", e.NS, prefix, i)}}
+		if err := e.C.Create(context.Background(), ns); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.C.Delete(context.Background(), ns) })
+		all = append(all, ns.Name)
+		owner := a.OwnerOf(shard.ByNamespace, ns.Name)
+		byMember[owner] = append(byMember[owner], ns.Name)
+	}
+	return all, byMember
 }

@@ -215,22 +215,8 @@ func TestServerSideReadsOtherNamespacesLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := shard.Assign(space, []string{"op-a", "op-b"})
-	mine := map[string]string{} // owner -> a namespace of its
-	for i := 0; mine["op-a"] == "" || mine["op-b"] == ""; i++ {
-		if i > 64 {
-			t.Fatal("no namespaces split between two operators")
-		}
-		ns := fmt.Sprintf("%s-r%d", e.NS, i)
-		if err := e.C.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = e.C.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		})
-		if owner := a.OwnerOf(shard.ByNamespace, ns); mine[owner] == "" {
-			mine[owner] = ns
-		}
-	}
+	_, owned := optest.ShardNamespaces(t, e, a, "r", 1)
+	mine := map[string]string{"op-a": owned["op-a"][0], "op-b": owned["op-b"][0]}
 	theirs := mine["op-b"]
 	if err := e.C.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: theirs, Name: "s"}, StringData: map[string]string{"k": "v"}}); err != nil {
 		t.Fatal(err)
