@@ -208,6 +208,7 @@ Flags:
 	fs.StringVar(&opts.Sharding.Identity, "shard-identity", "", "this replica's name among the shards (default: $POD_NAME, else the host name)")
 	fs.IntVar(&opts.Sharding.Slots, "shard-slots", operator.DefaultShardSlots, "slots the namespace hash is cut into, a power of two up to 4096; the same on every replica")
 	fs.StringVar(&opts.Sharding.Mode, "shard-mode", operator.ShardModeAuto, "with --sharding: server-side (each replica lists and watches only its share; needs the API server's ShardedListAndWatch feature gate), client-side (every replica caches every object), or auto (server-side when the API server offers it)")
+	fs.DurationVar(&opts.Sharding.Settle, "shard-settle", operator.DefaultShardSettle, "with --sharding: how long a replica that finds no other live replica at start waits for replicas starting with it before it claims every slot (one that finds peers claims its share at once); a negative value: no wait")
 	fs.StringVar(&opts.Sharding.Group, "shard-group", operator.DefaultShardGroup, "label value that groups the replicas' shard Leases (in --leader-election-namespace)")
 	fs.BoolVar(&opts.Engine.GuestCodeInMemory, "guest-code-in-memory", false, "keep compiled guest code in anonymous memory instead of mapping it from files in the compilation cache directory, where only the code that runs is resident (default: mapped)")
 	fs.BoolVar(&opts.Engine.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -275,7 +274,9 @@ var clockTicks = func() float64 {
 }()
 
 // cpuTime returns the CPU time (user and system, all threads) process pid
-// has used.
+// has used, with that of its children it has waited for: the operator
+// compiles modules in worker processes (engine.CompileWorker), whose CPU
+// is the operator's cost too.
 func cpuTime(pid int) (time.Duration, error) {
 	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
@@ -283,15 +284,18 @@ func cpuTime(pid int) (time.Duration, error) {
 	}
 	// pid (comm) state ppid ...: comm may hold spaces, so split after ")".
 	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(fields) < 13 {
+	if len(fields) < 15 {
 		return 0, fmt.Errorf("short /proc/%d/stat", pid)
 	}
-	utime, err1 := strconv.ParseFloat(fields[11], 64) // field 14 of stat
-	stime, err2 := strconv.ParseFloat(fields[12], 64) // field 15
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
+	var ticks float64
+	for _, f := range fields[11:15] { // fields 14-17 of stat: utime, stime, cutime, cstime
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
 	}
-	return time.Duration((utime + stime) / clockTicks * float64(time.Second)), nil
+	return time.Duration(ticks / clockTicks * float64(time.Second)), nil
 }
 
 // threadCPU returns the CPU time of each thread of process pid, by thread

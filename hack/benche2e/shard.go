@@ -46,6 +46,12 @@ type shardRun struct {
 	rss        []int64         // 20 s after convergence
 	cached     []float64       // Widgets the informers hold then
 	reconciles []float64       // controller_runtime_reconcile_total then
+	// Catching up (not -shard-alone): every operator stopped and started
+	// again at once on the Widgets that exist, as after an outage; CPU
+	// from each process's start until it has reconciled every Widget it
+	// caches and its queue is empty.
+	catchUp    time.Duration
+	catchUpCPU []time.Duration
 	// Membership changes (sharded runs): slots that moved when one more
 	// replica joined, and when one left (and how many it had).
 	joinMoved, leaveMoved, leaverHad float64
@@ -112,21 +118,35 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 			p.stop()
 		}
 	}()
-	start := func(i int) (*proc, error) {
+	pprofAddrs := map[*proc]string{} // with -cpu-profile or -heap-profiles
+	start := func(i int, logSuffix string) (*proc, error) {
 		id := fmt.Sprintf("op-%d", i)
+		var pprofAddr string
+		if b.cpuProfile > 0 || b.heapProfiles {
+			var err error
+			if pprofAddr, err = freeAddr(); err != nil {
+				return nil, err
+			}
+		}
 		p, err := startProc(id, b.operatorBin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
 				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm}
+			if pprofAddr != "" {
+				args = append(args, "--pprof-bind-address", pprofAddr)
+			}
 			if replicas > 0 {
 				args = append(args, "--leader-elect", "--leader-election-namespace", namespace,
 					"--sharding", "--shard-mode", mode, "--shard-identity", id)
 			}
 			return args
-		}, filepath.Join(runDir, id+".log"), b.shardEnv...)
+		}, filepath.Join(runDir, id+logSuffix+".log"), b.shardEnv...)
 		if err != nil {
 			return nil, err
 		}
 		procs = append(procs, p)
+		if pprofAddr != "" {
+			pprofAddrs[p] = pprofAddr
+		}
 		return p, nil
 	}
 	n := max(replicas, 1)
@@ -142,7 +162,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		defer stopFakes()
 	}
 	for i := range n {
-		if _, err := start(i); err != nil {
+		if _, err := start(i, ""); err != nil {
 			return res, err
 		}
 	}
@@ -180,6 +200,17 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	t0 := time.Now()
 	created := make(chan error, 1)
 	go func() { created <- createWidgets(ctx, dyn, []kind{exampleWidget}, objects, b.creators) }()
+	var profiled []chan error
+	if b.cpuProfile > 0 {
+		// Every operator profiled over the same window, from the first
+		// create: the single one's profile compares with each replica's.
+		for _, p := range procs {
+			path := filepath.Join(runDir, p.name+"-cpu.pprof")
+			done := make(chan error, 1)
+			profiled = append(profiled, done)
+			go func() { done <- saveCPUProfile(pprofAddrs[p], b.cpuProfile, path) }()
+		}
+	}
 	if replicas > 0 && b.shardAlone {
 		// Converged: every Widget of the replica's share Ready, once all
 		// are created (its informers hold exactly its share).
@@ -242,7 +273,52 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
 	}
 	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
-	if replicas == 0 || b.shardAlone {
+	for _, done := range profiled {
+		if err := <-done; err != nil {
+			return res, err
+		}
+	}
+	if len(profiled) > 0 {
+		b.say("%s: CPU profiles of the first %s in %s", label, b.cpuProfile, runDir)
+	}
+	if b.heapProfiles {
+		for _, p := range procs {
+			path := filepath.Join(runDir, p.name+"-heap.pprof")
+			if err := saveHeapProfile(pprofAddrs[p], path); err != nil {
+				return res, err
+			}
+		}
+		b.say("%s: heap profiles in %s", label, runDir)
+	}
+	if b.shardAlone {
+		return res, nil
+	}
+
+	// Catching up: stop every operator, then start them again at once.
+	b.say("%s: restarting every operator at once on the %s Widgets", label, thousands(objects))
+	for _, p := range procs {
+		p.stop()
+	}
+	procs = nil
+	t1 := time.Now()
+	for i := range n {
+		if _, err := start(i, "-restart"); err != nil {
+			return res, err
+		}
+	}
+	if err := b.waitCaughtUp(ctx, procs, replicas, objects); err != nil {
+		return res, err
+	}
+	res.catchUp = time.Since(t1)
+	for _, p := range procs {
+		c, err := cpuTime(p.pid())
+		if err != nil {
+			return res, err
+		}
+		res.catchUpCPU = append(res.catchUpCPU, c)
+	}
+	b.say("%s: caught up after %s (CPU since start %s)", label, res.catchUp.Round(time.Millisecond), fmtDurations(res.catchUpCPU))
+	if replicas == 0 {
 		return res, nil
 	}
 
@@ -257,7 +333,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		return res, err
 	}
 	b.say("%s: a replica joins", label)
-	joiner, err := start(replicas)
+	joiner, err := start(replicas, "")
 	if err != nil {
 		return res, err
 	}
@@ -292,6 +368,51 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	res.leaveMoved = final - after
 	b.say("%s: %v slots moved when it left", label, res.leaveMoved)
 	return res, nil
+}
+
+// waitCaughtUp waits until the restarted operators hold every one of the
+// objects between them (each replica some, on all the slots) and each
+// has reconciled at least what it holds, with nothing queued.
+func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, objects int) error {
+	deadline := time.Now().Add(b.timeout)
+	for {
+		var cached, slots float64
+		done := true
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				if p.restartIfPortTaken() {
+					done = false
+					continue
+				}
+				return err
+			}
+			mine, err := p.scrapeSeries("wasmreconcile_informer_objects", shardWidgetKind)
+			if err != nil {
+				done = false
+				continue
+			}
+			m, err := p.scrape("controller_runtime_reconcile_total", "workqueue_depth", "wasmreconcile_shard_members", "wasmreconcile_shard_slots")
+			if err != nil {
+				done = false
+				continue
+			}
+			cached += mine
+			slots += m["wasmreconcile_shard_slots"]
+			if mine == 0 || m["controller_runtime_reconcile_total"] < mine || m["workqueue_depth"] > 0 ||
+				(replicas > 0 && int(m["wasmreconcile_shard_members"]) != replicas) {
+				done = false
+			}
+		}
+		if done && int(cached) == objects && (replicas == 0 || slots == shardSlots) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restarted operators did not catch up in %s (%v of %d Widgets cached)", b.timeout, cached, objects)
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // waitMembers waits until every process of procs sees members members
@@ -340,6 +461,9 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			single = r
 			fmt.Fprintf(&sb, "single operator: converged in %s, CPU %.2fs, RSS %.1f MiB, Widgets cached %.0f, %.0f reconciles\n",
 				r.converge.Round(time.Millisecond), r.cpu[0].Seconds(), mib(r.rss[0]), r.cached[0], r.reconciles[0])
+			if len(r.catchUpCPU) > 0 {
+				fmt.Fprintf(&sb, "  restarted: caught up in %s, CPU %.2fs\n", r.catchUp.Round(time.Millisecond), r.catchUpCPU[0].Seconds())
+			}
 			continue
 		}
 		if single == nil {
@@ -366,6 +490,17 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 		}
 		fmt.Fprintf(&sb, "  largest share: cached %.1f%% %s; CPU %.1f%% %s; RSS %.1f%% %s\n",
 			100*maxCached, goal(maxCached, shardGoalCached), 100*maxCPU, goal(maxCPU, shardGoalCPU), 100*maxRSS, goal(maxRSS, shardGoalRSS))
+		if len(r.catchUpCPU) > 0 && len(single.catchUpCPU) > 0 {
+			var maxCatchUp float64
+			for i, c := range r.catchUpCPU {
+				f := ratio(c.Seconds(), single.catchUpCPU[0].Seconds())
+				maxCatchUp = max(maxCatchUp, f)
+				fmt.Fprintf(&sb, "  restarted op-%d: CPU since start %.2fs (%.1f%%)\n", i, c.Seconds(), 100*f)
+			}
+			fmt.Fprintf(&sb, "  restarted, catching up on the existing Widgets: in %s (%.2f× the single operator's %s); largest CPU share %.1f%% %s\n",
+				r.catchUp.Round(time.Millisecond), ratio(r.catchUp.Seconds(), single.catchUp.Seconds()), single.catchUp.Round(time.Millisecond),
+				100*maxCatchUp, goal(maxCatchUp, shardGoalCPU))
+		}
 		if r.alone {
 			fmt.Fprintf(&sb, "  (one real replica, the other %d members fake: no joins or leaves measured)\n", r.replicas-1)
 			continue

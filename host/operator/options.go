@@ -4,12 +4,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/informer"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/sharding"
 	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
@@ -311,6 +311,11 @@ type ShardingOptions struct {
 	// the probe of the API server at start. Defaults to
 	// DefaultShardReshardTimeout.
 	ReshardTimeout time.Duration
+	// Settle is how long a replica that finds no other live replica when
+	// it starts waits for replicas starting at the same time before it
+	// claims every slot (a replica that finds peers claims its share at
+	// once). Defaults to DefaultShardSettle; negative: no wait.
+	Settle time.Duration
 
 	// agent, set by New, names the replica and its claims' generation in
 	// the User-Agent of the operator's requests.
@@ -323,4 +328,5 @@ const (
 	DefaultShardSlots             = shard.DefaultSlots
 	DefaultShardNamespaceDebounce = time.Second
 	DefaultShardReshardTimeout    = 30 * time.Second
+	DefaultShardSettle            = sharding.DefaultSettle
 )

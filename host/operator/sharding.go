@@ -131,8 +131,9 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 		Annotations:    s.publishShadowCounts,
 		PeerAnnotation: AnnotationShadowCounts,
 	}, sharding.Options{
-		Space: space,
-		Log:   log,
+		Space:  space,
+		Settle: o.Settle,
+		Log:    log,
 		Acquire: func(slots []int) {
 			s.cacheShare(slots)
 			s.gate.Acquire(slots)

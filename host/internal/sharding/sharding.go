@@ -55,16 +55,38 @@ type Options struct {
 	// Retry is how often a pending slot (claimed elsewhere) is tried again
 	// without a change of view. Default: membership.DefaultRetryPeriod.
 	Retry time.Duration
+	// Settle is how long a replica waits before its first claims when no
+	// other live member claims a slot (it is alone, or its peers are
+	// starting too), listing the Leases again at its end; it claims at
+	// once when a peer's claims appear. Replicas that start together (a
+	// scale-up from zero, a restart after an outage) then split the slots
+	// at once, instead of the first claiming them all, caching every
+	// object and handing most back. A replica joining a group at work
+	// claims its share at once, so a join or a rolling update waits for
+	// nothing. Default: DefaultSettle; negative: no wait.
+	Settle time.Duration
 	// Log receives the claims that could not be written (each is tried
 	// again at the next view or retry). Default: discarded.
 	Log logr.Logger
 }
+
+// DefaultSettle is Options.Settle's default: longer than replicas started
+// together take to write their Leases one after another (about a second
+// on a loaded 2-core machine, after each compiled its modules).
+const DefaultSettle = 3 * time.Second
 
 // Coordinator turns membership views into started and stopped slots.
 type Coordinator struct {
 	opts       Options
 	membership *membership.Membership
 	changed    chan struct{}
+
+	// Step's own (it runs in Run's goroutine only): whether this replica
+	// may claim (a peer claims slots, or it waited Settle), else when its
+	// wait ends and a timer for that.
+	settled    bool
+	settleAt   time.Time
+	settleWake <-chan time.Time
 
 	mu         sync.Mutex
 	lost       bool  // the Lease was lost: nothing starts again
@@ -82,6 +104,9 @@ func New(mopts membership.Options, opts Options) (*Coordinator, error) {
 	}
 	if opts.Retry <= 0 {
 		opts.Retry = membership.DefaultRetryPeriod
+	}
+	if opts.Settle == 0 {
+		opts.Settle = DefaultSettle
 	}
 	c := &Coordinator{opts: opts, changed: make(chan struct{}, 1)}
 	onChange, onLost := mopts.OnChange, mopts.OnLost
@@ -186,18 +211,55 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			return nil
 		case <-c.changed:
 		case <-retry.C:
+		case <-c.settleWake:
 		}
 	}
+}
+
+// workingPeer reports whether another live member of view claims a slot:
+// a group at work, which a replica joins at once.
+func workingPeer(view membership.View) bool {
+	for _, mem := range view.Members {
+		if !mem.Self && (mem.All || len(mem.Claims.Slots) > 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// selfIn is this replica's identity if view holds it, else "".
+func selfIn(view membership.View) string {
+	for _, mem := range view.Members {
+		if mem.Self {
+			return mem.Identity
+		}
+	}
+	return ""
 }
 
 // step runs the rules once against the current view.
 func (c *Coordinator) step(ctx context.Context) error {
 	m := c.membership
 	view := m.View()
-	self := ""
-	for _, mem := range view.Members {
-		if mem.Self {
-			self = mem.Identity
+	self := selfIn(view)
+	if self != "" && !c.settled {
+		if workingPeer(view) || c.opts.Settle < 0 {
+			c.settled = true
+		} else {
+			now := time.Now()
+			if c.settleAt.IsZero() {
+				c.settleAt = now.Add(c.opts.Settle)
+				c.opts.Log.Info("no replica of the group claims slots yet; waiting for replicas starting now before claiming", "settle", c.opts.Settle.String(), "members", len(view.Members))
+			}
+			if now.Before(c.settleAt) {
+				c.settleWake = time.After(c.settleAt.Sub(now))
+				return nil
+			}
+			fresh, err := m.Refresh(ctx)
+			if err != nil {
+				return fmt.Errorf("sharding: listing the Leases at the end of the settle: %w", err)
+			}
+			view, self, c.settled, c.settleWake = fresh, selfIn(fresh), true, nil
 		}
 	}
 	c.mu.Lock()

@@ -31,11 +31,13 @@ type ledger struct {
 	mu      sync.Mutex
 	running map[int]string // slot -> the replica working on it
 	starts  map[string]int // replica -> slots started, in all
+	ever    map[string]map[int]bool
+	first   map[string]time.Time // replica -> when it first started a slot
 	overlap atomic.Int64
 }
 
 func newLedger(t *testing.T) *ledger {
-	return &ledger{t: t, running: map[int]string{}, starts: map[string]int{}}
+	return &ledger{t: t, running: map[int]string{}, starts: map[string]int{}, ever: map[string]map[int]bool{}, first: map[string]time.Time{}}
 }
 
 func (l *ledger) acquire(who string, slots []int) {
@@ -48,6 +50,11 @@ func (l *ledger) acquire(who string, slots []int) {
 		}
 		l.running[s] = who
 		l.starts[who]++
+		if l.ever[who] == nil {
+			l.ever[who] = map[int]bool{}
+			l.first[who] = time.Now()
+		}
+		l.ever[who][s] = true
 	}
 }
 
@@ -97,6 +104,13 @@ var space = func() shard.Space {
 
 func start(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger) *replica {
 	t.Helper()
+	return startSettling(t, cs, ns, name, l, 0)
+}
+
+// startSettling starts a replica with Options.Settle settle (0: the
+// default).
+func startSettling(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger, settle time.Duration) *replica {
+	t.Helper()
 	r := &replica{name: name, client: &membershiptest.Breakable{LeasesGetter: cs.CoordinationV1()}}
 	mopts := membership.Options{Client: r.client, Namespace: ns, Group: "wasmreconcile-operator", Identity: name,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
@@ -106,6 +120,7 @@ func start(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger) *r
 		Release:      func(_ context.Context, slots []int) { l.release(name, slots) },
 		OnAssignment: func(_ shard.Assignment, moved []int) { r.moves.Add(int64(len(moved))) },
 		Retry:        200 * time.Millisecond,
+		Settle:       settle,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -204,4 +219,74 @@ func TestHandoverNeverOverlaps(t *testing.T) {
 	if !strings.Contains(fmt.Sprint(c.c.Assignment()), "pod-c=32") {
 		t.Errorf("pod-c's assignment: %s", c.c.Assignment())
 	}
+}
+
+// TestReplicasStartingTogetherSplitAtOnce: replicas that start while no
+// member claims a slot wait before claiming; the first whose wait ends
+// claims its share of all it sees, and the other then claims its own at
+// once: neither ever works on a slot the other owns.
+// TestLoneReplicaSettles checks the wait itself.
+func TestReplicasStartingTogetherSplitAtOnce(t *testing.T) {
+	cs := clientset(t)
+	ns := namespace(t, cs)
+	l := newLedger(t)
+	a := startSettling(t, cs, ns, "pod-a", l, 10*time.Second)
+	// pod-a is a member in its own view (its Lease is written) before
+	// pod-b starts, so that pod-b's first view holds it, claiming nothing.
+	testenv.Eventually(t, time.Minute, "pod-a to see its own Lease", func() error {
+		if selfIn(a.c.Membership().View()) == "" {
+			return fmt.Errorf("not yet: %+v", a.c.Membership().View().Members)
+		}
+		return nil
+	})
+	// pod-b waits too, until pod-a claims (with an hour's Settle, a wait
+	// that did not end then would outlast the test).
+	b := startSettling(t, cs, ns, "pod-b", l, time.Hour)
+	testenv.Eventually(t, 2*time.Minute, "pod-a and pod-b to split the slots", complete(l, a, b))
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range []*replica{a, b} {
+		owned := r.c.Assignment().Owned(r.name)
+		for s := range l.ever[r.name] {
+			if !slices.Contains(owned, s) {
+				t.Errorf("%s worked on slot %d, which %s owns: replicas starting together must split the slots at once", r.name, s, r.c.Assignment().Owner(s))
+			}
+		}
+		if len(owned) == 0 {
+			t.Errorf("%s owns no slot", r.name)
+		}
+	}
+}
+
+// TestLoneReplicaSettles: a replica alone in its group starts no slot
+// before Settle has passed, then runs every slot; one joining it then
+// claims its share at once.
+func TestLoneReplicaSettles(t *testing.T) {
+	cs := clientset(t)
+	ns := namespace(t, cs)
+	l := newLedger(t)
+	const settle = 2 * time.Second
+	t0 := time.Now()
+	a := startSettling(t, cs, ns, "pod-solo", l, settle)
+	testenv.Eventually(t, 2*time.Minute, "pod-solo to run every slot", complete(l, a))
+	l.mu.Lock()
+	first := l.first["pod-solo"]
+	l.mu.Unlock()
+	if first.Sub(t0) < settle {
+		t.Errorf("pod-solo, alone, started a slot %s after it started; want no sooner than its Settle, %s", first.Sub(t0), settle)
+	}
+	// A group at work: pod-join must not wait (an hour's Settle would
+	// outlast the test).
+	b := startSettling(t, cs, ns, "pod-join", l, time.Hour)
+	testenv.Eventually(t, 2*time.Minute, "pod-join to take its share", complete(l, a, b))
+}
+
+func clientset(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(testenv.Shared(t).Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
 }
