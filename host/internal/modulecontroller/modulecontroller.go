@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,6 +90,7 @@ type Controller struct {
 	supervisor *supervisor.Supervisor
 	recorder   recorder.EventRecorder
 	opts       Options
+	log        logr.Logger
 	leader     func() bool // whether this replica leads: only the leader writes
 
 	// By module name. Reconcile runs on several workers (Options.Workers),
@@ -160,6 +162,7 @@ func Setup(mgr ctrl.Manager, sup *supervisor.Supervisor, opts Options) error {
 	mgr.GetLogger().WithName("reconcilemodule").Info("module source policy (docs/sources.md)",
 		"sourceNamespaces", c.opts.SourceNamespaces, "urlAllowedHosts", hosts, "urlAllowPrivate", c.opts.URLPolicy.AllowPrivate,
 		"customHTTPClient", opts.HTTPClient != nil)
+	c.log = mgr.GetLogger().WithName("reconcilemodule")
 	c.leader = func() bool {
 		select {
 		case <-mgr.Elected():

@@ -38,12 +38,22 @@ func (c *Controller) reportLimits(obj *v1alpha1.ReconcileModule, status *v1alpha
 }
 
 // onHealth records a module's load-health change as an Event on its
-// ReconcileModule. The supervisor calls it in the leader only.
+// ReconcileModule, in the leader; the other replicas, whose supervisors
+// run module controllers too when sharded, log it (one writer of
+// module-level Events).
 func (c *Controller) onHealth(e supervisor.HealthEvent) {
 	c.mu.Lock()
 	obj := c.objects[e.Module]
 	c.mu.Unlock()
 	if obj == nil {
+		return
+	}
+	if !c.leader() {
+		prefix := "module load health: "
+		if e.Warning {
+			prefix = "WARNING: " + prefix
+		}
+		c.log.Info(prefix+e.Message, "module", e.Module, "reason", e.Reason, "event", "left to the elected replica")
 		return
 	}
 	typ := corev1.EventTypeNormal
