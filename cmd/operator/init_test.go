@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +62,11 @@ func TestInitScaffold(t *testing.T) {
 			if err := runInit(args, &out, &errOut); err != nil {
 				t.Fatalf("init: %v\n%s", err, errOut.String())
 			}
-			for _, f := range []string{"go.mod", "main.go", "main_test.go", "testdata/cases/reconcile.yaml", "crds/demos.demo.example.com.yaml", "Makefile", ".gitignore", "rbac.yaml"} {
+			files := []string{"go.mod", "main.go", "main_test.go", "testdata/cases/reconcile.yaml", "crds/demos.demo.example.com.yaml", "Makefile", ".gitignore", "rbac.yaml"}
+			if len(c.flags) > 0 { // it owns a kind
+				files = append(files, "testdata/cases/child-failure.yaml")
+			}
+			for _, f := range files {
 				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 					t.Errorf("init wrote no %s: %v", f, err)
 				}
@@ -104,8 +109,12 @@ func checkScaffoldModule(t *testing.T, dir, wasm string) {
 	if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &out, &errOut); err != nil {
 		t.Fatalf("operator test on the scaffold's cases: %v\n%s%s", err, out.String(), errOut.String())
 	}
-	if !strings.Contains(out.String(), "1 passed, 0 failed") {
-		t.Errorf("operator test: want 1 passed, got:\n%s", out.String())
+	cases, err := modtest.LoadDir(filepath.Join(dir, "testdata", "cases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d passed, 0 failed", len(cases)); !strings.Contains(out.String(), want) {
+		t.Errorf("operator test: want %s, got:\n%s", want, out.String())
 	}
 	out.Reset()
 	if err := runRBAC([]string{"--crds", filepath.Join(dir, "crds"), "--service-account", "wasmreconcile-modules/demo", wasm}, &out, &errOut); err != nil {

@@ -423,6 +423,9 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		for _, d := range r.Diff {
 			fmt.Fprintf(stdout, "      %s\n", d)
 		}
+		for _, n := range c.Notes(o) {
+			fmt.Fprintf(stdout, "      note: %s\n", n)
+		}
 	}
 	if junit != "" {
 		f, err := os.Create(junit)

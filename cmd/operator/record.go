@@ -25,7 +25,8 @@ const recordUsage = `Usage: operator record --endpoint URL --module NAME [--toke
 
 Fetches a running operator's flight recorder for one module (its last failed
 calls and a sample of its successful ones) and writes each call as an
-operator test case file: the input the guest saw (the objects it read
+operator test case file, in a directory per version of the module
+(OUT/sha256-<first 16 hex digits of its digest>): the input the guest saw (the objects it read
 through cache_read included, Secrets' data REDACTED unless the operator runs
 with --flight-recorder-keep-secrets), an expect block that is what
 production returned (with the exact fuel the input uses on a fresh
@@ -39,7 +40,7 @@ non-resource URL; reach it with kubectl port-forward:
   operator record --endpoint http://127.0.0.1:8080 --module widget \
       --token-file <(kubectl create token recorder -n wasmreconcile-system)
 
-Then: operator test widget.wasm recorded/widget, or operator replay.
+Then: operator test widget.wasm recorded/widget/sha256-…, or operator replay.
 
 Flags:
 `
@@ -81,7 +82,16 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %d case files of module %s to %s\n", written, *module, dir)
+	if len(written) == 0 {
+		fmt.Fprintf(stdout, "wrote no case file: the recorder holds no call of module %s to write\n", *module)
+	}
+	for _, w := range written {
+		version := w.Digest
+		if version == "" {
+			version = "of no recorded version"
+		}
+		fmt.Fprintf(stdout, "wrote %d case files of module %s %s to %s\n", w.Files, *module, version, w.Dir)
+	}
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
+	"github.com/wasmreconcile/wasmreconcile/internal/recording"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -57,8 +58,8 @@ func TestRecordReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := modtest.Case{Name: "recorded", Input: in,
-			Recorded: &modtest.Recorded{Module: "widget", Object: "ns/w", Kind: string(o.Kind()), Response: resp, Fuel: o.Fuel + 1000, ReplayFuel: o.Fuel}}
-		c.Expect.Fuel = o.Fuel
+			Recorded: &modtest.Recorded{Module: "widget", Digest: m.Digest(), Object: "ns/w", Kind: string(o.Kind()), Response: resp, Fuel: o.Fuel + 1000, ReplayFuel: o.Fuel}}
+		c.Expect.Fuel, c.Expect.Digest = o.Fuel, m.Digest()
 		c.Expect.Status, _ = resp["status"].(map[string]any)
 		c.Expect.KeepChildren = true
 		if e := o.Err; e != nil {
@@ -87,13 +88,27 @@ func TestRecordReplay(t *testing.T) {
 	if err := run([]string{"record", "--endpoint", srv.URL, "--module", "widget", "--token", "good", "--out", out}, &stdout, &stderr); err != nil {
 		t.Fatalf("record: %v", err)
 	}
-	if !strings.Contains(stdout.String(), "wrote 2 case files") {
-		t.Fatalf("record said %q", stdout.String())
+	t.Logf("$ operator record …\n%s", stdout.String()) // docs/rollout.md shows these outputs
+	versionDir := filepath.Join(out, recording.VersionDir(m.Digest()))
+	if want := "wrote 2 case files of module widget " + m.Digest() + " to " + versionDir; !strings.Contains(stdout.String(), want) {
+		t.Fatalf("record said %q, want %q", stdout.String(), want)
 	}
 	stdout.Reset()
-	if err := run([]string{"test", "--compilation-cache-dir", compiled, v1, out}, &stdout, &stderr); err != nil {
+	if err := run([]string{"test", "--compilation-cache-dir", compiled, v1, versionDir}, &stdout, &stderr); err != nil {
 		t.Fatalf("operator test of the recorded cases: %v\n%s", err, stdout.String())
 	}
+	t.Logf("$ operator test v1.wasm …\n%s", stdout.String())
+	if strings.Contains(stdout.String(), "note: fuel not compared") {
+		t.Errorf("operator test on the recorded version did not compare fuel:\n%s", stdout.String())
+	}
+	// On another version, the exact fuel is not compared, and a note says so.
+	stdout.Reset()
+	_ = run([]string{"test", "--compilation-cache-dir", compiled, v2, versionDir}, &stdout, &stderr)
+	t.Logf("$ operator test v2.wasm …\n%s", stdout.String())
+	if want := "note: fuel not compared: the exact fuel"; strings.Count(stdout.String(), want) != 2 || !strings.Contains(stdout.String(), "measured on "+m.Digest()) {
+		t.Errorf("operator test on another version: want %q twice, naming %s:\n%s", want, m.Digest(), stdout.String())
+	}
+	out = versionDir
 	stdout.Reset()
 	if err := run([]string{"replay", "--compilation-cache-dir", compiled, out, "--module", v1}, &stdout, &stderr); err != nil || !strings.Contains(stdout.String(), "2 same, 0 changed") {
 		t.Fatalf("replay on the same version: %v\n%s", err, stdout.String())
@@ -104,6 +119,7 @@ func TestRecordReplay(t *testing.T) {
 		!strings.Contains(stdout.String(), "status.conditions[0].message") {
 		t.Fatalf("replay on another version: %v\n%s", err, stdout.String())
 	}
+	t.Logf("$ operator replay … --module v2.wasm\n%s", stdout.String())
 	if !strings.Contains(stdout.String(), "1 same, 1 changed") {
 		t.Errorf("replay summary: %s", stdout.String())
 	}

@@ -306,7 +306,12 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 			return res, err
 		}
 	}
-	if err := b.waitCaughtUp(ctx, procs, replicas, objects); err != nil {
+	// Client-side, every replica caches every object.
+	holders := 1
+	if replicas > 0 && !gate {
+		holders = replicas
+	}
+	if err := b.waitCaughtUp(ctx, procs, replicas, objects*holders); err != nil {
 		return res, err
 	}
 	res.catchUp = time.Since(t1)
@@ -370,10 +375,10 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	return res, nil
 }
 
-// waitCaughtUp waits until the restarted operators hold every one of the
+// waitCaughtUp waits until the restarted operators' informers hold held
 // objects between them (each replica some, on all the slots) and each
 // has reconciled at least what it holds, with nothing queued.
-func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, objects int) error {
+func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, held int) error {
 	deadline := time.Now().Add(b.timeout)
 	for {
 		var cached, slots float64
@@ -403,11 +408,11 @@ func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, objec
 				done = false
 			}
 		}
-		if done && int(cached) == objects && (replicas == 0 || slots == shardSlots) {
+		if done && int(cached) == held && (replicas == 0 || slots == shardSlots) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("restarted operators did not catch up in %s (%v of %d Widgets cached)", b.timeout, cached, objects)
+			return fmt.Errorf("restarted operators did not catch up in %s (%v of %d Widgets cached)", b.timeout, cached, held)
 		}
 		if err := sleep(ctx, 250*time.Millisecond); err != nil {
 			return err

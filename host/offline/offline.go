@@ -84,6 +84,8 @@ type Outcome struct {
 	// Response is the guest's checked response; nil when the call failed or
 	// the response broke a rule.
 	Response *protocol.Response
+	// Digest is the version of the module that ran ("sha256:…").
+	Digest string
 	// Fuel is the fuel the call used, also when it failed.
 	Fuel uint64
 	// Duration is the time spent in the guest.
@@ -115,7 +117,7 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	call := protocol.CallName(in.Object)
 	req, err := protocol.EncodeRequest(in)
 	if err != nil {
-		return Outcome{Err: &engine.ABIError{Module: m.Name(), Call: call, Reason: "encoding the request: " + err.Error()}}
+		return Outcome{Digest: m.Digest(), Err: &engine.ABIError{Module: m.Name(), Call: call, Reason: "encoding the request: " + err.Error()}}
 	}
 	// Reads are served from what the guest was given: the object, its
 	// children and the related objects.
@@ -134,7 +136,7 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 		reconcile = m.ReconcileFresh
 	}
 	res, err := reconcile(ctx, call, req)
-	out := Outcome{Fuel: res.Fuel, Duration: res.Duration, Err: err, Output: res.Output}
+	out := Outcome{Digest: m.Digest(), Fuel: res.Fuel, Duration: res.Duration, Err: err, Output: res.Output}
 	if err != nil {
 		return out
 	}

@@ -118,28 +118,61 @@ func Fetch(ctx context.Context, opts FetchOptions) ([]modtest.Case, error) {
 	return got.Cases, nil
 }
 
-// Write files cases in dir as NNN-KIND-OBJECT.yaml, each written whole or
-// not at all, and returns how many it wrote: all of them, or with
-// failuresOnly only the failed calls.
-func Write(dir string, cases []modtest.Case, failuresOnly bool) (int, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, err
-	}
-	written := 0
-	for i, c := range cases {
+// Written is what Write filed for one version of a module.
+type Written struct {
+	// Digest is the version ("sha256:…"); "" for cases that name none.
+	Digest string
+	// Dir is where its cases are: a directory of their own per version.
+	Dir string
+	// Files counts the case files written there.
+	Files int
+}
+
+// Write files cases under dir, one directory per version of the module
+// (VersionDir: the recorder holds the calls of every version it ran, and a
+// version's cases pass only on that version), each as NNN-KIND-OBJECT.yaml,
+// written whole or not at all; with failuresOnly only the failed calls.
+// It returns what it wrote, by version in the order first met.
+func Write(dir string, cases []modtest.Case, failuresOnly bool) ([]Written, error) {
+	var out []Written
+	index := map[string]int{}
+	for _, c := range cases {
 		if failuresOnly && c.Recorded != nil && c.Recorded.Kind == string(protocol.Success) {
 			continue
 		}
+		digest := ""
+		if c.Recorded != nil {
+			digest = c.Recorded.Digest
+		}
+		i, ok := index[digest]
+		if !ok {
+			i = len(out)
+			index[digest] = i
+			out = append(out, Written{Digest: digest, Dir: filepath.Join(dir, VersionDir(digest))})
+			if err := os.MkdirAll(out[i].Dir, 0o755); err != nil {
+				return out, err
+			}
+		}
 		b, err := yaml.Marshal(c)
 		if err != nil {
-			return written, err
+			return out, err
 		}
-		if err := atomicfile.Write(filepath.Join(dir, fileName(i, c.Recorded)), b); err != nil {
-			return written, err
+		if err := atomicfile.Write(filepath.Join(out[i].Dir, fileName(out[i].Files, c.Recorded)), b); err != nil {
+			return out, err
 		}
-		written++
+		out[i].Files++
 	}
-	return written, nil
+	return out, nil
+}
+
+// VersionDir is the directory name of a version's cases: "sha256-" and the
+// digest's first 16 hex digits; "" (dir itself) for no digest.
+func VersionDir(digest string) string {
+	algo, hex, ok := strings.Cut(digest, ":")
+	if !ok || hex == "" {
+		return unsafeChars.ReplaceAllString(digest, "-")
+	}
+	return unsafeChars.ReplaceAllString(algo+"-"+hex[:min(16, len(hex))], "-")
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)

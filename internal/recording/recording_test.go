@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,27 +78,35 @@ func TestFetch(t *testing.T) {
 }
 
 // TestWrite: every case is written, or only the failures, under names
-// that say the kind and the object and are safe as file names.
+// that say the kind and the object and are safe as file names, in a
+// directory per version of the module.
 func TestWrite(t *testing.T) {
 	in := offline.Input{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "a", "namespace": "ns"}}}
+	v1, v2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
 	cases := []modtest.Case{
-		{Name: "a", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/a"}},
-		{Name: "b", Input: in, Recorded: &modtest.Recorded{Kind: "FuelExhausted", Object: "ns/b*c"}},
+		{Name: "a", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/a", Digest: v1}},
+		{Name: "b", Input: in, Recorded: &modtest.Recorded{Kind: "FuelExhausted", Object: "ns/b*c", Digest: v1}},
+		{Name: "c", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/c", Digest: v2}},
 	}
 	dir := t.TempDir()
-	if n, err := Write(dir, cases, false); err != nil || n != 2 {
-		t.Fatalf("Write: %d, %v", n, err)
+	written, err := Write(dir, cases, false)
+	want := []Written{{v1, filepath.Join(dir, "sha256-1111111111111111"), 2}, {v2, filepath.Join(dir, "sha256-2222222222222222"), 1}}
+	if err != nil || !slices.Equal(written, want) {
+		t.Fatalf("Write: %+v, %v; want %+v", written, err, want)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "002-fuelexhausted-ns-b-c.yaml")); err != nil {
+	if _, err := os.Stat(filepath.Join(want[0].Dir, "002-fuelexhausted-ns-b-c.yaml")); err != nil {
 		t.Error(err)
 	}
-	loaded, err := modtest.LoadDir(dir)
+	if _, err := os.Stat(filepath.Join(want[1].Dir, "001-success-ns-c.yaml")); err != nil {
+		t.Error(err)
+	}
+	loaded, err := modtest.LoadDir(want[0].Dir)
 	if err != nil || len(loaded) != 2 {
 		t.Fatalf("the written cases do not load: %d, %v", len(loaded), err)
 	}
 	only := t.TempDir()
-	if n, err := Write(only, cases, true); err != nil || n != 1 {
-		t.Errorf("Write failures only: %d, %v", n, err)
+	if written, err := Write(only, cases, true); err != nil || len(written) != 1 || written[0].Files != 1 {
+		t.Errorf("Write failures only: %+v, %v", written, err)
 	}
 }
 

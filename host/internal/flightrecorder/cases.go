@@ -47,7 +47,7 @@ func (rec Record) Case(n int) modtest.Case {
 	}
 	c.Expect = expectOf(rec.Kind, resp)
 	if len(r.ReplayDiffers) == 0 && rec.ReplayFuel > 0 && !rec.Kind.Preempted() && rec.Kind != protocol.MemoryLimit {
-		c.Expect.Fuel = rec.ReplayFuel
+		c.Expect.Fuel, c.Expect.Digest = rec.ReplayFuel, rec.Digest
 	}
 	return c
 }
@@ -72,6 +72,7 @@ func expectOf(kind protocol.Kind, resp *abi.Response) modtest.Expect {
 	} else {
 		e.Children = resp.Children
 	}
+	e.Events = []modtest.EventExpect{} // production emitted none: events: [] requires none
 	for _, ev := range resp.Events {
 		e.Events = append(e.Events, modtest.EventExpect{Type: string(ev.Type), Reason: ev.Reason, MessageContains: ev.Message})
 	}

@@ -112,6 +112,9 @@ type data struct {
 	Operator   string
 	SDKModule  string
 	RustSDK    string // the Rust SDK's source file (LangRust)
+	// FailedChild is the owned kind of the child-failure case: the first
+	// of Owns.
+	FailedChild Kind
 }
 
 // Write creates opts.Dir and writes the module into it, and returns the
@@ -136,6 +139,7 @@ func Write(opts Options) ([]File, error) {
 		{"main_test.go.tmpl", "main_test.go", "native tests of the handler (go test), with package sdktest", rust},
 		{"module.rs.tmpl", "module.rs", "the manifest, the reconcile handler and its native tests (rustc --test), on the Rust SDK", !rust},
 		{"case.yaml.tmpl", filepath.Join("testdata", "cases", "reconcile.yaml"), "a case for `operator test` on the built .wasm", false},
+		{"child-failure.yaml.tmpl", filepath.Join("testdata", "cases", "child-failure.yaml"), "a case: a child the API server refused shows in Ready", len(opts.Owns) == 0},
 		{"crd.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ": describe its spec", !opts.CRD},
 		{"Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm), test, rbac", rust},
 		{"rust-Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm, with rustc), test, rbac", !rust},
@@ -207,6 +211,9 @@ func prepare(opts Options) (data, error) {
 		}
 	default:
 		return data{}, fmt.Errorf("scaffold: unknown language %q; use %q or %q", opts.Lang, LangGo, LangRust)
+	}
+	if len(opts.Owns) > 0 {
+		d.FailedChild = opts.Owns[0]
 	}
 	for _, k := range opts.Owns {
 		if k.Group == "" && k.Kind == "ConfigMap" {

@@ -81,7 +81,7 @@ func TestScaffoldWrite(t *testing.T) {
 	for _, f := range files {
 		paths = append(paths, filepath.ToSlash(f.Path))
 	}
-	want := "go.mod main.go main_test.go testdata/cases/reconcile.yaml crds/shops.shop.example.com.yaml Makefile .gitignore rbac.yaml"
+	want := "go.mod main.go main_test.go testdata/cases/reconcile.yaml testdata/cases/child-failure.yaml crds/shops.shop.example.com.yaml Makefile .gitignore rbac.yaml"
 	if got := strings.Join(paths, " "); got != want {
 		t.Errorf("wrote %s, want %s", got, want)
 	}
