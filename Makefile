@@ -251,7 +251,7 @@ bench-e2e: controlplane ## End to end against a native controller-runtime contro
 	$(BIN)/benche2e -assets "$$(hack/controlplane.sh)" -objects 2000,10000 -modules 20 $(BENCH_E2E_FLAGS)
 
 .PHONY: bench-shard
-bench-shard: controlplane ## Sharding (issue 27): 3 replicas against one on 30,000 Widgets in 300 namespaces, server-side and client-side modes (~15 min).
+bench-shard: controlplane ## Sharding (issue 27): 3 replicas against one on 30,000 Widgets in 300 namespaces, arriving and after a restart, server-side and client-side (~20 min).
 	$(GO) build -o $(BIN)/benche2e ./hack/benche2e
 	$(BIN)/benche2e -assets "$$(hack/controlplane.sh)" -objects "" -modules 0 -shard-objects 30000 -shard-namespaces 300 -shard-replicas 3 $(BENCH_SHARD_FLAGS)
 
