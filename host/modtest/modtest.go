@@ -46,6 +46,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/subset"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
@@ -93,6 +94,13 @@ type Recorded struct {
 	// ReplayDiffers lists how the fresh-instance run answered otherwise
 	// than production did; empty when they agree.
 	ReplayDiffers []string `json:"replayDiffers,omitempty"`
+	// Refused are the children of the answer the host could not write
+	// (the API server's reason and message; Conflict for a name another
+	// object holds), and ApplyError the error that ended the apply (the
+	// status refused, say): what the cluster refused of an answer offline
+	// checks passed. The case's expect is still the answer itself.
+	Refused    []abi.ChildFailure `json:"refused,omitempty"`
+	ApplyError string             `json:"applyError,omitempty"`
 }
 
 // Expect is what a case requires of the response.

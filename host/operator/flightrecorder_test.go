@@ -44,11 +44,12 @@ func TestFlightRecorder(t *testing.T) {
 	ctx := context.Background()
 	wasm := testwasm.BuildFile(t, "./widget")
 	misbehave := testwasm.BuildFile(t, "./internal/testguests/misbehave")
+	claim := claimFile(t, "") // owns ConfigMaps, answers spec.response
 	mo := e.OperatorOptions()
 	mo.MetricsBindAddress = optest.FreeAddr(t)
 	// Every success is kept, so that the reading Gadget's call after its
 	// ConfigMap reached the cache is (the first may come before).
-	optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{wasm, misbehave}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1, SampleInterval: -1}})
+	optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{wasm, misbehave, claim}, FlightRecorder: operator.FlightRecorderOptions{SampleEvery: 1, SampleInterval: -1}})
 
 	// A guest that reads: its recorded case must carry what it read.
 	if err := e.C.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: e.NS, Name: "cfg", Labels: map[string]string{"app": "x"}},
@@ -59,6 +60,17 @@ func TestFlightRecorder(t *testing.T) {
 	_ = unstructured.SetNestedField(reader.Object, "cfg", "spec", "configMap")
 	_ = unstructured.SetNestedField(reader.Object, "app=x", "spec", "selector")
 	if err := e.C.Create(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+
+	// An answer offline checks pass and the API server refuses: a
+	// ConfigMap data key with a space (a built-in value rule).
+	refused := optest.Responder(e.NS, "refused", map[string]any{
+		"status": map[string]any{"phase": "asked"},
+		"children": []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "refused-child"},
+			"data": map[string]any{"bad key": "v"}}},
+	})
+	if err := e.C.Create(ctx, refused); err != nil {
 		t.Fatal(err)
 	}
 
@@ -103,7 +115,7 @@ func TestFlightRecorder(t *testing.T) {
 	})
 	// The records hold the recorded objects: the reader may get them.
 	optest.GrantRole(t, e.C, e.NS, "recorder", "recorded-objects", optest.Rule("examples.wasmreconcile.io", []string{"widgets"}, "get"),
-		optest.Rule("test.wasmreconcile.io", []string{"gadgets"}, "get"))
+		optest.Rule("test.wasmreconcile.io", []string{"gadgets", "responders"}, "get"))
 
 	getModule := func(tok, module string) (int, []byte) {
 		return optest.FlightRecords(ctx, mo.MetricsBindAddress, tok, module)
@@ -169,6 +181,37 @@ func TestFlightRecorder(t *testing.T) {
 		t.Fatalf("the reading call's case: related %v, expected status %v", c.Input.Related, c.Expect.Status)
 	}
 	replays(t, misbehave, []modtest.Case{c})
+
+	// The call whose child the API server refused is kept as a failure,
+	// with the API server's message; its case expects the answer itself.
+	var refusedCase modtest.Case
+	testenv.Eventually(t, 3*time.Minute, "the refused child recorded", func() error {
+		code, body := getModule(allowed, "claim")
+		if code != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %s", code, body)
+		}
+		var rec struct {
+			Cases []modtest.Case `json:"cases"`
+		}
+		if err := json.Unmarshal(body, &rec); err != nil {
+			return err
+		}
+		for _, rc := range rec.Cases {
+			if len(rc.Recorded.Refused) > 0 {
+				refusedCase = rc
+				return nil
+			}
+		}
+		return fmt.Errorf("%d cases, none with a refused child", len(rec.Cases))
+	})
+	f := refusedCase.Recorded.Refused[0]
+	if f.Kind != "ConfigMap" || f.Name != "refused-child" || f.Reason != "Invalid" || !strings.Contains(f.Message, "bad key") ||
+		!strings.HasPrefix(refusedCase.Name, "failure ") || !strings.Contains(refusedCase.Name, "ConfigMap refused-child refused (Invalid)") {
+		t.Errorf("the refused child's case %q: refused %+v", refusedCase.Name, refusedCase.Recorded.Refused)
+	}
+	if refusedCase.Expect.Status["phase"] != "asked" || len(refusedCase.Expect.Children) != 1 {
+		t.Errorf("the refused child's case expects %+v, want the answer", refusedCase.Expect)
+	}
 }
 
 // replays writes cases as files, loads them back as operator test does,

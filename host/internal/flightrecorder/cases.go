@@ -16,12 +16,28 @@ import (
 // error; the exact fuel of the replay, when the replay answered as
 // production did), and the recorded call itself for `operator replay`.
 func (rec Record) Case(n int) modtest.Case {
+	outcome := string(rec.Kind)
+	switch {
+	case len(rec.Refused) > 0:
+		f := rec.Refused[0]
+		outcome += fmt.Sprintf(", %s %s refused (%s)", f.Kind, f.Name, f.Reason)
+		if len(rec.Refused) > 1 {
+			outcome += fmt.Sprintf(" and %d more", len(rec.Refused)-1)
+		}
+	case rec.ApplyError != "":
+		outcome += ", its apply failed"
+	}
+	word := kindWord(rec.Kind)
+	if rec.failed() {
+		word = "failure"
+	}
 	c := modtest.Case{
-		Name:  fmt.Sprintf("%s %d: %s %s at %s", kindWord(rec.Kind), n, rec.Object, rec.Kind, rec.At.Format(time.RFC3339)),
+		Name:  fmt.Sprintf("%s %d: %s %s at %s", word, n, rec.Object, outcome, rec.At.Format(time.RFC3339)),
 		Input: rec.Input,
 	}
 	r := &modtest.Recorded{Module: rec.Module, Digest: rec.Digest, Object: rec.Object, At: rec.At.Format(time.RFC3339Nano),
-		Kind: string(rec.Kind), Error: rec.Error, Fuel: rec.Fuel, ReplayFuel: rec.ReplayFuel, DurationSeconds: rec.Duration, Redacted: rec.Redacted}
+		Kind: string(rec.Kind), Error: rec.Error, Fuel: rec.Fuel, ReplayFuel: rec.ReplayFuel, DurationSeconds: rec.Duration, Redacted: rec.Redacted,
+		Refused: rec.Refused, ApplyError: rec.ApplyError}
 	var resp *abi.Response
 	if len(rec.Response) > 0 {
 		var m map[string]any

@@ -118,6 +118,12 @@ type Call struct {
 	// Fuel and Duration are the call's.
 	Fuel     uint64
 	Duration time.Duration
+	// Refused are the children of the answer the host could not write
+	// (the API server refused them, or their name is taken), and ApplyErr
+	// the error that ended the apply (the status refused, say): what
+	// offline checks do not see. A call with either is kept as a failure.
+	Refused  []abi.ChildFailure
+	ApplyErr error
 	// ReadNamespaces and Scopes are the reads' rules, for the replay run.
 	ReadNamespaces []string
 	Scopes         protocol.Scopes
@@ -155,8 +161,18 @@ type Record struct {
 	// ReplayResponse is the replay's answer when it differs from Response.
 	ReplayResponse json.RawMessage `json:"replayResponse,omitempty"`
 	Redacted       bool            `json:"redacted,omitempty"`
+	// Refused and ApplyError are Call.Refused and Call.ApplyErr: what the
+	// host could not write of the answer.
+	Refused    []abi.ChildFailure `json:"refused,omitempty"`
+	ApplyError string             `json:"applyError,omitempty"`
 
 	size int
+}
+
+// failed reports whether rec is kept among the failures: the call failed,
+// or the host could not write all of its answer.
+func (rec Record) failed() bool {
+	return rec.Kind != protocol.Success || len(rec.Refused) > 0 || rec.ApplyError != ""
 }
 
 // Recorder keeps records. It is safe for concurrent use.
@@ -293,6 +309,13 @@ func (r *Recorder) replay(c Call) Record {
 	if c.Err != nil {
 		rec.Error = scrubString(sc, c.Err.Error())
 	}
+	if c.ApplyErr != nil {
+		rec.ApplyError = scrubString(sc, c.ApplyErr.Error())
+	}
+	for _, f := range c.Refused {
+		f.Message = scrubString(sc, f.Message)
+		rec.Refused = append(rec.Refused, f)
+	}
 	if c.Output != nil && json.Valid(c.Output) {
 		rec.Response = scrubJSON(sc, c.Output)
 	}
@@ -389,7 +412,7 @@ func (r *Recorder) keep(rec Record) {
 		return // the module was removed after this call
 	}
 	s := r.storeOf(rec.Module)
-	if rec.Kind == protocol.Success {
+	if !rec.failed() {
 		s.successes = append(s.successes, rec)
 		if len(s.successes) > r.opts.Successes {
 			s.bytes -= s.successes[0].size

@@ -37,6 +37,10 @@ type pass struct {
 	reads   *countingReader
 	resp    *protocol.Response
 	clean   bool // the apply left nothing pending: no child written, failed or untold
+	// guestErr is the guest's own error in a decoded answer: the flight
+	// recorder is handed the call after the apply (applyResponse), so that
+	// it keeps what the API server refused of it.
+	guestErr error
 }
 
 // stage is one step of a reconcile. It returns false when the reconcile
@@ -234,11 +238,10 @@ func (r *Reconciler) observe(_ context.Context, p *pass) bool {
 		return false
 	}
 	p.resp = resp
-	var guestErr error
 	if resp.Error != nil {
-		guestErr = r.guestError(p)
+		p.guestErr = r.guestError(p)
 	}
-	r.observeAnswer(p, answerOf(resp), guestErr)
+	r.toShadow(p.shadow, p.o.key, p.call, p.o.obj, p.request, answerOf(resp), p.o.seen)
 	return true
 }
 
@@ -246,7 +249,7 @@ func (r *Reconciler) observe(_ context.Context, p *pass) bool {
 // call to the flight recorder.
 func (r *Reconciler) observeAnswer(p *pass, answer compare.Answer, err error) {
 	r.toShadow(p.shadow, p.o.key, p.call, p.o.obj, p.request, answer, p.o.seen)
-	r.record(p.module, p.hold, p.o.key, p.input, p.reads, p.o.res, err)
+	r.record(p.module, p.hold, p.o.key, p.input, p.reads, p.o.res, err, refusal{})
 }
 
 func (r *Reconciler) guestError(p *pass) error {
@@ -258,6 +261,9 @@ func (r *Reconciler) guestError(p *pass) error {
 func (r *Reconciler) applyResponse(ctx context.Context, p *pass) bool {
 	resp := p.resp
 	a, err := r.apply(ctx, p.call, p.o.obj, p.observed, resp, p.deleting, p.input.ChildFailures)
+	// The recorder keeps the call with what the API server refused of it
+	// (a child, the status): what offline checks cannot see.
+	r.record(p.module, p.hold, p.o.key, p.input, p.reads, p.o.res, p.guestErr, refusal{children: a.failures, err: err})
 	p.o.wrote, p.o.untold = p.o.wrote || a.wrote, a.untold
 	switch {
 	case a.synced:

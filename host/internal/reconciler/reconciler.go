@@ -462,9 +462,10 @@ func (c *countingReader) objects() []map[string]any {
 // record hands a call to the flight recorder, when there is one and it
 // wants the call (every failure, a sample of successes). The input's maps
 // are copied: the recorder replays it later, off this goroutine.
-func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), key types.NamespacedName, in abi.Request, reads *countingReader, res engine.Result, err error) {
+func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), key types.NamespacedName, in abi.Request, reads *countingReader, res engine.Result, err error, refused refusal) {
 	fr := r.opts.FlightRecorder
-	if fr == nil || protocol.KindOf(err) == protocol.Canceled || !fr.Wants(r.name, err != nil) {
+	failed := err != nil || refused.any()
+	if fr == nil || protocol.KindOf(err) == protocol.Canceled || protocol.KindOf(refused.err) == protocol.Canceled || !fr.Wants(r.name, failed) {
 		return
 	}
 	release, ok := hold() // the replay runs on module after this call: keep it open
@@ -483,8 +484,19 @@ func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), k
 	in.ChildFailures = append([]abi.ChildFailure(nil), in.ChildFailures...)
 	fr.Offer(flightrecorder.Call{Module: module, Object: key.String(), Input: in, Reads: reads.objects(),
 		Output: append([]byte(nil), res.Output...), Err: err, Fuel: res.Fuel, Duration: res.Duration,
+		Refused: append([]abi.ChildFailure(nil), refused.children...), ApplyErr: refused.err,
 		ReadNamespaces: r.opts.Policy.ReadNamespaces, Scopes: r.opts.Scopes, Release: release})
 }
+
+// refusal is what the host could not write of a valid answer: children
+// (refused by the API server, or a name taken) and the error that ended
+// the apply (the status refused, say).
+type refusal struct {
+	children []abi.ChildFailure
+	err      error
+}
+
+func (f refusal) any() bool { return len(f.children) > 0 || f.err != nil }
 
 // call calls the guest. While the module is suspect (its last finished call
 // was preempted: it spins or runs away), its calls run one at a time, so a
