@@ -101,6 +101,20 @@ type Recorded struct {
 	// checks passed. The case's expect is still the answer itself.
 	Refused    []abi.ChildFailure `json:"refused,omitempty"`
 	ApplyError string             `json:"applyError,omitempty"`
+	// Reads are the guest's cache reads in production, each with how it
+	// ended (OK, NotFound, ...): `operator replay` serves a version only
+	// these, and names any other read as one the recording cannot answer
+	// instead of answering NotFound. [] means none; absent (recordings made
+	// before reads were logged) serves every read from input.related.
+	Reads []RecordedRead `json:"reads,omitzero"`
+}
+
+// RecordedRead is one cache_read of a recorded call.
+type RecordedRead struct {
+	abi.CacheRequest
+	// Status is how it ended: OK, NotFound, Forbidden, BadRequest,
+	// Unavailable or Error.
+	Status string `json:"status"`
 }
 
 // Expect is what a case requires of the response.

@@ -77,6 +77,11 @@ type Options struct {
 	// Defaults to false: a pooled instance, whose guest heap carries over
 	// from earlier calls (a Go guest's fuel varies by a few percent).
 	Fresh bool
+	// Reads, when set, wraps the reader that serves the guest's
+	// cache_read from the input (the object, its children, the related
+	// objects): `operator replay` answers only the reads production made.
+	// Defaults to nil: every read is served from the input.
+	Reads func(engine.CacheReader) engine.CacheReader
 }
 
 // Outcome is the result of one run.
@@ -127,7 +132,11 @@ func Run(ctx context.Context, m *engine.Module, in Input, opts Options) Outcome 
 	reads := cacheread.New(m.Manifest(), cacheread.MemoryBackend{Objects: objects},
 		cacheread.Options{Namespaces: opts.ReadNamespaces, Scopes: opts.Scopes})
 	ns, _, _ := unstructured.NestedString(in.Object, "metadata", "namespace")
-	ctx = engine.WithCacheReader(ctx, reads.For(ns))
+	var reader engine.CacheReader = reads.For(ns)
+	if opts.Reads != nil {
+		reader = opts.Reads(reader)
+	}
+	ctx = engine.WithCacheReader(ctx, reader)
 	if opts.Log.GetSink() != nil {
 		ctx = logr.NewContext(ctx, opts.Log)
 	}

@@ -180,6 +180,11 @@ func TestFlightRecorder(t *testing.T) {
 	if len(c.Input.Related) != 1 || c.Input.Related[0]["kind"] != "ConfigMap" || c.Expect.Status["listed"] != float64(1) {
 		t.Fatalf("the reading call's case: related %v, expected status %v", c.Input.Related, c.Expect.Status)
 	}
+	// Every read is logged with how it ended, for operator replay.
+	if r := c.Recorded.Reads; len(r) != 3 || r[0].Op != "get" || r[0].Name != "cfg" || r[0].Status != "OK" || r[1].Op != "list" ||
+		r[1].LabelSelector != "app=x" || r[2].Kind != "Secret" || r[2].Status != "Forbidden" {
+		t.Errorf("the reading call's recorded reads: %+v", r)
+	}
 	replays(t, misbehave, []modtest.Case{c})
 
 	// The call whose child the API server refused is kept as a failure,

@@ -21,6 +21,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
@@ -193,14 +194,20 @@ type Result struct {
 	Lines      []string // how it differs (compare.Compare)
 	FuelBefore uint64   // the recorded call's fuel on a fresh instance
 	FuelAfter  uint64   // the replay's
+	// Unanswered are the new version's reads the recording cannot answer
+	// (production never made them), as "get v1 ConfigMap ns/name": its
+	// answer was not compared, since a read answered NotFound by default
+	// would make a difference that is not the module's.
+	Unanswered []string
 }
 
 // Report is a replay of recorded cases.
 type Report struct {
-	Results []Result
-	Same    int
-	Changed int
-	Skipped int // cases without a recorded block
+	Results    []Result
+	Same       int
+	Changed    int
+	Unanswered int // calls with a read the recording cannot answer
+	Skipped    int // cases without a recorded block
 }
 
 // Replay reruns every case with a recorded block on m, each on a fresh
@@ -215,9 +222,21 @@ func Replay(ctx context.Context, m *engine.Module, cases []modtest.Case, opts of
 			rep.Skipped++
 			continue
 		}
-		o := offline.Run(ctx, m, c.Input, opts)
-		verdict, lines := compare.Compare(recordedAnswer(r), outcomeAnswer(o), allow)
+		runOpts := opts
+		var strict *recordedReads
+		if r.Reads != nil {
+			strict = newRecordedReads(r.Reads)
+			runOpts.Reads = strict.wrap
+		}
+		o := offline.Run(ctx, m, c.Input, runOpts)
 		res := Result{Case: c.Name, FuelBefore: r.ReplayFuel, FuelAfter: o.Fuel}
+		if strict != nil && len(strict.unanswered) > 0 {
+			res.Unanswered = strict.unanswered
+			rep.Unanswered++
+			rep.Results = append(rep.Results, res)
+			continue
+		}
+		verdict, lines := compare.Compare(recordedAnswer(r), outcomeAnswer(o), allow)
 		if verdict == compare.Agree {
 			rep.Same++
 		} else {
@@ -249,4 +268,57 @@ func outcomeAnswer(o offline.Outcome) compare.Answer {
 		msg = o.Err.Error()
 	}
 	return compare.Answer{Kind: kind, Err: msg}
+}
+
+// recordedReads serves a replay only the reads production made, and
+// notes the others.
+type recordedReads struct {
+	known      map[abi.CacheRequest]bool
+	unanswered []string
+}
+
+func newRecordedReads(reads []modtest.RecordedRead) *recordedReads {
+	r := &recordedReads{known: map[abi.CacheRequest]bool{}}
+	for _, rd := range reads {
+		r.known[rd.CacheRequest] = true
+	}
+	return r
+}
+
+func (r *recordedReads) wrap(inner engine.CacheReader) engine.CacheReader {
+	return readerFunc(func(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
+		var req abi.CacheRequest
+		if err := json.Unmarshal(request, &req); err != nil || r.known[req] {
+			return inner.Read(ctx, request) // a malformed request fails as it did
+		}
+		r.unanswered = append(r.unanswered, describeRead(req))
+		return abi.CacheError, []byte("operator replay: the recording holds no answer to this read (production never made it)")
+	})
+}
+
+type readerFunc func(context.Context, []byte) (abi.CacheStatus, []byte)
+
+func (f readerFunc) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
+	return f(ctx, request)
+}
+
+// describeRead is a read as "get v1 ConfigMap ns/name" or "list v1
+// ConfigMap in ns matching app=web".
+func describeRead(r abi.CacheRequest) string {
+	what := r.Op + " " + r.APIVersion + " " + r.Kind
+	switch {
+	case r.Op == "get" && r.Namespace != "":
+		return what + " " + r.Namespace + "/" + r.Name
+	case r.Op == "get":
+		return what + " " + r.Name
+	}
+	if r.Namespace != "" {
+		what += " in " + r.Namespace
+	} else {
+		what += " in every namespace"
+	}
+	if r.LabelSelector != "" {
+		what += " matching " + r.LabelSelector
+	}
+	return what
 }

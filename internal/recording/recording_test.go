@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
@@ -158,5 +159,69 @@ func TestReplay(t *testing.T) {
 	}
 	if r := rep.Results[1]; !r.Changed || !strings.Contains(strings.Join(r.Lines, "\n"), "status") {
 		t.Errorf("a changed answer: %+v", r)
+	}
+}
+
+// TestReplayUnansweredReads: a recorded call carries the reads production
+// made (get NotFound included); a replay serves only those, and a read the
+// recording cannot answer makes the call UNKNOWN, naming the read, rather
+// than a NotFound that would show as a change. A recording without reads
+// (made before they were logged) serves every read from input.related.
+func TestReplayUnansweredReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles a guest")
+	}
+	dir, err := testshare.CompilationCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := engine.New(engine.Options{CompilationCacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	m, err := e.Load(ctx, "misbehave", testwasm.Build(t, "./internal/testguests/misbehave"), engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It gets ConfigMap ns/absent (NotFound), lists ConfigMaps app=x and
+	// gets Secret ns/any (Forbidden: it declares no Secrets).
+	in := offline.Input{Object: map[string]any{"apiVersion": "test.wasmreconcile.io/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "g", "namespace": "ns", "generation": 1},
+		"spec":     map[string]any{"mode": "read", "configMap": "absent", "selector": "app=x"}},
+		Now: "2026-01-01T00:00:00Z"}
+	o := offline.Run(ctx, m, in, offline.Options{Fresh: true})
+	var resp map[string]any
+	if err := json.Unmarshal(o.Output, &resp); err != nil || o.Err != nil {
+		t.Fatalf("the guest's answer: %v %v", err, o.Err)
+	}
+	get := func(kind, name string) abi.CacheRequest {
+		return abi.CacheRequest{Op: "get", APIVersion: "v1", Kind: kind, Namespace: "ns", Name: name}
+	}
+	all := []modtest.RecordedRead{{CacheRequest: get("ConfigMap", "absent"), Status: "NotFound"},
+		{CacheRequest: abi.CacheRequest{Op: "list", APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", LabelSelector: "app=x"}, Status: "OK"},
+		{CacheRequest: get("Secret", "any"), Status: "Forbidden"}}
+	recorded := func(reads []modtest.RecordedRead) *modtest.Recorded {
+		return &modtest.Recorded{Kind: "Success", Response: resp, ReplayFuel: o.Fuel, Reads: reads}
+	}
+	cases := []modtest.Case{
+		{Name: "every read recorded", Input: in, Recorded: recorded(all)},
+		{Name: "only the first", Input: in, Recorded: recorded(all[:1])},
+		{Name: "reads not logged", Input: in, Recorded: recorded(nil)},
+	}
+	rep := Replay(ctx, m, cases, offline.Options{}, nil)
+	if rep.Same != 2 || rep.Changed != 0 || rep.Unanswered != 1 || len(rep.Results) != 3 {
+		t.Fatalf("report: %+v", rep)
+	}
+	// The guest stops at the failed list: the Secret is never asked for.
+	want := []string{"list v1 ConfigMap in ns matching app=x"}
+	if r := rep.Results[1]; !slices.Equal(r.Unanswered, want) || r.Changed {
+		t.Errorf("a version reading what production did not: %+v, want unanswered %q", r, want)
+	}
+	for _, i := range []int{0, 2} {
+		if r := rep.Results[i]; r.Changed || len(r.Unanswered) > 0 {
+			t.Errorf("%s: %+v", r.Case, r)
+		}
 	}
 }

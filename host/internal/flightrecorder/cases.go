@@ -37,7 +37,7 @@ func (rec Record) Case(n int) modtest.Case {
 	}
 	r := &modtest.Recorded{Module: rec.Module, Digest: rec.Digest, Object: rec.Object, At: rec.At.Format(time.RFC3339Nano),
 		Kind: string(rec.Kind), Error: rec.Error, Fuel: rec.Fuel, ReplayFuel: rec.ReplayFuel, DurationSeconds: rec.Duration, Redacted: rec.Redacted,
-		Refused: rec.Refused, ApplyError: rec.ApplyError}
+		Refused: rec.Refused, ApplyError: rec.ApplyError, Reads: rec.Reads}
 	var resp *abi.Response
 	if len(rec.Response) > 0 {
 		var m map[string]any

@@ -28,6 +28,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/redact"
+	"github.com/wasmreconcile/wasmreconcile/host/modtest"
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 )
@@ -124,6 +125,10 @@ type Call struct {
 	// offline checks do not see. A call with either is kept as a failure.
 	Refused  []abi.ChildFailure
 	ApplyErr error
+	// ReadLog is every cache_read of the call and how it ended, so that a
+	// replay can tell a read production made (and answered NotFound) from
+	// one it never made. nil: not logged.
+	ReadLog []Read
 	// ReadNamespaces and Scopes are the reads' rules, for the replay run.
 	ReadNamespaces []string
 	Scopes         protocol.Scopes
@@ -141,6 +146,16 @@ func (c Call) release() {
 		c.Release()
 	}
 }
+
+// Read is one cache_read of a call and how it ended.
+type Read struct {
+	Request abi.CacheRequest
+	Status  abi.CacheStatus
+}
+
+// statusNames name abi.CacheStatus values in records.
+var statusNames = map[abi.CacheStatus]string{abi.CacheOK: "OK", abi.CacheNotFound: "NotFound", abi.CacheForbidden: "Forbidden",
+	abi.CacheBadRequest: "BadRequest", abi.CacheUnavailable: "Unavailable", abi.CacheError: "Error"}
 
 // Record is one kept call.
 type Record struct {
@@ -165,6 +180,8 @@ type Record struct {
 	// host could not write of the answer.
 	Refused    []abi.ChildFailure `json:"refused,omitempty"`
 	ApplyError string             `json:"applyError,omitempty"`
+	// Reads are the call's cache reads (Call.ReadLog); nil when not logged.
+	Reads []modtest.RecordedRead `json:"reads,omitzero"`
 
 	size int
 }
@@ -311,6 +328,16 @@ func (r *Recorder) replay(c Call) Record {
 	}
 	if c.ApplyErr != nil {
 		rec.ApplyError = scrubString(sc, c.ApplyErr.Error())
+	}
+	if c.ReadLog != nil {
+		rec.Reads = []modtest.RecordedRead{}
+		for _, rd := range c.ReadLog {
+			name, ok := statusNames[rd.Status]
+			if !ok {
+				name = fmt.Sprint(uint32(rd.Status))
+			}
+			rec.Reads = append(rec.Reads, modtest.RecordedRead{CacheRequest: rd.Request, Status: name})
+		}
 	}
 	for _, f := range c.Refused {
 		f.Message = scrubString(sc, f.Message)

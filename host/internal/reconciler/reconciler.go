@@ -430,13 +430,20 @@ type countingReader struct {
 	n       int
 	keep    bool
 	results [][]byte
+	log     []flightrecorder.Read // every read, with how it ended (keep)
 }
 
 func (c *countingReader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
 	c.n++
 	st, b := c.CacheReader.Read(ctx, request)
-	if c.keep && st == abi.CacheOK {
-		c.results = append(c.results, b)
+	if c.keep {
+		if st == abi.CacheOK {
+			c.results = append(c.results, b)
+		}
+		var req abi.CacheRequest
+		if json.Unmarshal(request, &req) == nil {
+			c.log = append(c.log, flightrecorder.Read{Request: req, Status: st})
+		}
 	}
 	return st, b
 }
@@ -484,7 +491,7 @@ func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), k
 	in.ChildFailures = append([]abi.ChildFailure(nil), in.ChildFailures...)
 	fr.Offer(flightrecorder.Call{Module: module, Object: key.String(), Input: in, Reads: reads.objects(),
 		Output: append([]byte(nil), res.Output...), Err: err, Fuel: res.Fuel, Duration: res.Duration,
-		Refused: append([]abi.ChildFailure(nil), refused.children...), ApplyErr: refused.err,
+		Refused: append([]abi.ChildFailure(nil), refused.children...), ApplyErr: refused.err, ReadLog: append([]flightrecorder.Read{}, reads.log...),
 		ReadNamespaces: r.opts.Policy.ReadNamespaces, Scopes: r.opts.Scopes, Release: release})
 }
 
