@@ -143,14 +143,15 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\nnext:\n  cd %s\n", dir)
 	if lang == scaffold.LangRust {
-		fmt.Fprintf(stdout, "  make test    # rustc --test; build %s.wasm with rustc; operator test on testdata/cases\n", name)
+		fmt.Fprintf(stdout, "  make test    # rustc --test; build build/%s.wasm with rustc; operator test on testdata/cases\n", name)
 	} else {
-		fmt.Fprintf(stdout, "  make test    # go test; build %s.wasm; operator test on testdata/cases\n", name)
+		fmt.Fprintf(stdout, "  make test    # go test; build build/%s.wasm; operator test on testdata/cases\n", name)
 	}
+	fmt.Fprintf(stdout, "  make deploy  # make test, then the tested module into deploy/\n")
 	if opts.CRD {
-		fmt.Fprintf(stdout, "  %s dev --module-dir . --crds crds    # a local cluster running the module; make build reloads it\n", opts.Operator)
+		fmt.Fprintf(stdout, "  %s dev --module-dir deploy --crds crds    # a local cluster running the module; make deploy reloads it\n", opts.Operator)
 	} else {
-		fmt.Fprintf(stdout, "  %s dev --module-dir .    # a local cluster running the module; make build reloads it\n", opts.Operator)
+		fmt.Fprintf(stdout, "  %s dev --module-dir deploy    # a local cluster running the module; make deploy reloads it\n", opts.Operator)
 	}
 	fmt.Fprintf(stdout, "on a cluster:\n")
 	if opts.CRD {
@@ -158,7 +159,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprintf(stdout, "  kubectl apply -f rbac.yaml\n")
 	}
-	fmt.Fprintf(stdout, "  %s run --module-dir . --default-service-account %s\n", opts.Operator, opts.ServiceAccount)
+	fmt.Fprintf(stdout, "  %s run --module-dir deploy --default-service-account %s\n", opts.Operator, opts.ServiceAccount)
 	fmt.Fprintf(stdout, "(the operator impersonates %s: config/rbac lets it impersonate the accounts of %s)\n", opts.ServiceAccount, initAccountNamespace)
 	return nil
 }

@@ -82,20 +82,21 @@ func TestInitScaffold(t *testing.T) {
 				t.Errorf("go.mod does not replace the SDK with %s:\n%s", sdkDir(), gomod)
 			}
 			makefile, _ := os.ReadFile(filepath.Join(dir, "Makefile"))
-			for _, want := range []string{"GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -ldflags='-s -w' -o $@ .", "$(GO) test ./...", "$(OPERATOR) test --crds crds demo.wasm testdata/cases"} {
+			for _, want := range []string{"GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -ldflags='-s -w' -o $@ .", "$(GO) test ./...", "$(OPERATOR) test --crds crds build/demo.wasm testdata/cases", "deploy: test"} {
 				if !strings.Contains(string(makefile), want) {
 					t.Errorf("Makefile lacks %q:\n%s", want, makefile)
 				}
 			}
 
 			goTool(t, dir, nil, "test", "./...")
-			wasm := filepath.Join(dir, "demo.wasm")
+			wasm := filepath.Join(dir, "build", "demo.wasm")
 			// As the Makefile builds it: -trimpath makes the bytes the same
 			// in every temporary directory, so the tests' compilation
 			// cache serves them from the second run on.
 			goTool(t, dir, []string{"GOOS=wasip1", "GOARCH=wasm"}, "build", "-trimpath", "-buildmode=c-shared", "-ldflags=-s -w", "-o", wasm, ".")
 
 			checkScaffoldModule(t, dir, wasm)
+			checkDeploy(t, dir, "demo")
 		})
 	}
 }
@@ -123,6 +124,41 @@ func checkScaffoldModule(t *testing.T, dir, wasm string) {
 	written, _ := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
 	if out.String() != string(written) {
 		t.Errorf("operator rbac on the built module differs from the rbac.yaml init wrote:\n--- operator rbac\n%s\n--- rbac.yaml\n%s", out.String(), written)
+	}
+}
+
+// checkDeploy runs the scaffold's make deploy with a stand-in for the
+// operator command (its tests are checkScaffoldModule's): when the cases
+// fail, nothing reaches deploy/, the directory operator dev watches, and
+// make test alone never writes there; when they pass, the tested module
+// does, whole.
+func checkDeploy(t *testing.T, dir, name string, vars ...string) {
+	t.Helper()
+	deployed := filepath.Join(dir, "deploy", name+".wasm")
+	mk := func(target, operatorCmd string) ([]byte, error) {
+		cmd := exec.Command("make", append([]string{target, "OPERATOR=" + operatorCmd}, vars...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		return cmd.CombinedOutput()
+	}
+	if out, err := mk("test", "true"); err != nil {
+		t.Fatalf("make test: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(deployed); err == nil {
+		t.Fatalf("make test wrote %s: a module goes live without make deploy", deployed)
+	}
+	if out, err := mk("deploy", "false"); err == nil {
+		t.Fatalf("make deploy succeeded with failing cases:\n%s", out)
+	}
+	if _, err := os.Stat(deployed); err == nil {
+		t.Fatalf("make deploy with failing cases wrote %s", deployed)
+	}
+	if out, err := mk("deploy", "true"); err != nil {
+		t.Fatalf("make deploy: %v\n%s", err, out)
+	}
+	built, _ := os.ReadFile(filepath.Join(dir, "build", name+".wasm"))
+	if got, err := os.ReadFile(deployed); err != nil || len(built) == 0 || !bytes.Equal(got, built) {
+		t.Errorf("make deploy: %s is not the tested module (%d bytes, built %d): %v", deployed, len(got), len(built), err)
 	}
 }
 
@@ -185,7 +221,8 @@ func TestInitScaffoldRust(t *testing.T) {
 			} else if !strings.Contains(string(b), "test result: ok. 2 passed") || strings.Contains(string(b), "warning") {
 				t.Errorf("make test-native build: want the module's 2 native tests passing and no warning:\n%s", b)
 			}
-			checkScaffoldModule(t, dir, filepath.Join(dir, "demo.wasm"))
+			checkScaffoldModule(t, dir, filepath.Join(dir, "build", "demo.wasm"))
+			checkDeploy(t, dir, "demo", "RUSTC="+rc)
 		})
 	}
 	t.Run("unknown-language", func(t *testing.T) {

@@ -141,10 +141,10 @@ func Write(opts Options) ([]File, error) {
 		{"case.yaml.tmpl", filepath.Join("testdata", "cases", "reconcile.yaml"), "a case for `operator test` on the built .wasm", false},
 		{"child-failure.yaml.tmpl", filepath.Join("testdata", "cases", "child-failure.yaml"), "a case: a child the API server refused shows in Ready", len(opts.Owns) == 0},
 		{"crd.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ": describe its spec", !opts.CRD},
-		{"Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm), test, rbac", rust},
-		{"rust-Makefile.tmpl", "Makefile", "build (" + opts.Name + ".wasm, with rustc), test, rbac", !rust},
-		{"gitignore.tmpl", ".gitignore", "ignores the built .wasm", rust},
-		{"rust-gitignore.tmpl", ".gitignore", "ignores the built .wasm and target/", !rust},
+		{"Makefile.tmpl", "Makefile", "build (build/" + opts.Name + ".wasm), test, deploy (into deploy/, after the tests), rbac", rust},
+		{"rust-Makefile.tmpl", "Makefile", "build (build/" + opts.Name + ".wasm, with rustc), test, deploy (into deploy/, after the tests), rbac", !rust},
+		{"gitignore.tmpl", ".gitignore", "ignores build/ and deploy/", rust},
+		{"rust-gitignore.tmpl", ".gitignore", "ignores build/, deploy/ and target/", !rust},
 	}
 	tmpl, err := template.New("").Funcs(template.FuncMap{"quote": quote}).ParseFS(templates, "templates/*.tmpl")
 	if err != nil {
