@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/flightrecorder"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
@@ -27,7 +29,9 @@ var webappGVK = schema.GroupVersionKind{Group: "examples.wasmreconcile.io", Vers
 // recreated, and deletion waits for the module's teardown.
 func TestChildrenAndFinalizer(t *testing.T) {
 	t.Parallel() // isolated: a namespace and a manager of its own
-	h := run(t, "./webapp", runOptions{})
+	fr := flightrecorder.New(flightrecorder.Options{SampleEvery: 1, SampleInterval: -1})
+	t.Cleanup(fr.Close)
+	h := run(t, "./webapp", runOptions{rec: reconciler.Options{FlightRecorder: fr}})
 	ctx := context.Background()
 	h.create(webappGVK, "shop", map[string]any{"image": "nginx:1.27", "port": int64(8080), "config": map[string]any{"LOG_LEVEL": "debug"}})
 	app := h.get(webappGVK, "shop")
@@ -114,6 +118,21 @@ func TestChildrenAndFinalizer(t *testing.T) {
 	if _, err := h.findEvent("shop", corev1.EventTypeNormal, "TearingDown"); err != nil {
 		t.Error(err)
 	}
+	// The recorder keeps the finalizing call's input as the guest saw it:
+	// with the finalizer its answer then removed.
+	testenv.Eventually(t, time.Minute, "the call that finalized recorded", func() error {
+		for _, rec := range fr.Records("webapp") {
+			if !rec.Input.Finalizing || !strings.Contains(string(rec.Response), `"finalized":true`) {
+				continue
+			}
+			fins := (&unstructured.Unstructured{Object: rec.Input.Object}).GetFinalizers()
+			if len(fins) != 1 || fins[0] != reconciler.FinalizerPrefix+"webapp" {
+				return fmt.Errorf("the finalizing call's recorded object has finalizers %v, not what the guest saw", fins)
+			}
+			return nil
+		}
+		return fmt.Errorf("no finalizing call recorded yet")
+	})
 	if got := h.metric(h.metrics.ChildOperations.WithLabelValues("webapp", "apply")); got < 3 {
 		t.Errorf("child applies counted: %v, want at least 3 (two children, one recreated)", got)
 	}

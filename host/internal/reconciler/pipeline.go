@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -260,10 +261,16 @@ func (r *Reconciler) guestError(p *pass) error {
 // child failures it must be told of.
 func (r *Reconciler) applyResponse(ctx context.Context, p *pass) bool {
 	resp := p.resp
+	in := p.input
+	if p.deleting && r.opts.FlightRecorder != nil {
+		// Removing the finalizer (apply) changes the object in place: the
+		// recorder keeps the object the guest saw.
+		in.Object = runtime.DeepCopyJSON(p.input.Object)
+	}
 	a, err := r.apply(ctx, p.call, p.o.obj, p.observed, resp, p.deleting, p.input.ChildFailures)
 	// The recorder keeps the call with what the API server refused of it
 	// (a child, the status): what offline checks cannot see.
-	r.record(p.module, p.hold, p.o.key, p.input, p.reads, p.o.res, p.guestErr, refusal{children: a.failures, err: err})
+	r.record(p.module, p.hold, p.o.key, in, p.reads, p.o.res, p.guestErr, refusal{children: a.failures, err: err})
 	p.o.wrote, p.o.untold = p.o.wrote || a.wrote, a.untold
 	switch {
 	case a.synced:
