@@ -213,6 +213,9 @@ type Report struct {
 // Replay reruns every case with a recorded block on m, each on a fresh
 // instance (opts.Fresh is set), and compares the answer with the recorded
 // one as a shadow does: differences at the paths of allow are expected.
+// A recorded block that lists its reads (Recorded.Reads) is served only
+// those; a read production never made fails for the guest, and the call
+// is reported Unanswered, not compared.
 func Replay(ctx context.Context, m *engine.Module, cases []modtest.Case, opts offline.Options, allow []string) Report {
 	opts.Fresh = true
 	var rep Report
