@@ -115,23 +115,8 @@ func TestWrite(t *testing.T) {
 // no longer gives is changed, with the difference; a case with no recorded
 // block is skipped.
 func TestReplay(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles a guest")
-	}
-	dir, err := testshare.CompilationCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	e, err := engine.New(engine.Options{CompilationCacheDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
-	m, err := e.Load(ctx, "widget", testwasm.Build(t, "./widget"), engine.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := loadGuest(t, "widget", "./widget")
 	in := offline.Input{Object: map[string]any{"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "Widget",
 		"metadata": map[string]any{"name": "w", "namespace": "ns", "generation": 1}, "spec": map[string]any{"size": 3, "color": "red"}},
 		Now: "2026-01-01T00:00:00Z"}
@@ -168,23 +153,8 @@ func TestReplay(t *testing.T) {
 // than a NotFound that would show as a change. A recording without reads
 // (made before they were logged) serves every read from input.related.
 func TestReplayUnansweredReads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles a guest")
-	}
-	dir, err := testshare.CompilationCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	e, err := engine.New(engine.Options{CompilationCacheDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
-	m, err := e.Load(ctx, "misbehave", testwasm.Build(t, "./internal/testguests/misbehave"), engine.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := loadGuest(t, "misbehave", "./internal/testguests/misbehave")
 	// It gets ConfigMap ns/absent (NotFound), lists ConfigMaps app=x and
 	// gets Secret ns/any (Forbidden: it declares no Secrets).
 	in := offline.Input{Object: map[string]any{"apiVersion": "test.wasmreconcile.io/v1", "kind": "Gadget",
@@ -224,4 +194,29 @@ func TestReplayUnansweredReads(t *testing.T) {
 			t.Errorf("%s: %+v", r.Case, r)
 		}
 	}
+}
+
+// loadGuest builds the guest of package pkg (under modules/) and loads it
+// as module name on an engine that lives as long as the test; it skips the
+// test with -short.
+func loadGuest(t *testing.T, name, pkg string) *engine.Module {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("compiles a guest")
+	}
+	dir, err := testshare.CompilationCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := engine.New(engine.Options{CompilationCacheDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(ctx) })
+	m, err := e.Load(ctx, name, testwasm.Build(t, pkg), engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
