@@ -257,12 +257,8 @@ func (s *shards) peerShadowStats(module, digest string) shadow.Stats {
 		if !ok || c.Digest != digest {
 			continue
 		}
-		sum.Agreements += c.Agreements
-		sum.Differences += c.Differences
-		sum.CandidateErrors += c.CandidateErrors
-		sum.Skipped += c.Skipped
-		sum.ServedByCandidate += c.ServedByCandidate
-		sum.ServedByServing += c.ServedByServing
+		sum.AddCounts(shadow.Stats{Agreements: c.Agreements, Differences: c.Differences, CandidateErrors: c.CandidateErrors,
+			Skipped: c.Skipped, ServedByCandidate: c.ServedByCandidate, ServedByServing: c.ServedByServing})
 	}
 	return sum
 }

@@ -28,11 +28,7 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 	t.Parallel()
 	e := optest.NewEnv(t)
 	const slots = 16
-	space, err := shard.NewSpace(slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := shard.Assign(space, []string{"op-a", "op-b"})
+	a := optest.ShardPair(t, slots)
 	// Namespaces until each operator owns two.
 	namespaces, _ := optest.ShardNamespaces(t, e, a, "s", 2)
 	module := testwasm.BuildFile(t, "./widget")
@@ -50,14 +46,12 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 		}
 		mo := e.OperatorOptions()
 		mo.Namespaces = append([]string{e.NS}, namespaces...)
-		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "sharded-"+e.NS, e.NS
-		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
+		sharding := optest.Sharded(e, &mo, "sharded", id, slots)
 		regs[id] = prometheus.NewRegistry()
 		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{
 			Modules:    []string{module},
 			Registerer: regs[id],
-			Sharding: operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: "sharded",
-				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
+			Sharding:   sharding,
 		})
 	}
 	var mu sync.Mutex

@@ -119,13 +119,7 @@ func (c *Controller) rollout(ctx context.Context, obj *v1alpha1.ReconcileModule,
 	st := cs.Stats
 	if c.opts.PeerShadowStats != nil {
 		// Sharded: every replica shadows its own share; add them up.
-		p := c.opts.PeerShadowStats(obj.Name, cs.Digest)
-		st.Agreements += p.Agreements
-		st.Differences += p.Differences
-		st.CandidateErrors += p.CandidateErrors
-		st.Skipped += p.Skipped
-		st.ServedByCandidate += p.ServedByCandidate
-		st.ServedByServing += p.ServedByServing
+		st.AddCounts(c.opts.PeerShadowStats(obj.Name, cs.Digest))
 	}
 	status.Rollout.Candidate = &v1alpha1.CandidateStatus{Digest: cs.Digest, Agreements: st.Agreements, Differences: st.Differences,
 		CandidateErrors: st.CandidateErrors, Skipped: st.Skipped, FirstDifferences: st.FirstDifferences,

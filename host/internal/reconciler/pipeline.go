@@ -216,7 +216,7 @@ func (r *Reconciler) invoke(ctx context.Context, p *pass) bool {
 	if p.canary {
 		p.shadow = nil // served by the candidate: nothing to compare
 	}
-	p.reads = &countingReader{CacheReader: r.reads.For(p.o.key.Namespace), keep: true}
+	p.reads = &countingReader{CacheReader: r.reads.For(p.o.key.Namespace), keep: true, log: r.opts.FlightRecorder != nil}
 	obj, children, reads := p.o.obj.Object, p.input.Children, p.reads
 	p.o.seen = func() []map[string]any {
 		return append(append([]map[string]any{obj}, children...), reads.objects()...)

@@ -23,6 +23,7 @@
 package reconciler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -430,22 +431,42 @@ type countingReader struct {
 	n       int
 	keep    bool
 	results [][]byte
-	log     []flightrecorder.Read // every read, with how it ended (keep)
+	// logged, with a flight recorder, keeps every request (copied out of
+	// the guest's memory) and how it ended, decoded only for a call the
+	// recorder keeps (readLog).
+	logged []loggedRead
+	log    bool
+}
+
+type loggedRead struct {
+	request []byte
+	status  abi.CacheStatus
 }
 
 func (c *countingReader) Read(ctx context.Context, request []byte) (abi.CacheStatus, []byte) {
 	c.n++
 	st, b := c.CacheReader.Read(ctx, request)
-	if c.keep {
-		if st == abi.CacheOK {
-			c.results = append(c.results, b)
-		}
-		var req abi.CacheRequest
-		if json.Unmarshal(request, &req) == nil {
-			c.log = append(c.log, flightrecorder.Read{Request: req, Status: st})
-		}
+	if c.keep && st == abi.CacheOK {
+		c.results = append(c.results, b)
+	}
+	if c.log {
+		c.logged = append(c.logged, loggedRead{request: bytes.Clone(request), status: st})
 	}
 	return st, b
+}
+
+// readLog is the call's reads for the flight recorder: each request as the
+// guest made it, and how it ended (a request that does not decode failed
+// as malformed and is left out).
+func (c *countingReader) readLog() []flightrecorder.Read {
+	out := []flightrecorder.Read{}
+	for _, l := range c.logged {
+		var req abi.CacheRequest
+		if json.Unmarshal(l.request, &req) == nil {
+			out = append(out, flightrecorder.Read{Request: req, Status: l.status})
+		}
+	}
+	return out
 }
 
 // objects are the objects the reads returned: each result is one object
@@ -491,7 +512,7 @@ func (r *Reconciler) record(module *engine.Module, hold func() (func(), bool), k
 	in.ChildFailures = append([]abi.ChildFailure(nil), in.ChildFailures...)
 	fr.Offer(flightrecorder.Call{Module: module, Object: key.String(), Input: in, Reads: reads.objects(),
 		Output: append([]byte(nil), res.Output...), Err: err, Fuel: res.Fuel, Duration: res.Duration,
-		Refused: append([]abi.ChildFailure(nil), refused.children...), ApplyErr: refused.err, ReadLog: append([]flightrecorder.Read{}, reads.log...),
+		Refused: append([]abi.ChildFailure(nil), refused.children...), ApplyErr: refused.err, ReadLog: reads.readLog(),
 		ReadNamespaces: r.opts.Policy.ReadNamespaces, Scopes: r.opts.Scopes, Release: release})
 }
 

@@ -174,6 +174,17 @@ type Stats struct {
 	ServedByCandidate, ServedByServing int64
 }
 
+// AddCounts adds o's counts (agreements, differences, errors, skipped
+// and canary calls) to s, as the replicas of a sharded group add theirs.
+func (s *Stats) AddCounts(o Stats) {
+	s.Agreements += o.Agreements
+	s.Differences += o.Differences
+	s.CandidateErrors += o.CandidateErrors
+	s.Skipped += o.Skipped
+	s.ServedByCandidate += o.ServedByCandidate
+	s.ServedByServing += o.ServedByServing
+}
+
 // Shadow runs one candidate. It is safe for concurrent use.
 type Shadow struct {
 	module *engine.Module

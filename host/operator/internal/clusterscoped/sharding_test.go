@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
-	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -31,13 +30,11 @@ func TestShardRebalanceEvents(t *testing.T) {
 	const slots = 16
 	start := func(id string) *operator.Operator {
 		mo := e.OperatorOptions()
-		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "rebalance-"+e.NS, e.NS
-		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
+		sharding := optest.Sharded(e, &mo, "rebalance", id, slots)
 		return optest.Start(t, e.Cfg, mo, operator.Options{
 			ReconcileModules: true,
 			Registerer:       prometheus.NewRegistry(),
-			Sharding: operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: "rebalance",
-				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
+			Sharding:         sharding,
 		})
 	}
 	a := start("op-a")
@@ -68,26 +65,20 @@ func TestShardedShadowCountsAddUp(t *testing.T) {
 	e := optest.NewEnv(t)
 	ctx := context.Background()
 	const slots = 16
-	space, err := shard.NewSpace(slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := shard.Assign(space, []string{"op-a", "op-b"})
+	a := optest.ShardPair(t, slots)
 	namespaces, owned := optest.ShardNamespaces(t, e, a, "s", 1)
 	mine := map[string]string{"op-a": owned["op-a"][0], "op-b": owned["op-b"][0]}
 	regs := map[string]*prometheus.Registry{}
 	for _, id := range []string{"op-a", "op-b"} {
 		mo := e.OperatorOptions()
 		mo.Namespaces = append([]string{e.NS}, namespaces...)
-		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "counts-"+e.NS, e.NS
-		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
+		sharding := optest.Sharded(e, &mo, "counts", id, slots)
 		regs[id] = prometheus.NewRegistry()
 		optest.Start(t, e.Cfg, mo, operator.Options{
 			ReconcileModules: true,
 			Registerer:       regs[id],
 			ModuleController: operator.ModuleControllerOptions{StatusInterval: 500 * time.Millisecond},
-			Sharding: operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: "counts",
-				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
+			Sharding:         sharding,
 		})
 	}
 	dir := t.TempDir()

@@ -372,6 +372,30 @@ func WaitModuleEvent(t *testing.T, c client.Client, uid types.UID, reason string
 	return msg
 }
 
+// Sharded makes mo a replica of the sharded group named group (leader
+// election group-NS in e's namespace) with the sharding tests' fast Lease
+// timings, for the election and the shard Leases both (4 s Leases: a dead
+// replica's slots move within seconds), and returns its ShardingOptions:
+// identity id and slots slots, in the default mode (set Mode for another).
+func Sharded(e Env, mo *operator.ManagerOptions, group, id string, slots int) operator.ShardingOptions {
+	const lease, renew, retry = 4 * time.Second, 3 * time.Second, 250 * time.Millisecond
+	mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, group+"-"+e.NS, e.NS
+	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = lease, renew, retry
+	return operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: group,
+		LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry}
+}
+
+// ShardPair is the assignment of slots slots to the two replicas op-a and
+// op-b that the sharding tests run.
+func ShardPair(t *testing.T, slots int) shard.Assignment {
+	t.Helper()
+	space, err := shard.NewSpace(slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shard.Assign(space, []string{"op-a", "op-b"})
+}
+
 // ShardNamespaces creates namespaces E.NS-PREFIXi (deleted when the test
 // ends) until every member of a owns at least each of them by namespace,
 // and returns them in the order created and, by member, the ones each

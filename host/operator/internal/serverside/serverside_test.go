@@ -35,11 +35,7 @@ func TestServerSideReplicasCacheTheirShare(t *testing.T) {
 	e := optest.NewEnv(t)
 	ctx := context.Background()
 	const slots = 16
-	space, err := shard.NewSpace(slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := shard.Assign(space, []string{"op-a", "op-b"})
+	a := optest.ShardPair(t, slots)
 	var namespaces []string
 	owned := map[string][]string{}
 	newNamespace := func(i int) string {
@@ -76,15 +72,13 @@ func TestServerSideReplicasCacheTheirShare(t *testing.T) {
 	start := func(id string) {
 		mo := e.OperatorOptions()
 		mo.Namespaces = nil // the whole cluster, as deployed
-		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "serverside-"+e.NS, e.NS
-		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
+		sharding := optest.Sharded(e, &mo, "serverside", id, slots)
+		sharding.Mode, sharding.NamespaceDebounce = operator.ShardModeServerSide, 200*time.Millisecond
 		regs[id] = prometheus.NewRegistry()
 		ops[id], stops[id] = optest.StartStoppable(t, e.Cfg, mo, operator.Options{
 			Modules:    []string{module},
 			Registerer: regs[id],
-			Sharding: operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: "serverside", Mode: operator.ShardModeServerSide,
-				NamespaceDebounce: 200 * time.Millisecond,
-				LeaseDuration:     4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
+			Sharding:   sharding,
 		})
 		optest.ShardAdmitted(ops[id], func(key types.NamespacedName) {
 			mu.Lock()
@@ -210,11 +204,7 @@ func TestServerSideReadsOtherNamespacesLive(t *testing.T) {
 	e := optest.NewEnv(t)
 	ctx := context.Background()
 	const slots = 16
-	space, err := shard.NewSpace(slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := shard.Assign(space, []string{"op-a", "op-b"})
+	a := optest.ShardPair(t, slots)
 	_, owned := optest.ShardNamespaces(t, e, a, "r", 1)
 	mine := map[string]string{"op-a": owned["op-a"][0], "op-b": owned["op-b"][0]}
 	theirs := mine["op-b"]
@@ -228,14 +218,13 @@ func TestServerSideReadsOtherNamespacesLive(t *testing.T) {
 		mo := e.OperatorOptions()
 		mo.Namespaces = nil
 		regs[id] = prometheus.NewRegistry()
-		mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, "reads-"+e.NS, e.NS
-		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
+		sharding := optest.Sharded(e, &mo, "reads", id, slots)
+		sharding.Mode = operator.ShardModeServerSide
 		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{
 			Modules:              []string{module},
 			Registerer:           regs[id],
 			ModuleReadNamespaces: map[string][]string{"claim": {theirs}},
-			Sharding: operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: "reads", Mode: operator.ShardModeServerSide,
-				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 250 * time.Millisecond},
+			Sharding:             sharding,
 		})
 	}
 	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
