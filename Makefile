@@ -99,8 +99,16 @@ tools: ## Build the pinned tools (staticcheck, goimports, gotestsum) into bin/to
 	$(GO) build -modfile=hack/tools/go.mod -o $(TOOLS)/ honnef.co/go/tools/cmd/staticcheck golang.org/x/tools/cmd/goimports gotest.tools/gotestsum
 
 .PHONY: operator
-operator: ## Build the operator binary to bin/operator (static: CGO_ENABLED=0, as the image and the tests build it, so they share its compiled packages).
+operator: sdk-zip ## Build the operator binary to bin/operator (static: CGO_ENABLED=0, as the image and the tests build it, so they share its compiled packages), carrying the guest SDK for operator init.
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/operator ./cmd/operator
+
+# The guest SDK's source as the operator binary carries it: `operator
+# init` unpacks it into a module made outside a checkout. Written only when
+# the SDK changed.
+SDK_ZIP := cmd/operator/internal/scaffold/sdk/guest-sdk.zip
+.PHONY: sdk-zip
+sdk-zip: ## Pack the guest SDK into the archive the operator binary carries (hack/sdkzip).
+	@$(GO) run ./hack/sdkzip -o $(SDK_ZIP) guest-sdk
 
 .PHONY: operator-run
 operator-run: ## Build the run build of the operator to bin/operator-run, as the image ships it: only run and version (-tags runonly; ~20 MiB less resident).
@@ -191,7 +199,7 @@ TEST_COMPILED ?= $(or $(WASMRECONCILE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cac
 TEST_COMPILED_MAX_MB ?= 3072
 
 .PHONY: test-short
-test-short: ## The inner loop: unit tests only (go test -short starts no control plane), no -race.
+test-short: sdk-zip ## The inner loop: unit tests only (go test -short starts no control plane), no -race.
 	$(GO) test -short ./...
 	cd guest-sdk && $(GO) test ./...
 	cd modules && $(GO) test ./...

@@ -45,9 +45,10 @@ rustc 1.63 and libstd-rust-dev-wasm32; no cargo, no crates).
 
 Kinds are GROUP/VERSION/KIND (apps/v1/Deployment), or VERSION/KIND for the
 core group (v1/ConfigMap). The SDK's module path is served by no module
-proxy, so go.mod replaces it with a guest-sdk checkout: --sdk, else
+proxy, so go.mod replaces it with a guest-sdk directory: --sdk, else
 $WASMRECONCILE_SDK, else the nearest guest-sdk/go.mod above the current
-directory.
+directory (inside a checkout), else the SDK this binary carries, unpacked
+into DIR/guest-sdk: the module then builds with nothing outside DIR.
 
 Example:
   operator init shop --for shop.example.com/v1alpha1/Shop --owns v1/ConfigMap
@@ -55,6 +56,9 @@ Example:
 
 Flags:
 `
+
+// embeddedSDK is the SDK archive this binary carries; tests replace it.
+var embeddedSDK = scaffold.EmbeddedSDK
 
 // initAccountNamespace is the namespace of the account a scaffolded
 // module's rbac.yaml binds: the one config/rbac lets the operator
@@ -101,7 +105,12 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	sdkDir, err := scaffold.FindSDK(sdk, os.Getenv(scaffold.SDKEnv), cwd)
-	if err != nil {
+	var embedded []byte
+	if errors.Is(err, scaffold.ErrNoSDK) {
+		if embedded = embeddedSDK(); embedded == nil {
+			return fmt.Errorf("%w; this operator binary carries no SDK either (it was built with go build, not make operator)", err)
+		}
+	} else if err != nil {
 		return err
 	}
 
@@ -111,7 +120,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 		return scaffold.Kind{Group: g.Group, Version: g.Version, Kind: g.Kind, Plural: r}
 	}
 	opts := scaffold.Options{
-		Name: name, Dir: dir, SDK: sdkDir, For: kind(m.For), CRD: !builtin,
+		Name: name, Dir: dir, SDK: sdkDir, EmbeddedSDK: embedded, For: kind(m.For), CRD: !builtin,
 		Operator:       operatorCommand(),
 		ServiceAccount: initAccountNamespace + "/" + name,
 		Lang:           lang,
@@ -136,7 +145,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote module %s in %s:\n", name, dir)
 	for _, f := range files {
-		fmt.Fprintf(stdout, "  %-32s %s\n", filepath.ToSlash(f.Path), f.About)
+		fmt.Fprintf(stdout, "  %-34s %s\n", filepath.ToSlash(f.Path), f.About)
 	}
 	if builtin {
 		fmt.Fprintf(stdout, "no CRD: %s is a built-in kind; its status may have no room for the module's conditions\n", rbacgen.KindList([]abi.GroupVersionKind{m.For}))

@@ -343,13 +343,56 @@ func TestInitFindsTheSDK(t *testing.T) {
 		t.Errorf("found walking up, replace => %s, want %s", got, sdk)
 	}
 
-	// None: the error says what to pass.
+	// None, and a binary that carries no SDK: the error says what to pass.
 	t.Chdir(t.TempDir())
+	carried := embeddedSDK
+	embeddedSDK = func() []byte { return nil }
+	defer func() { embeddedSDK = carried }()
 	err := runInit(args(filepath.Join(t.TempDir(), "none")), &out, &errOut)
-	for _, want := range []string{"no guest SDK found", "pass --sdk CHECKOUT/guest-sdk, or set " + scaffold.SDKEnv} {
+	for _, want := range []string{"no guest SDK found", "pass --sdk CHECKOUT/guest-sdk, or set " + scaffold.SDKEnv, "this operator binary carries no SDK either"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("init with no SDK anywhere: error = %v, want one containing %q", err, want)
 		}
+	}
+}
+
+// TestInitWithTheSDKItCarries runs init where no checkout is at hand: the
+// module gets its own copy of the SDK the binary carries and builds and
+// tests with nothing outside its directory and no module proxy.
+func TestInitWithTheSDKItCarries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a scaffolded module with the go command; skipped with -short")
+	}
+	if embeddedSDK() == nil {
+		t.Fatalf("this test binary carries no guest SDK archive (%s): run make sdk-zip (make test does)", "cmd/operator/internal/scaffold/sdk/guest-sdk.zip")
+	}
+	t.Setenv(scaffold.SDKEnv, "")
+	t.Chdir(t.TempDir())
+	dir := filepath.Join(t.TempDir(), "shop")
+	var out, errOut bytes.Buffer
+	if err := runInit([]string{"shop", "--for", "shop.example.com/v1/Shop", "--owns", "v1/ConfigMap", "--dir", dir}, &out, &errOut); err != nil {
+		t.Fatalf("init outside a checkout: %v", err)
+	}
+	gomod, _ := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if !strings.Contains(string(gomod), scaffold.SDKModule+" => ./guest-sdk\n") {
+		t.Errorf("go.mod does not replace the SDK with the module's own copy:\n%s", gomod)
+	}
+	if !strings.Contains(out.String(), "guest-sdk/ ") || !strings.Contains(out.String(), "the guest SDK this operator carries (sha256 ") {
+		t.Errorf("init's output does not list the SDK it unpacked:\n%s", out.String())
+	}
+	for _, f := range []string{"go.mod", "guest.go", "k8s/core.go", "sdktest/sdktest.go", "rust/src/lib.rs"} {
+		if _, err := os.Stat(filepath.Join(dir, "guest-sdk", f)); err != nil {
+			t.Errorf("the module's SDK copy lacks %s: %v", f, err)
+		}
+	}
+	// Offline: no module proxy, so everything comes from the directory.
+	offline := []string{"GOPROXY=off"}
+	goTool(t, dir, offline, "test", "./...")
+	wasm := filepath.Join(dir, "build", "shop.wasm")
+	goTool(t, dir, append(offline, "GOOS=wasip1", "GOARCH=wasm"), "build", "-trimpath", "-buildmode=c-shared", "-ldflags=-s -w", "-o", wasm, ".")
+	var testOut bytes.Buffer
+	if err := runTest([]string{"--compilation-cache-dir=" + compiled, "--crds", filepath.Join(dir, "crds"), wasm, filepath.Join(dir, "testdata", "cases")}, &testOut, &errOut); err != nil {
+		t.Fatalf("operator test on the module built on the carried SDK: %v\n%s", err, testOut.String())
 	}
 }
 

@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/template"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/sdkarchive"
 )
 
 // SDKModule is the module path of the guest SDK.
@@ -63,6 +65,12 @@ type Options struct {
 	// SDK is the directory of a guest-sdk checkout (see FindSDK), which
 	// go.mod's replace directive points at.
 	SDK string
+	// EmbeddedSDK, used when SDK is "", is an SDK archive (package
+	// internal/sdkarchive; see EmbeddedSDK) that Write unpacks into
+	// Dir/guest-sdk, the module's own copy, which go.mod's replace
+	// directive then points at: the module builds with nothing outside
+	// its directory.
+	EmbeddedSDK []byte
 	// For is the reconciled kind; Owns the kinds of its children; Reads
 	// the other kinds it may read.
 	For   Kind
@@ -125,9 +133,25 @@ func Write(opts Options) ([]File, error) {
 	if err := checkEmpty(opts.Dir); err != nil {
 		return nil, err
 	}
+	var sdkFile []File
+	if opts.SDK == "" {
+		if opts.EmbeddedSDK == nil {
+			return nil, errors.New("scaffold: no SDK: set Options.SDK or Options.EmbeddedSDK")
+		}
+		dir := filepath.Join(opts.Dir, EmbeddedSDKDir)
+		if err := sdkarchive.Extract(opts.EmbeddedSDK, dir); err != nil {
+			return nil, fmt.Errorf("unpacking the guest SDK this binary carries into %s: %w", dir, err)
+		}
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		opts.SDK = abs
+		sdkFile = []File{{Path: EmbeddedSDKDir + "/", About: "the guest SDK this operator carries (sha256 " + sdkarchive.Digest(opts.EmbeddedSDK)[:16] + "); commit it with the module"}}
+	}
 	d, err := prepare(opts)
 	if err != nil {
-		return nil, err
+		return sdkFile, err
 	}
 	rust := opts.Lang == LangRust
 	files := []struct {
@@ -153,7 +177,7 @@ func Write(opts Options) ([]File, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	var wrote []File
+	wrote := sdkFile
 	write := func(path string, b []byte) error {
 		full := filepath.Join(opts.Dir, path)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
@@ -205,8 +229,10 @@ func prepare(opts Options) (data, error) {
 	switch opts.Lang {
 	case "", LangGo:
 	case LangRust:
-		d.RustSDK = filepath.Join(opts.SDK, rustSDKFile)
-		if _, err := os.Stat(d.RustSDK); err != nil {
+		// As go.mod's replace: relative when the module is inside the
+		// checkout (or holds its own copy), so that both can move.
+		d.RustSDK = d.Replace + "/" + filepath.ToSlash(rustSDKFile)
+		if _, err := os.Stat(filepath.Join(opts.SDK, rustSDKFile)); err != nil {
 			return data{}, fmt.Errorf("the guest SDK at %s has no Rust SDK (%s): %w; pass --sdk with the guest-sdk directory of a checkout that has one", opts.SDK, rustSDKFile, err)
 		}
 	default:
@@ -260,9 +286,9 @@ func checkEmpty(dir string) error {
 // new module's go.mod replaces the SDK with: flag (--sdk) when it is set,
 // else env ($WASMRECONCILE_SDK) when it is set, else the nearest
 // guest-sdk/go.mod found walking up from start (the current directory),
-// with start itself being the SDK when it holds the SDK's go.mod. The SDK's
-// module path is not served by any module proxy, so without a checkout
-// there is nothing to build against: the error says what to pass.
+// with start itself being the SDK when it holds the SDK's go.mod. When
+// none is found, the error wraps ErrNoSDK: the caller may then use the SDK
+// the binary carries (EmbeddedSDK), or say what to pass.
 func FindSDK(flag, env, start string) (string, error) {
 	var dir, from string
 	switch {
@@ -285,7 +311,7 @@ func FindSDK(flag, env, start string) (string, error) {
 				break
 			}
 		}
-		return "", fmt.Errorf("no guest SDK found: no guest-sdk/go.mod of module %s in %s or any directory above it; its module path is not served by a module proxy, so a module builds against a local checkout: clone github.com/wasmreconcile/wasmreconcile and pass --sdk CHECKOUT/guest-sdk, or set %s", SDKModule, abs, SDKEnv)
+		return "", fmt.Errorf("%w: no guest-sdk/go.mod of module %s in %s or any directory above it; its module path is not served by a module proxy, so a module builds against a local checkout: clone github.com/wasmreconcile/wasmreconcile and pass --sdk CHECKOUT/guest-sdk, or set %s", ErrNoSDK, SDKModule, abs, SDKEnv)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
