@@ -68,14 +68,31 @@ func (o Object) Name() string { return o.NestedString("metadata", "name") }
 // Namespace is metadata.namespace.
 func (o Object) Namespace() string { return o.NestedString("metadata", "namespace") }
 
-// Condition is a metav1.Condition as a guest sees it.
+// Condition is a metav1.Condition as a guest sees it. Its markers give a
+// kind's CRD the schema of metav1.Condition when controller-gen reads a
+// status with a []guest.Condition (a scaffold's make manifests).
 type Condition struct {
-	Type               string `json:"type"`
-	Status             string `json:"status"`
-	ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+	// Type of the condition, in CamelCase, such as Ready.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	Type string `json:"type"`
+	// Status of the condition: True, False or Unknown.
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status string `json:"status"`
+	// ObservedGeneration is the .metadata.generation the condition was set from.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// LastTransitionTime is when the condition last changed from one status to another.
+	// +kubebuilder:validation:Format=date-time
 	LastTransitionTime string `json:"lastTransitionTime"`
-	Reason             string `json:"reason"`
-	Message            string `json:"message"`
+	// Reason is a CamelCase word for the last transition.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Reason string `json:"reason"`
+	// Message is a human-readable message about the transition; it may be empty.
+	// +kubebuilder:validation:MaxLength=32768
+	Message string `json:"message"`
 }
 
 // AppendJSON appends c's JSON encoding (its json tags' members, keys

@@ -145,7 +145,7 @@ func runInit(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote module %s in %s:\n", name, dir)
 	for _, f := range files {
-		fmt.Fprintf(stdout, "  %-34s %s\n", filepath.ToSlash(f.Path), f.About)
+		fmt.Fprintf(stdout, "  %-36s %s\n", filepath.ToSlash(f.Path), f.About)
 	}
 	if builtin {
 		fmt.Fprintf(stdout, "no CRD: %s is a built-in kind; its status may have no room for the module's conditions\n", rbacgen.KindList([]abi.GroupVersionKind{m.For}))

@@ -62,7 +62,8 @@ func TestInitScaffold(t *testing.T) {
 			if err := runInit(args, &out, &errOut); err != nil {
 				t.Fatalf("init: %v\n%s", err, errOut.String())
 			}
-			files := []string{"go.mod", "main.go", "main_test.go", "testdata/cases/reconcile.yaml", "crds/demos.demo.example.com.yaml", "Makefile", ".gitignore", "rbac.yaml"}
+			files := []string{"go.mod", "main.go", "main_test.go", "testdata/cases/reconcile.yaml", "crds/demo.example.com_demos.yaml", "Makefile", ".gitignore", "rbac.yaml",
+				"api/v1alpha1/types.go", "api/v1alpha1/zz_generated.decode.go", "crdgen/go.mod", "crdgen/v1alpha1/demo.go"}
 			if len(c.flags) > 0 { // it owns a kind
 				files = append(files, "testdata/cases/child-failure.yaml")
 			}
@@ -88,7 +89,32 @@ func TestInitScaffold(t *testing.T) {
 				}
 			}
 
+			// The handler reads the spec through the generated decoders,
+			// which are current, and a field the types do not declare is
+			// a compile error.
+			mainGo, _ := os.ReadFile(filepath.Join(dir, "main.go"))
+			if !strings.Contains(string(mainGo), `v1alpha1.DecodeDemoSpec(req.Object["spec"], "spec")`) {
+				t.Errorf("main.go does not decode the spec with the generated decoder:\n%s", mainGo)
+			}
+			var genOut bytes.Buffer
+			if err := runGenerate([]string{"--check", filepath.Join(dir, "api", "v1alpha1")}, &genOut, &errOut); err != nil {
+				t.Errorf("the decoders init wrote are not current: %v", err)
+			}
 			goTool(t, dir, nil, "test", "./...")
+			if c.name == "children" {
+				typo := strings.Replace(string(mainGo), "spec.Message", "spec.Mesage", 1)
+				if typo == string(mainGo) {
+					t.Fatalf("main.go does not read spec.Message:\n%s", mainGo)
+				}
+				os.WriteFile(filepath.Join(dir, "main.go"), []byte(typo), 0o644)
+				cmd := exec.Command("go", "vet", ".")
+				cmd.Dir = dir
+				cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+				if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "spec.Mesage undefined") {
+					t.Errorf("a typo'd spec field compiles (%v):\n%s", err, out)
+				}
+				os.WriteFile(filepath.Join(dir, "main.go"), mainGo, 0o644)
+			}
 			wasm := filepath.Join(dir, "build", "demo.wasm")
 			// As the Makefile builds it: -trimpath makes the bytes the same
 			// in every temporary directory, so the tests' compilation
@@ -201,7 +227,7 @@ func TestInitScaffoldRust(t *testing.T) {
 			if err := runInit(args, &out, &errOut); err != nil {
 				t.Fatalf("init: %v\n%s", err, errOut.String())
 			}
-			for _, f := range []string{"module.rs", "testdata/cases/reconcile.yaml", "crds/demos.demo.example.com.yaml", "Makefile", ".gitignore", "rbac.yaml"} {
+			for _, f := range []string{"module.rs", "testdata/cases/reconcile.yaml", "crds/demo.example.com_demos.yaml", "Makefile", ".gitignore", "rbac.yaml"} {
 				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 					t.Errorf("init wrote no %s: %v", f, err)
 				}

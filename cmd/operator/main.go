@@ -59,6 +59,8 @@ Usage:
       Run a module's test cases offline; for CI.
   operator init NAME --for GROUP/VERSION/KIND [--owns G/V/K ...] [--reads G/V/K ...] [--dir DIR] [--sdk PATH]
       Write a new module: go.mod, handler, tests, a case, a CRD, a Makefile, RBAC.
+  operator generate [--check] PACKAGE_DIR...
+      Write the typed decoders of a module's own kind (zz_generated.decode.go).
   operator rbac [--service-account NAMESPACE/NAME] [--namespace NS] [--crds DIR] MODULE.wasm
       Print the least-privilege RBAC of a module's manifest as YAML.
   operator push [--registry-config FILE] MODULE.wasm oci://REGISTRY/REPOSITORY:TAG
@@ -119,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 // cluster neither links nor initializes their code (CEL, OpenAPI
 // validation, the scaffold, the control plane of operator dev): about 36 MB
 // less executable and 20 MiB less resident (RATIONALE.md).
-var toolNames = []string{"dev", "invoke", "test", "init", "rbac", "push", "pull", "record", "replay"}
+var toolNames = []string{"dev", "invoke", "test", "init", "generate", "rbac", "push", "pull", "record", "replay"}
 
 // exitError carries a process exit code; its message, if any, has been
 // printed already.

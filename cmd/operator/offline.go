@@ -412,7 +412,7 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		o := offline.Run(ctx, m, c.Input, caseOpts)
 		noteUnknownScopes(stderr, o)
 		noteUnchecked(stderr, o, unchecked)
-		r := modtest.Result{Case: c, Outcome: o, Diff: c.Check(o)}
+		r := modtest.Result{Case: c, Outcome: o, Diff: append(checkInput(opts.Schemas, c), c.Check(o)...)}
 		results = append(results, r)
 		verdict := "FAIL"
 		if r.Passed() {
@@ -445,6 +445,53 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		return exitError{1}
 	}
 	return nil
+}
+
+// inputChecker checks a case's input objects as the API server checks
+// them (*schemacheck.Checker).
+type inputChecker interface {
+	CheckInput(obj map[string]any, what string) (*schemacheck.Refusal, bool)
+}
+
+// checkInput returns what the API server would refuse in the input of a
+// case: the object (its spec, which the module reads, among the rest), the
+// children and the related objects, checked against their schemas (the
+// CRDs of --crds, and the built-in kinds). A field the schema does not
+// declare never reaches the module in a cluster, where the API server
+// prunes it, so a case that sets one tests what cannot happen. A case
+// with invalidInput set must have an input the API server refuses.
+func checkInput(schemas offline.SchemaChecker, tc modtest.Case) []string {
+	c, ok := schemas.(inputChecker)
+	if !ok {
+		return nil
+	}
+	in := tc.Input
+	var diff []string
+	refused, checked := 0, 0
+	check := func(obj map[string]any, what string) {
+		r, ok := c.CheckInput(obj, what)
+		if ok {
+			checked++
+		}
+		if r == nil {
+			return
+		}
+		refused++
+		if tc.InvalidInput == "" {
+			diff = append(diff, fmt.Sprintf("%s: the API server would refuse it, so a cluster never gives it to the module: %s; fix the case, declare the field in the kind's types (make manifests writes the CRD), or set invalidInput with the reason the case needs it", r.What, r.Message))
+		}
+	}
+	check(in.Object, "input.object")
+	for i, o := range in.Children {
+		check(o, fmt.Sprintf("input.children[%d]", i))
+	}
+	for i, o := range in.Related {
+		check(o, fmt.Sprintf("input.related[%d]", i))
+	}
+	if tc.InvalidInput != "" && refused == 0 && checked > 0 {
+		diff = append(diff, "invalidInput is set ("+tc.InvalidInput+"), but the API server would accept every input object: remove it, or make the input what it says")
+	}
+	return diff
 }
 
 // noteClamped says on w which limits of m were clamped to the ceilings.

@@ -57,6 +57,13 @@ type Case struct {
 	Name   string        `json:"name,omitempty"`
 	Input  offline.Input `json:"input"`
 	Expect Expect        `json:"expect"`
+	// InvalidInput, when set, says why the input is one the API server
+	// would refuse, on purpose: a case of the module's own defence against
+	// what its CRD already forbids. `operator test --crds` checks every
+	// case's input objects against their schemas and fails a case whose
+	// input a cluster could never hold, unless this is set; when it is
+	// set, the input must be refused, so the reason cannot go stale.
+	InvalidInput string `json:"invalidInput,omitempty"`
 	// Recorded, in a case `operator record` wrote, is what production
 	// returned; `operator replay` compares another version's answer with
 	// it. Expect holds the checks.

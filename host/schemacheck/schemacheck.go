@@ -346,12 +346,27 @@ func (c *Checker) Check(module, call string, owner map[string]any, resp *protoco
 // would answer, or nil; checked is false when obj's kind has no schema
 // here.
 func (c *Checker) CheckObject(obj map[string]any) (refusal *Refusal, checked bool) {
+	return c.checkObject(obj, "child ")
+}
+
+// CheckInput checks obj, an object a test case gives a module as input
+// (the reconciled object, a child, a related object), as the API server
+// checks it on create: a field its schema does not declare (which the API
+// server prunes, so the module never sees it in a cluster), a value of the
+// wrong type, one the schema's validation refuses. what names it in the
+// refusal, such as "input.object". checked is false when obj's kind has no
+// schema here.
+func (c *Checker) CheckInput(obj map[string]any, what string) (refusal *Refusal, checked bool) {
+	return c.checkObject(obj, what+" ")
+}
+
+func (c *Checker) checkObject(obj map[string]any, prefix string) (refusal *Refusal, checked bool) {
 	if c == nil {
 		return nil, false
 	}
 	u := &unstructured.Unstructured{Object: obj}
 	gvk := u.GroupVersionKind()
-	what := "child " + objectName(u)
+	what := prefix + objectName(u)
 	k, v, r := c.custom(gvk, what)
 	if r != nil {
 		return r, true

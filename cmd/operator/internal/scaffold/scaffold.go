@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"go/format"
@@ -22,6 +23,9 @@ import (
 	"strings"
 	"text/template"
 
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasmreconcile/wasmreconcile/internal/decodegen"
 	"github.com/wasmreconcile/wasmreconcile/internal/sdkarchive"
 )
 
@@ -123,7 +127,25 @@ type data struct {
 	// FailedChild is the owned kind of the child-failure case: the first
 	// of Owns.
 	FailedChild Kind
+	// Typed: a Go module of a custom kind, whose spec and status are Go
+	// types in APIDir (api/VERSION), the source of its CRD (controller-gen,
+	// through crdgen/) and of its decoders (operator generate).
+	Typed  bool
+	APIDir string
+	// Apimachinery is the k8s.io/apimachinery version crdgen/ requires;
+	// CRDGenReplace the SDK's directory as crdgen/go.mod reaches it.
+	Apimachinery  string
+	CRDGenReplace string
+	// ControllerGen is the controller-tools version make manifests runs.
+	ControllerGen string
 }
+
+// Versions of the tools a typed scaffold's make manifests uses: pinned,
+// and fetched from the module proxy by go run.
+const (
+	ControllerToolsVersion = "v0.23.0"
+	ApimachineryVersion    = "v0.37.2"
+)
 
 // Write creates opts.Dir and writes the module into it, and returns the
 // files it wrote in the order written. It refuses a directory that exists
@@ -164,7 +186,11 @@ func Write(opts Options) ([]File, error) {
 		{"module.rs.tmpl", "module.rs", "the manifest, the reconcile handler and its native tests (rustc --test), on the Rust SDK", !rust},
 		{"case.yaml.tmpl", filepath.Join("testdata", "cases", "reconcile.yaml"), "a case for `operator test` on the built .wasm", false},
 		{"child-failure.yaml.tmpl", filepath.Join("testdata", "cases", "child-failure.yaml"), "a case: a child the API server refused shows in Ready", len(opts.Owns) == 0},
-		{"crd.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ": describe its spec", !opts.CRD},
+		{"types.go.tmpl", d.APIDir + "/types.go", "the " + opts.For.Kind + " kind's spec and status as Go types with kubebuilder markers: the source of its CRD and decoders", !d.Typed},
+		{"crdgen-go.mod.tmpl", "crdgen/go.mod", "the kind's root type for controller-gen, a module of its own (make manifests)", !d.Typed},
+		{"crdgen-root.go.tmpl", "crdgen/" + opts.For.Version + "/" + opts.For.Singular() + ".go", "the root type of " + opts.For.Kind + ", around api/" + opts.For.Version + "'s spec and status", !d.Typed},
+		{"crd-gen.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ", as make manifests writes it from api/" + opts.For.Version, !d.Typed},
+		{"crd.yaml.tmpl", d.CRDFile, "the CustomResourceDefinition of " + opts.For.Kind + ": describe its spec", !opts.CRD || d.Typed},
 		{"Makefile.tmpl", "Makefile", "build (build/" + opts.Name + ".wasm), test, deploy (into deploy/, after the tests), rbac", rust},
 		{"rust-Makefile.tmpl", "Makefile", "build (build/" + opts.Name + ".wasm, with rustc), test, deploy (into deploy/, after the tests), rbac", !rust},
 		{"gitignore.tmpl", ".gitignore", "ignores build/ and deploy/", rust},
@@ -194,6 +220,11 @@ func Write(opts Options) ([]File, error) {
 			return wrote, fmt.Errorf("scaffold: rendering %s: %w", f.path, err)
 		}
 		b := buf.Bytes()
+		if f.tmpl == "crd-gen.yaml.tmpl" {
+			if b, err = asControllerGen(b); err != nil {
+				return wrote, fmt.Errorf("scaffold: %s: %w (a bug in its template)", f.path, err)
+			}
+		}
 		if strings.HasSuffix(f.path, ".go") {
 			if b, err = format.Source(b); err != nil {
 				return wrote, fmt.Errorf("scaffold: %s is not valid Go (a bug in its template; the files written so far are in %s): %w", f.path, opts.Dir, err)
@@ -203,6 +234,17 @@ func Write(opts Options) ([]File, error) {
 			return wrote, err
 		}
 		wrote = append(wrote, File{Path: f.path, About: f.about})
+	}
+	if d.Typed {
+		src, err := decodegen.Generate(filepath.Join(opts.Dir, d.APIDir))
+		if err != nil {
+			return wrote, fmt.Errorf("scaffold: generating the decoders of %s (a bug in its template): %w", d.APIDir, err)
+		}
+		path := d.APIDir + "/" + decodegen.FileName
+		if err := write(path, src); err != nil {
+			return wrote, err
+		}
+		wrote = append(wrote, File{Path: path, About: "the decoders of the types (operator generate; make manifests regenerates them)"})
 	}
 	if opts.RBAC != nil {
 		if err := write("rbac.yaml", opts.RBAC); err != nil {
@@ -249,9 +291,40 @@ func prepare(opts Options) (data, error) {
 		}
 	}
 	if opts.CRD {
-		d.CRDFile = filepath.Join("crds", opts.For.Plural+"."+opts.For.Group+".yaml")
+		// The name controller-gen gives it.
+		d.CRDFile = filepath.Join("crds", opts.For.Group+"_"+opts.For.Plural+".yaml")
+		d.Typed = opts.Lang != LangRust
+	}
+	if d.Typed {
+		d.APIDir = "api/" + opts.For.Version
+		d.Apimachinery, d.ControllerGen = ApimachineryVersion, ControllerToolsVersion
+		d.CRDGenReplace = d.Replace
+		if !filepath.IsAbs(filepath.FromSlash(d.Replace)) {
+			d.CRDGenReplace = "../" + strings.TrimPrefix(d.Replace, "./")
+		}
 	}
 	return d, nil
+}
+
+// asControllerGen writes the YAML document b as controller-gen writes a
+// CRD (genall.WriteYAML): "---", then sigs.k8s.io/yaml's encoding of its
+// JSON, keys sorted, integers exact.
+func asControllerGen(b []byte) ([]byte, error) {
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, err
+	}
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.UseNumber()
+	if err := dec.Decode(&obj); err != nil {
+		return nil, err
+	}
+	out, err := yaml.Marshal(obj)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("---\n"), out...), nil
 }
 
 // quote renders s as a Go string literal.
