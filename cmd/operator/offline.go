@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
@@ -21,6 +22,8 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/offline"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
 	"github.com/wasmreconcile/wasmreconcile/host/schemacheck"
+	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
+	"github.com/wasmreconcile/wasmreconcile/internal/servercheck"
 )
 
 // limitFlags registers the per-call limit flags shared by invoke and test.
@@ -352,9 +355,18 @@ server's message, e.g.
 
 A case that expects it names it as error: {kind: InvalidResponse}. A kind
 with no schema (its CRD not given) is not checked; a note on stderr says so
-once. Built-in kinds' value rules (a port's range, a required image) live
-in the kube-apiserver and are not checked offline (docs/abi.md, "Schema
-checks offline").
+once. Each case's input objects are checked the same way: a field the
+schema does not declare (spec.mesage) never reaches a module in a cluster,
+so the case fails, unless it says why with invalidInput: REASON.
+
+Built-in kinds' value rules (an Ingress host in lower case, a port's range,
+a required image) live in the kube-apiserver. --api-server checks them too:
+it starts etcd and kube-apiserver once for the run (from the cache make
+controlplane fills, with the CRDs of --crds), creates each case's input
+object there, and server-side applies each desired child and the status
+with dryRun=All as the host applies them; a write it refuses fails the case
+with kind InvalidResponse and the API server's message. The first line of
+the output says which checks ran (docs/abi.md, "Schema checks offline").
 
 Flags:
 `
@@ -364,11 +376,15 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, testUsage); fs.PrintDefaults() }
 	var (
-		lf      limitFlags
-		junit   string
-		verbose bool
+		lf        limitFlags
+		junit     string
+		verbose   bool
+		apiServer bool
+		assets    string
 	)
 	fs.StringVar(&junit, "junit", "", "also write a JUnit XML report to this file")
+	fs.BoolVar(&apiServer, "api-server", false, "also check every case against a real kube-apiserver with server-side dry-run: a local control plane (etcd and kube-apiserver from the cache make controlplane fills) started once for the run, with the CRDs of --crds; built-in kinds' value rules and defaulting then apply exactly (about 5 s to start)")
+	fs.StringVar(&assets, "assets", "", "with --api-server: directory of etcd and kube-apiserver (default: $KUBEBUILDER_ASSETS, else "+controlplane.CacheAssets()+")")
 	fs.BoolVar(&verbose, "v", false, "print the guest's log lines of each case on stderr")
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -400,6 +416,20 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 	}
 	defer done()
 	noteClamped(stderr, m)
+	var server *servercheck.Checker
+	if apiServer {
+		cp, err := startCheckServer(ctx, assets, lf.crds, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "operator test: --api-server:", err)
+			return exitError{2}
+		}
+		defer cp.Stop()
+		if server, err = servercheck.New(cp.RESTConfig()); err != nil {
+			fmt.Fprintln(stderr, "operator test: --api-server:", err)
+			return exitError{2}
+		}
+	}
+	fmt.Fprintln(stdout, checksLine(lf.crds, apiServer))
 	var results []modtest.Result
 	passed := 0
 	unchecked := map[schema.GroupVersionKind]bool{}
@@ -412,7 +442,16 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		o := offline.Run(ctx, m, c.Input, caseOpts)
 		noteUnknownScopes(stderr, o)
 		noteUnchecked(stderr, o, unchecked)
-		r := modtest.Result{Case: c, Outcome: o, Diff: append(checkInput(opts.Schemas, c), c.Check(o)...)}
+		inputDiff := checkInput(opts.Schemas, c, server == nil)
+		if server != nil {
+			d, err := serverCheck(ctx, server, m.Name(), c, &o, len(inputDiff) > 0)
+			if err != nil {
+				fmt.Fprintf(stderr, "operator test: case %q: --api-server: %v\n", c.Name, err)
+				return exitError{2}
+			}
+			inputDiff = append(inputDiff, d...)
+		}
+		r := modtest.Result{Case: c, Outcome: o, Diff: append(inputDiff, c.Check(o)...)}
 		results = append(results, r)
 		verdict := "FAIL"
 		if r.Passed() {
@@ -451,6 +490,7 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 // them (*schemacheck.Checker).
 type inputChecker interface {
 	CheckInput(obj map[string]any, what string) (*schemacheck.Refusal, bool)
+	Plural(gk schema.GroupKind) (string, bool)
 }
 
 // checkInput returns what the API server would refuse in the input of a
@@ -459,8 +499,10 @@ type inputChecker interface {
 // CRDs of --crds, and the built-in kinds). A field the schema does not
 // declare never reaches the module in a cluster, where the API server
 // prunes it, so a case that sets one tests what cannot happen. A case
-// with invalidInput set must have an input the API server refuses.
-func checkInput(schemas offline.SchemaChecker, tc modtest.Case) []string {
+// with invalidInput set must have an input the API server refuses: when
+// the check is the last word (no --api-server, strict; and a custom kind,
+// whose CRD's validation runs here whole), its reason is checked to hold.
+func checkInput(schemas offline.SchemaChecker, tc modtest.Case, lastWord bool) []string {
 	c, ok := schemas.(inputChecker)
 	if !ok {
 		return nil
@@ -470,7 +512,8 @@ func checkInput(schemas offline.SchemaChecker, tc modtest.Case) []string {
 	refused, checked := 0, 0
 	check := func(obj map[string]any, what string) {
 		r, ok := c.CheckInput(obj, what)
-		if ok {
+		gvk := (&unstructured.Unstructured{Object: obj}).GroupVersionKind()
+		if _, custom := c.Plural(gvk.GroupKind()); ok && custom {
 			checked++
 		}
 		if r == nil {
@@ -488,10 +531,67 @@ func checkInput(schemas offline.SchemaChecker, tc modtest.Case) []string {
 	for i, o := range in.Related {
 		check(o, fmt.Sprintf("input.related[%d]", i))
 	}
-	if tc.InvalidInput != "" && refused == 0 && checked > 0 {
+	if lastWord && tc.InvalidInput != "" && refused == 0 && checked > 0 {
 		diff = append(diff, "invalidInput is set ("+tc.InvalidInput+"), but the API server would accept every input object: remove it, or make the input what it says")
 	}
 	return diff
+}
+
+// checksLine says which checks operator test runs.
+func checksLine(crds string, apiServer bool) string {
+	schemas := "built-in kinds"
+	if crds != "" {
+		schemas += " and the CRDs of " + crds
+	}
+	server := "not run (--api-server checks built-in kinds' value rules and defaulting too)"
+	if apiServer {
+		server = "kube-apiserver " + controlplane.KubernetesVersion + ", local, server-side dry-run"
+	}
+	return "checks: response rules; schemas offline (" + schemas + ", input and response); API server: " + server
+}
+
+// startCheckServer starts the control plane of --api-server: etcd and
+// kube-apiserver, no controllers, with the CRDs of crds.
+func startCheckServer(ctx context.Context, assets, crds string, stderr io.Writer) (*controlplane.ControlPlane, error) {
+	opts := controlplane.Options{
+		Assets: assets, NoControllerManager: true,
+		Progress: func(line string) { fmt.Fprintln(stderr, "--api-server:", line) },
+	}
+	if crds != "" {
+		opts.CRDDirs = []string{crds}
+	}
+	return controlplane.Start(ctx, opts)
+}
+
+// serverCheck checks case c, whose outcome is o, against the API server:
+// refusals of its input are returned as diff lines (unless the case says
+// its input is invalid on purpose), and refusals of the writes the
+// response asks for make o fail as the cluster fails it, with kind
+// InvalidResponse and the API server's message, unless the offline
+// schema check failed it already.
+func serverCheck(ctx context.Context, server *servercheck.Checker, module string, c modtest.Case, o *offline.Outcome, refusedOffline bool) ([]string, error) {
+	res, err := server.Check(ctx, module, servercheck.Input{Object: c.Input.Object, Children: c.Input.Children, Related: c.Input.Related}, o.Response)
+	if err != nil {
+		return nil, err
+	}
+	var diff []string
+	switch {
+	case c.InvalidInput == "":
+		for _, r := range res.Input {
+			diff = append(diff, fmt.Sprintf("%s: the API server refused it, so a cluster never gives it to the module: %s; fix the case, or set invalidInput with the reason the case needs it", r.What, r.Message))
+		}
+	case len(res.Input) == 0 && !refusedOffline:
+		diff = append(diff, "invalidInput is set ("+c.InvalidInput+"), but the API server accepted every input object: remove it, or make the input what it says")
+	}
+	var already *schemacheck.Error
+	if len(res.Writes) > 0 && !errors.As(o.Err, &already) {
+		e := &schemacheck.Error{Module: module, Call: protocol.CallName(c.Input.Object)}
+		for _, r := range res.Writes {
+			e.Refusals = append(e.Refusals, schemacheck.Refusal{What: r.What, Message: r.Message})
+		}
+		o.Err = e
+	}
+	return diff, nil
 }
 
 // noteClamped says on w which limits of m were clamped to the ceilings.
