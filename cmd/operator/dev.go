@@ -18,7 +18,19 @@ import (
 	"syscall"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+
+	"github.com/wasmreconcile/wasmreconcile/config/crd"
 
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
@@ -106,9 +118,13 @@ func (d *devCommand) register(fs *flag.FlagSet) {
 		}
 	}
 	// Reloads answer at once: new bytes run on the interpreter until their
-	// compiled code is ready (seconds for a Go module).
-	if f := fs.Lookup("interpreter-first"); f != nil && f.Value.Set("true") == nil {
-		f.DefValue = "true"
+	// compiled code is ready (seconds for a Go module). The whole product
+	// runs: ReconcileModules (their CRD installed), which take over a
+	// module of the directory by its name for a rollout.
+	for _, name := range []string{"interpreter-first", "reconcile-modules", "file-modules-yield"} {
+		if f := fs.Lookup(name); f != nil && f.Value.Set("true") == nil {
+			f.DefValue = "true"
+		}
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devUsage)
@@ -134,9 +150,18 @@ func (d *devCommand) run(fs *flag.FlagSet, opts *operator.Options, mo *operator.
 	}
 
 	d.start = time.Now()
+	var builtin []*apiextensionsv1.CustomResourceDefinition
+	if opts.ReconcileModules {
+		rm := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(crd.ReconcileModule, rm); err != nil {
+			return fmt.Errorf("the ReconcileModule CRD this binary carries: %w", err)
+		}
+		builtin = append(builtin, rm)
+	}
 	cp, err := controlplane.Start(d.ctx, controlplane.Options{
 		Assets:              d.assets,
 		CRDDirs:             d.crds,
+		CRDs:                builtin,
 		NoControllerManager: d.noControllerManager,
 		Progress:            func(line string) { d.say("%s", line) },
 	})
@@ -161,7 +186,14 @@ func (d *devCommand) run(fs *flag.FlagSet, opts *operator.Options, mo *operator.
 		d.say("stopped; removed %s", cp.Dir())
 	}()
 
+	// A kubeconfig with a token, which kubectl and operator record (the
+	// flight recorder authenticates bearer tokens) both use.
 	kubeconfig := cp.Kubeconfig()
+	if k, err := developerKubeconfig(d.ctx, cp); err != nil {
+		d.say("no token kubeconfig (%v): the printed one uses a client certificate, which operator record cannot use; pass it --token-file", err)
+	} else {
+		kubeconfig = k
+	}
 	if d.kubeconfigOut != "" {
 		b, err := os.ReadFile(kubeconfig)
 		if err != nil {
@@ -203,7 +235,11 @@ func (d *devCommand) run(fs *flag.FlagSet, opts *operator.Options, mo *operator.
 	}
 	fmt.Fprintf(d.stdout, "    metrics:  %s\n", httpURL(mo.MetricsBindAddress, "/metrics"))
 	fmt.Fprintf(d.stdout, "    health:   %s\n", httpURL(mo.HealthProbeBindAddress, "/readyz"))
-	fmt.Fprintf(d.stdout, "    logs:     %s/{etcd,kube-apiserver,kube-controller-manager}.log\n\n", cp.Dir())
+	fmt.Fprintf(d.stdout, "    logs:     %s/{etcd,kube-apiserver,kube-controller-manager}.log\n", cp.Dir())
+	if !opts.FlightRecorder.Disabled && mo.MetricsBindAddress != "0" {
+		fmt.Fprintf(d.stdout, "    record:   %s record --endpoint %s --module NAME   # with KUBECONFIG exported\n", operatorCommand(), strings.TrimSuffix(httpURL(mo.MetricsBindAddress, ""), "/"))
+	}
+	fmt.Fprintln(d.stdout)
 	d.mu.Unlock()
 
 	// Say when the operator is ready (its caches synced), and when it is
@@ -293,4 +329,56 @@ func waitHTTP200(ctx context.Context, url string) bool {
 func isFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir()
+}
+
+// Names of the account whose token the developer kubeconfig carries.
+const (
+	devNamespace      = "wasmreconcile-system"
+	devServiceAccount = "developer"
+	devTokenSeconds   = 7 * 24 * 3600
+)
+
+// developerKubeconfig writes, in cp's directory, a kubeconfig of cp whose
+// user is a bearer token of ServiceAccount wasmreconcile-system/developer,
+// bound to cluster-admin: what kubectl and operator record (whose flight
+// recorder authenticates tokens with a TokenReview) use. It returns its
+// path.
+func developerKubeconfig(ctx context.Context, cp *controlplane.ControlPlane) (string, error) {
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		return "", err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: devNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: devServiceAccount, Namespace: devNamespace}}
+	if _, err := cs.CoreV1().ServiceAccounts(devNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "wasmreconcile-dev-developer"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: devServiceAccount, Namespace: devNamespace}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	seconds := int64(devTokenSeconds)
+	tr, err := cs.CoreV1().ServiceAccounts(devNamespace).CreateToken(ctx, devServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	cfg := cp.RESTConfig()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["dev"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["developer"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["dev"] = &clientcmdapi.Context{Cluster: "dev", AuthInfo: "developer", Namespace: metav1.NamespaceDefault}
+	kc.CurrentContext = "dev"
+	path := filepath.Join(cp.Dir(), "developer.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", err
+	}
+	return path, nil
 }

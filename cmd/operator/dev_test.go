@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"os"
@@ -22,10 +24,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/wasmreconcile/wasmreconcile/host/modtest"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
+	"github.com/wasmreconcile/wasmreconcile/internal/recording"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -135,8 +141,9 @@ func TestDev(t *testing.T) {
 	if kubeconfig != kubeconfigOut {
 		t.Errorf("printed KUBECONFIG=%s, want --kubeconfig-out %s", kubeconfig, kubeconfigOut)
 	}
-	if !strings.Contains(out.String(), "CRDs established: webapps.examples.wasmreconcile.io, widgets.examples.wasmreconcile.io") {
-		t.Errorf("the output does not name both CRDs as established:\n%s", out.String())
+	// The CRDs of --crds, and the ReconcileModule CRD the binary carries.
+	if !strings.Contains(out.String(), "CRDs established: reconcilemodules.wasmreconcile.io, webapps.examples.wasmreconcile.io, widgets.examples.wasmreconcile.io") {
+		t.Errorf("the output does not name the three CRDs as established:\n%s", out.String())
 	}
 	if pids := controlplane.ProcessesUsing(dir); len(pids) != 3 {
 		t.Errorf("processes using %s: %v, want etcd, kube-apiserver and kube-controller-manager", dir, pids)
@@ -145,6 +152,10 @@ func TestDev(t *testing.T) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A token, which operator record can send, not a client certificate.
+	if cfg.BearerToken == "" || len(cfg.CertData) > 0 {
+		t.Errorf("the printed kubeconfig authenticates with a client certificate, not a token")
 	}
 	dyn := dynamic.NewForConfigOrDie(cfg)
 	widgets := dyn.Resource(schema.GroupVersionResource{Group: "examples.wasmreconcile.io", Version: "v1alpha1", Resource: "widgets"}).Namespace("default")
@@ -180,6 +191,8 @@ func TestDev(t *testing.T) {
 	if !strings.Contains(string(body), `wasmreconcile_reconcile_total{module="widget",result="Success"}`) {
 		t.Errorf("%s has no successful widget reconcile:\n%.2000s", metricsURL, body)
 	}
+
+	checkDevRollout(ctx, t, cfg, metricsURL, filepath.Join(modules, "widget.wasm"), logs)
 
 	// The garbage collector deletes what the Widget owns once it is gone.
 	cms := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps("default")
@@ -267,4 +280,75 @@ func (b *syncBuffer) tail(n int) string {
 		s = s[len(s)-n:]
 	}
 	return s
+}
+
+// checkDevRollout checks, on a running operator dev whose module directory
+// runs the widget (in file), that the flight recorder answers the printed
+// kubeconfig's token (operator record's request), and that a
+// ReconcileModule of the widget's name takes the module over with no extra
+// flag, CRD or role, and gives it back to the file when deleted.
+func checkDevRollout(ctx context.Context, t *testing.T, cfg *rest.Config, metricsURL, file string, logs *syncBuffer) {
+	t.Helper()
+	endpoint := strings.TrimSuffix(metricsURL, "/metrics")
+	var cases []modtest.Case
+	for deadline := time.Now().Add(2 * time.Minute); len(cases) == 0; {
+		var err error
+		cases, err = recording.Fetch(ctx, recording.FetchOptions{Endpoint: endpoint, Path: operator.FlightRecorderPath, Module: "widget", Token: cfg.BearerToken, Timeout: 30 * time.Second})
+		if err != nil {
+			t.Fatalf("operator record with the dev kubeconfig's token: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the flight recorder kept no call of the widget in 2 minutes")
+		}
+		if len(cases) == 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	rms := dynamic.NewForConfigOrDie(cfg).Resource(schema.GroupVersionResource{Group: "wasmreconcile.io", Version: "v1alpha1", Resource: "reconcilemodules"})
+	rm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "wasmreconcile.io/v1alpha1", "kind": "ReconcileModule",
+		"metadata": map[string]any{"name": "widget"},
+		"spec": map[string]any{
+			"source": map[string]any{"file": file, "sha256": hex.EncodeToString(sum[:])},
+			"for":    map[string]any{"group": "examples.wasmreconcile.io", "version": "v1alpha1", "kind": "Widget"},
+		},
+	}}
+	if _, err := rms.Create(ctx, rm, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating a ReconcileModule in operator dev: %v", err)
+	}
+	var reason string
+	for deadline := time.Now().Add(2 * time.Minute); reason != "Loaded"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ReconcileModule's Ready reason is %q after 2 minutes, want Loaded (it takes over the file's module)\noperator log (end):\n%s", reason, logs.tail(4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+		got, err := rms.Get(ctx, "widget", metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		conditions, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conditions {
+			if c, _ := c.(map[string]any); c["type"] == "Ready" {
+				reason, _ = c["reason"].(string)
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "module taken over") {
+		t.Errorf("no log line says the ReconcileModule took the module over")
+	}
+	if err := rms.Delete(ctx, "widget", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(logs.String(), "the module it took over from serves again"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the file's module does not serve again 2 minutes after the ReconcileModule's delete\noperator log (end):\n%s", logs.tail(4000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -199,6 +199,7 @@ Flags:
 	fs.BoolVar(&opts.FlightRecorder.KeepSecrets, "flight-recorder-keep-secrets", false, "keep Secrets' data in recorded inputs (by default every value is replaced by REDACTED)")
 	fs.StringVar(&opts.Sources.CacheDir, "module-cache-dir", "", "directory where oci:// modules (--module and ReconcileModules) are kept by digest once fetched, so that a restart while the registry is down still loads them (default: none, every load fetches)")
 	fs.StringVar(&opts.ModuleDir, "module-dir", "", "directory of .wasm modules to run and watch; a changed file is hot-reloaded")
+	fs.BoolVar(&opts.FileModulesYield, "file-modules-yield", false, "a module of --module or --module-dir gives way to a ReconcileModule of the same name (which takes it over, with its candidate, canary and promotion) and serves again when that is deleted; false refuses the ReconcileModule with reason NameConflict. operator dev defaults it to true")
 	fs.BoolVar(&opts.ReconcileModules, "reconcile-modules", false, "run the modules declared by ReconcileModule objects (needs config/crd installed)")
 	fs.BoolVar(&mo.LeaderElection, "leader-elect", false, "elect a leader among replicas with a Lease; only the leader reconciles")
 	fs.StringVar(&mo.LeaderElectionID, "leader-election-id", "wasmreconcile-operator", "name of the leader-election Lease")

@@ -55,6 +55,7 @@ type Host struct {
 	reclaimDue  bool // reclaimSoon's return is due
 	maxBytes    int64
 	account     string         // Options.DefaultServiceAccount
+	filesYield  bool           // Options.FileModulesYield
 	ociOptions  source.Options // of oci:// Modules
 	ociCreds    source.Credentials
 	ociTimeout  time.Duration
@@ -116,7 +117,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the host's client: %w", err)
 	}
-	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.Sources.MaxBytes, account: opts.Identity.DefaultServiceAccount,
+	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.Sources.MaxBytes, account: opts.Identity.DefaultServiceAccount, filesYield: opts.FileModulesYield,
 		ociTimeout: opts.Sources.FetchTimeout,
 		ociOptions: source.Options{MaxBytes: opts.Sources.MaxBytes, BlobCache: opts.Sources.CacheDir,
 			URL: source.URLPolicy{AllowedHosts: opts.Sources.URLAllowedHosts, AllowPrivate: opts.Sources.URLAllowPrivate}}}
@@ -228,7 +229,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 			delete(h.fileModules, path)
 			h.mu.Unlock()
 			if ok {
-				h.supervisor.Remove(name)
+				h.supervisor.RemoveOwned(name, fileOwner(path))
 			}
 		})
 		if err != nil {
@@ -293,7 +294,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 // manifest digest pins the bytes.
 func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	path, pin, _ := strings.Cut(arg, "@sha256:")
-	fetcher, owner, what := source.File(path, source.Options{MaxBytes: h.maxBytes}), "the file "+path, "module file "+path
+	fetcher, owner, what := source.File(path, source.Options{MaxBytes: h.maxBytes}), fileOwner(path), "module file "+path
 	if strings.HasPrefix(arg, source.OCIScheme) {
 		path, pin = arg, ""
 		fetcher, owner, what = source.OCI(arg, h.ociCreds, h.ociTimeout, h.ociOptions), "the reference "+arg, "module "+arg
@@ -304,8 +305,8 @@ func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	var clamped []string
 	loaded, err := h.supervisor.Apply(ctx, supervisor.Spec{
 		Name: name, Source: fetcher, SHA256: pin, Owner: owner,
-		ServiceAccount: h.account,
-		Check:          func(m *engine.Module) error { clamped = m.Clamped(); return nil },
+		ServiceAccount: h.account, Yields: h.filesYield,
+		Check: func(m *engine.Module) error { clamped = m.Clamped(); return nil },
 	})
 	if err != nil {
 		var fetch *supervisor.FetchError
@@ -323,6 +324,9 @@ func (h *Host) applyFile(ctx context.Context, arg string) (string, error) {
 	h.logClamped(loaded.Name, clamped)
 	return loaded.Name, nil
 }
+
+// fileOwner is the supervisor's Spec.Owner of the module in file path.
+func fileOwner(path string) string { return "the file " + path }
 
 // Apply runs m, or replaces the running version of module m.Name with it
 // (hot reload: calls running finish on the old version). It returns once

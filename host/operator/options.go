@@ -29,6 +29,14 @@ type Options struct {
 	// written or replaced there is hot-reloaded, a file removed stops its
 	// module. Defaults to "": no directory.
 	ModuleDir string
+	// FileModulesYield makes a module of Modules or ModuleDir give way to
+	// a ReconcileModule of the same name: the ReconcileModule takes it
+	// over (with its candidate, canary and promotion), and the file serves
+	// again once the ReconcileModule is deleted. operator dev sets it, so
+	// that a module in its directory can be rolled out with a
+	// ReconcileModule. Defaults to false: the ReconcileModule is refused
+	// with reason NameConflict while the file's module runs.
+	FileModulesYield bool
 	// ReconcileModules runs the modules declared by ReconcileModule objects
 	// (api/v1alpha1, config/crd), and needs that CRD installed. Setup adds
 	// v1alpha1 to the manager's scheme. Defaults to false.

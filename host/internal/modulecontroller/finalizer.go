@@ -22,7 +22,7 @@ import (
 // holding it; once drained, DrainFinalizer is removed and the object goes.
 func (c *Controller) finalize(ctx context.Context, obj *v1alpha1.ReconcileModule) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
-	if c.supervisor.Remove(obj.Name) {
+	if c.supervisor.RemoveOwned(obj.Name, ownerOf(obj.Name)) {
 		logger.Info("ReconcileModule deleted; module stopped", "module", obj.Name)
 	}
 	c.mu.Lock()

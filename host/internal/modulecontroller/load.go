@@ -46,7 +46,7 @@ func (c *Controller) loadFrom(ctx context.Context, obj *v1alpha1.ReconcileModule
 	name := obj.Name
 	var served loadResult // what Check saw of the version about to serve
 	l, err := c.supervisor.Apply(ctx, supervisor.Spec{
-		Name: name, Source: fetcher, SHA256: src.SHA256, Owner: "the ReconcileModule " + name,
+		Name: name, Source: fetcher, SHA256: src.SHA256, Owner: ownerOf(name),
 		Policy:         specPolicy(spec),
 		Config:         cfg,
 		Paused:         spec.Paused,
@@ -188,3 +188,6 @@ func specPolicy(spec v1alpha1.ReconcileModuleSpec) policy.Policy {
 		ReadNamespaces:          spec.ReadNamespaces,
 	}
 }
+
+// ownerOf is the supervisor's Spec.Owner of ReconcileModule name's module.
+func ownerOf(name string) string { return "the ReconcileModule " + name }

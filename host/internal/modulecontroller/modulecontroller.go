@@ -200,7 +200,7 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	obj := &v1alpha1.ReconcileModule{}
 	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
-			if c.supervisor.Remove(req.Name) {
+			if c.supervisor.RemoveOwned(req.Name, ownerOf(req.Name)) {
 				logger.Info("ReconcileModule deleted; module stopped", "module", req.Name)
 			}
 			c.applied.del(req.Name)

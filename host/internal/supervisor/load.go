@@ -175,7 +175,15 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 	}
 	spec.Policy = s.opts.Policy.Merge(spec.Policy).WithDefaults() // the policy that serves
 	loaded.Name, loaded.At, loaded.Manifest = spec.Name, time.Now(), version.Module.Manifest()
-	if err := s.install(spec, f, version, reused, interpreted, &loaded); err != nil {
+	if err := s.install(spec, f, version, reused, interpreted, &loaded); errors.Is(err, errYielded) {
+		if !reused {
+			_ = version.Module.Close(ctx)
+		}
+		loaded.Result = resultYielded
+		s.opts.Metrics.Reloads.WithLabelValues(spec.Name, loaded.Result).Inc()
+		s.opts.Log.Info("module yields to the module of its name another owner serves; it serves once that one goes", "module", spec.Name, "source", spec.Source.String(), "digest", f.digest)
+		return loaded, nil
+	} else if err != nil {
 		return discard(err)
 	}
 	s.opts.Metrics.Reloads.WithLabelValues(spec.Name, loaded.Result).Inc()
@@ -183,6 +191,13 @@ func (s *Supervisor) Apply(ctx context.Context, spec Spec) (Loaded, error) {
 		"compile", loaded.Compile.String(), "paused", spec.Paused)
 	return loaded, nil
 }
+
+// errYielded is install's answer to a yielding spec while a module of
+// another owner serves: kept in Supervisor.yielded.
+var errYielded = errors.New("supervisor: yielded")
+
+// resultYielded is Loaded.Result of a spec kept, not served (Spec.Yields).
+const resultYielded = "yielded"
 
 // failed counts a failed Apply of module label.
 func (s *Supervisor) failed(label string, err error) (Loaded, error) {
@@ -203,7 +218,18 @@ func (s *Supervisor) install(spec Spec, f fetched, version *versionslot.Version,
 	}
 	r := s.modules[spec.Name] // it may have changed while loading
 	if r != nil && r.spec.Owner != spec.Owner {
-		return &NameConflictError{Module: spec.Name, Source: spec.Source.String(), Owner: r.spec.Owner}
+		switch {
+		case spec.Yields && !r.spec.Yields:
+			s.yielded[spec.Name] = spec // serves once r goes
+			return errYielded
+		case r.spec.Yields && !spec.Yields:
+			s.opts.Log.Info("module taken over: it serves from another owner until that one goes", "module", spec.Name, "from", r.spec.Owner, "to", spec.Owner)
+			s.yielded[spec.Name] = r.spec
+		default:
+			return &NameConflictError{Module: spec.Name, Source: spec.Source.String(), Owner: r.spec.Owner}
+		}
+	} else if spec.Yields {
+		delete(s.yielded, spec.Name)
 	}
 	g := version.Module.Manifest().For
 	for name, other := range s.modules {

@@ -173,6 +173,15 @@ type Spec struct {
 	// and cache reads are made with (impersonated). Defaults to "": the
 	// operator's own identity.
 	ServiceAccount string
+	// Yields makes the module give way to a module of the same name from
+	// an owner whose spec does not yield (a ReconcileModule, when the
+	// operator's file modules yield: operator dev): that one takes over,
+	// and the yielding spec is kept and serves again once the other is
+	// removed (RemoveOwned). An Apply of a yielding spec while the other
+	// serves keeps it for then and reports Loaded.Result "yielded".
+	// Defaults to false: a module of a second owner is a
+	// *NameConflictError.
+	Yields bool
 }
 
 // HealthEvent is a change in a module's load health: a Warning when a
@@ -203,7 +212,8 @@ type Loaded struct {
 	// zero when the version was still compiled from before.
 	Compile time.Duration
 	// Result is how the version was put to serve: restarted, swapped,
-	// cached or unchanged.
+	// cached or unchanged; or "yielded" when it does not serve, kept for
+	// when the module of another owner that serves goes (Spec.Yields).
 	Result   string
 	Manifest abi.Manifest
 }

@@ -61,6 +61,7 @@ type Supervisor struct {
 	mu      sync.Mutex
 	ctx     context.Context // the leader's, set while Start runs; nil otherwise
 	modules map[string]*running
+	yielded map[string]Spec // specs of Spec.Yields set aside for a module of another owner, by name
 	closed  bool
 	kinds   map[schema.GroupVersionKind]int // modules using each kind's informer
 
@@ -112,7 +113,7 @@ func New(opts Options) (*Supervisor, error) {
 	}
 	opts = opts.withDefaults()
 	closing, cancel := context.WithCancel(context.Background())
-	s := &Supervisor{opts: opts, modules: map[string]*running{}, kinds: map[schema.GroupVersionKind]int{},
+	s := &Supervisor{opts: opts, modules: map[string]*running{}, yielded: map[string]Spec{}, kinds: map[schema.GroupVersionKind]int{},
 		loader:  loader{engine: opts.Engine, interpreter: opts.Interpreter, limits: opts.Policy.Limits, metrics: opts.Metrics, log: opts.Log},
 		closing: closing, closeCancel: cancel}
 	s.drainer = &drainer{log: opts.Log, leading: s.leading, closing: closing, goroutines: &s.goroutines, timing: defaultDrainTiming}
@@ -202,6 +203,47 @@ func (s *Supervisor) Start(ctx context.Context) error {
 func (s *Supervisor) Remove(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.remove(name)
+}
+
+// RemoveOwned is Remove for owner, the Spec.Owner that applied the module:
+// a module another owner serves stays (a ReconcileModule refused with
+// NameConflict, deleted, does not stop the file module of its name), and a
+// spec of owner that yielded to it is forgotten. When the removed module
+// had taken over from a yielding spec, that spec is applied again, in the
+// background, and serves once loaded. It reports whether owner's module
+// ran.
+func (s *Supervisor) RemoveOwned(name, owner string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if y, ok := s.yielded[name]; ok && y.Owner == owner {
+		delete(s.yielded, name)
+		s.opts.Log.Info("module that yielded removed; it will not serve again", "module", name, "owner", owner)
+		return false
+	}
+	r, ok := s.modules[name]
+	if !ok || r.spec.Owner != owner {
+		return false
+	}
+	s.remove(name)
+	y, ok := s.yielded[name]
+	if !ok || s.closed {
+		return true
+	}
+	delete(s.yielded, name)
+	s.opts.Log.Info("module removed; the module it took over from serves again", "module", name, "owner", y.Owner)
+	s.goroutines.Add(1)
+	go func() {
+		defer s.goroutines.Done()
+		if _, err := s.Apply(s.closing, y); err != nil && s.closing.Err() == nil {
+			s.opts.Log.Error(err, "the module that yielded could not serve again; it is loaded on its next change", "module", name, "owner", y.Owner)
+		}
+	}()
+	return true
+}
+
+// remove is Remove with s.mu held.
+func (s *Supervisor) remove(name string) bool {
 	r, ok := s.modules[name]
 	if !ok {
 		return false

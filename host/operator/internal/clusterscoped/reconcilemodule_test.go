@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -285,4 +286,72 @@ func TestModuleNameConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	optest.WaitSummary(t, e.C, e.NS, "still-served", "4 x grey")
+
+	// Deleting the refused ReconcileModule leaves the file's module alone.
+	deleteModule(t, e.C, "widget")
+	if err := e.C.Create(context.Background(), optest.Widget(e.NS, "served-after", 5)); err != nil {
+		t.Fatal(err)
+	}
+	optest.WaitSummary(t, e.C, e.NS, "served-after", "5 x grey")
+}
+
+// deleteModule deletes ReconcileModule name and waits until it is gone.
+func deleteModule(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Delete(ctx, &v1alpha1.ReconcileModule{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, "ReconcileModule "+name+" gone", func() error {
+		err := c.Get(ctx, client.ObjectKey{Name: name}, &v1alpha1.ReconcileModule{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (get: %v)", err)
+	})
+}
+
+// TestFileModuleYields runs widget from a file with FileModulesYield (as
+// operator dev does): a ReconcileModule of the same name takes it over and
+// serves, a change of the file meanwhile does not take it back, and once
+// the ReconcileModule is deleted the file's module serves again.
+func TestFileModuleYields(t *testing.T) {
+	e := optest.NewEnv(t)
+	file := testwasm.BuildFile(t, "./widget")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := optest.NewOperator(t, e.Cfg, e.OperatorOptions(), operator.Options{
+		Modules:          []string{file},
+		ReconcileModules: true,
+		FileModulesYield: true,
+		Registerer:       prometheus.NewRegistry(),
+		Engine:           operator.EngineOptions{CompilationCacheDir: optest.CompilationCache()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "by-file", 1)); err != nil {
+		t.Fatal(err)
+	}
+	optest.WaitSummary(t, e.C, e.NS, "by-file", "1 x grey")
+
+	optest.CreateModule(t, e.C, "widget", v1alpha1.Source{SHA256: supervisor.Digest(b), File: file})
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "by-object", 2)); err != nil {
+		t.Fatal(err)
+	}
+	optest.WaitSummary(t, e.C, e.NS, "by-object", "2 x grey")
+
+	// Deleted: the file's module serves again, alone.
+	deleteModule(t, e.C, "widget")
+	if err := e.C.Create(ctx, optest.Widget(e.NS, "by-file-again", 3)); err != nil {
+		t.Fatal(err)
+	}
+	optest.WaitSummary(t, e.C, e.NS, "by-file-again", "3 x grey")
 }
