@@ -123,7 +123,9 @@ input:
 		}
 	}
 	// Nothing is left running.
-	if pids := controlplane.ProcessesWithArg(func(a string) bool { return strings.Contains(a, "wasmreconcile-controlplane-") && strings.Contains(a, os.TempDir()) }); len(pids) > 0 {
+	if pids := controlplane.ProcessesWithArg(func(a string) bool {
+		return strings.Contains(a, "wasmreconcile-controlplane-") && strings.Contains(a, os.TempDir())
+	}); len(pids) > 0 {
 		t.Logf("processes of some control plane still run (perhaps another test's): %v", pids)
 	}
 }
