@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -122,10 +123,15 @@ input:
 			t.Errorf("operator test --api-server: output lacks %q:\n%s", want, got)
 		}
 	}
-	// Nothing is left running.
-	if pids := controlplane.ProcessesWithArg(func(a string) bool {
-		return strings.Contains(a, "wasmreconcile-controlplane-") && strings.Contains(a, os.TempDir())
-	}); len(pids) > 0 {
-		t.Logf("processes of some control plane still run (perhaps another test's): %v", pids)
+	// The control plane it started is stopped and removed.
+	m := regexp.MustCompile(`on loopback \(in (\S+)\)`).FindStringSubmatch(got)
+	if m == nil {
+		t.Fatalf("the output does not say where the control plane ran:\n%s", got)
+	}
+	if pids := controlplane.ProcessesUsing(m[1]); len(pids) > 0 {
+		t.Errorf("after operator test --api-server, processes still use %s: %v", m[1], pids)
+	}
+	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+		t.Errorf("after operator test --api-server, %s: %v, want it removed", m[1], err)
 	}
 }
