@@ -12,7 +12,7 @@ import (
 // which would add 0.7 to 1.9 MB to every module (docs/benchmarks.md);
 // package stdjson opts in to encoding/json.
 func TestLeanDependencies(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", ".", "./k8s")
+	cmd := exec.Command("go", "list", "-deps", ".", "./k8s", "./decode")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	out, err := cmd.CombinedOutput()
 	if err != nil {

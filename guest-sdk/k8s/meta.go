@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"errors"
 	"strconv"
 
 	guest "github.com/wasmreconcile/wasmreconcile/guest-sdk"
@@ -189,6 +190,29 @@ func (v IntOrString) appendJSON(b []byte) []byte {
 
 // MarshalJSON encodes v as a JSON number or string, or null when absent.
 func (v IntOrString) MarshalJSON() ([]byte, error) { return v.appendJSON(nil), nil }
+
+// UnmarshalJSON decodes a JSON number (an integer of 32 bits) or string;
+// null is absent.
+func (v *IntOrString) UnmarshalJSON(b []byte) error {
+	x, err := jsontree.Decode(b)
+	if err != nil {
+		return err
+	}
+	switch x := x.(type) {
+	case nil:
+		*v = IntOrString{}
+	case string:
+		*v = FromString(x)
+	case float64:
+		if x != float64(int32(x)) {
+			return errors.New("k8s: IntOrString: " + strconv.FormatFloat(x, 'g', -1, 64) + " is not a 32-bit integer")
+		}
+		*v = FromInt32(int32(x))
+	default:
+		return errors.New("k8s: IntOrString: want a number or a string")
+	}
+	return nil
+}
 
 // ResourceList maps a resource name (ResourceCPU, ResourceMemory, ...) to
 // a quantity, such as "250m" or "64Mi".

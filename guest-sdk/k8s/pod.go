@@ -89,8 +89,8 @@ const (
 	PullIfNotPresent PullPolicy = "IfNotPresent"
 )
 
-// Container is one container of a pod. Probes, a security context and
-// lifecycle hooks go in Extra ("livenessProbe", "securityContext", ...).
+// Container is one container of a pod. Lifecycle hooks and the rarer
+// fields go in Extra ("lifecycle", "stdin", ...).
 type Container struct {
 	Name            string               `json:"name,omitempty"`
 	Image           string               `json:"image,omitempty"`
@@ -102,7 +102,11 @@ type Container struct {
 	Env             []EnvVar             `json:"env,omitempty"`
 	Resources       ResourceRequirements `json:"resources,omitzero"`
 	VolumeMounts    []VolumeMount        `json:"volumeMounts,omitempty"`
+	LivenessProbe   *Probe               `json:"livenessProbe,omitempty"`
+	ReadinessProbe  *Probe               `json:"readinessProbe,omitempty"`
+	StartupProbe    *Probe               `json:"startupProbe,omitempty"`
 	ImagePullPolicy PullPolicy           `json:"imagePullPolicy,omitempty"`
+	SecurityContext *SecurityContext     `json:"securityContext,omitempty"`
 	Extra           map[string]any       `json:"-"`
 }
 
@@ -133,6 +137,9 @@ func (c *Container) AppendJSON(b []byte) ([]byte, error) {
 	}
 	w.str("image", c.Image)
 	w.str("imagePullPolicy", string(c.ImagePullPolicy))
+	if c.LivenessProbe != nil && w.key("livenessProbe") {
+		w.value(c.LivenessProbe.AppendJSON(w.b))
+	}
 	w.str("name", c.Name)
 	if len(c.Ports) > 0 && w.key("ports") {
 		w.b = append(w.b, '[')
@@ -144,8 +151,17 @@ func (c *Container) AppendJSON(b []byte) ([]byte, error) {
 		}
 		w.b = append(w.b, ']')
 	}
+	if c.ReadinessProbe != nil && w.key("readinessProbe") {
+		w.value(c.ReadinessProbe.AppendJSON(w.b))
+	}
 	if w.key("resources") {
 		w.object(c.Resources.AppendJSON(w.b))
+	}
+	if c.SecurityContext != nil && w.key("securityContext") {
+		w.value(c.SecurityContext.AppendJSON(w.b))
+	}
+	if c.StartupProbe != nil && w.key("startupProbe") {
+		w.value(c.StartupProbe.AppendJSON(w.b))
 	}
 	if len(c.VolumeMounts) > 0 && w.key("volumeMounts") {
 		w.b = append(w.b, '[')

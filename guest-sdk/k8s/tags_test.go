@@ -31,6 +31,7 @@ var kinds = []struct {
 	{&Deployment{}, "apps/v1", "Deployment"},
 	{&Job{}, "batch/v1", "Job"},
 	{&CronJob{}, "batch/v1", "CronJob"},
+	{&Ingress{}, "networking.k8s.io/v1", "Ingress"},
 }
 
 // parts are the other struct types.
@@ -43,6 +44,9 @@ var parts = []any{
 	&EmptyDirVolumeSource{}, &ServiceSpec{}, &ServicePort{}, &PersistentVolumeClaimSpec{},
 	&VolumeResourceRequirements{}, &DeploymentSpec{}, &DeploymentStrategy{}, &RollingUpdateDeployment{},
 	&JobSpec{}, &CronJobSpec{}, &JobTemplateSpec{},
+	&IngressSpec{}, &IngressTLS{}, &IngressRule{}, &HTTPIngressRuleValue{}, &HTTPIngressPath{}, &IngressBackend{},
+	&IngressServiceBackend{}, &ServiceBackendPort{},
+	&Probe{}, &ExecAction{}, &HTTPGetAction{}, &HTTPHeader{}, &TCPSocketAction{}, &GRPCAction{}, &SecurityContext{}, &Capabilities{},
 }
 
 var intOrStringType = reflect.TypeFor[IntOrString]()

@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/wasmreconcile/wasmreconcile/guest-sdk/k8s"
 )
@@ -31,6 +32,7 @@ var kinds = []struct {
 	{&k8s.Deployment{}, &appsv1.Deployment{}},
 	{&k8s.Job{}, &batchv1.Job{}},
 	{&k8s.CronJob{}, &batchv1.CronJob{}},
+	{&k8s.Ingress{}, &networkingv1.Ingress{}},
 }
 
 func TestAgainstK8sAPI(t *testing.T) {

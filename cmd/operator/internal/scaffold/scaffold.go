@@ -196,7 +196,7 @@ func Write(opts Options) ([]File, error) {
 		{"gitignore.tmpl", ".gitignore", "ignores build/ and deploy/", rust},
 		{"rust-gitignore.tmpl", ".gitignore", "ignores build/, deploy/ and target/", !rust},
 	}
-	tmpl, err := template.New("").Funcs(template.FuncMap{"quote": quote}).ParseFS(templates, "templates/*.tmpl")
+	tmpl, err := template.New("").Funcs(template.FuncMap{"quote": quote, "typed": typedKind}).ParseFS(templates, "templates/*.tmpl")
 	if err != nil {
 		return nil, fmt.Errorf("scaffold: parsing templates: %w", err) // a bug in this package
 	}
@@ -325,6 +325,16 @@ func asControllerGen(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte("---\n"), out...), nil
+}
+
+// typedKind reports whether package k8s of the guest SDK has a type, with
+// a Spec, for k's kind.
+func typedKind(k Kind) bool {
+	switch k.APIVersion() + "/" + k.Kind {
+	case "apps/v1/Deployment", "v1/Service", "v1/PersistentVolumeClaim", "batch/v1/Job", "batch/v1/CronJob", "networking.k8s.io/v1/Ingress":
+		return true
+	}
+	return false
 }
 
 // quote renders s as a Go string literal.
