@@ -31,7 +31,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/wasmreconcile/wasmreconcile/config/crd"
-
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
 )
@@ -46,6 +45,14 @@ operator run does: rebuild a module into DIR and it is hot-reloaded, with no
 restart. It prints the KUBECONFIG to export and the metrics URL. Ctrl-C (or
 SIGTERM) stops the operator and the control plane and removes the temporary
 directory; if this process is killed, the control plane dies with it.
+
+The whole product runs, with no extra flag, CRD or role: ReconcileModules
+(their CRD installed; --reconcile-modules and --file-modules-yield default
+to true), so a ReconcileModule of a module's name takes it over from the
+directory for a rollout (shadow, canary, promotion; status refreshed every
+2 s) and gives it back when deleted; and the flight recorder, which
+operator record reads with the printed kubeconfig: its user is the token
+of ServiceAccount wasmreconcile-system/developer, bound to cluster-admin.
 
 kube-controller-manager runs the default controllers, so the garbage
 collector deletes children with their owner and a deleted namespace is
@@ -125,6 +132,11 @@ func (d *devCommand) register(fs *flag.FlagSet) {
 		if f := fs.Lookup(name); f != nil && f.Value.Set("true") == nil {
 			f.DefValue = "true"
 		}
+	}
+	// A rollout's counts and promotion show in a ReconcileModule's status
+	// within seconds, not run's 30.
+	if f := fs.Lookup("module-status-interval"); f != nil && f.Value.Set(devStatusInterval.String()) == nil {
+		f.DefValue = devStatusInterval.String()
 	}
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), devUsage)
@@ -330,6 +342,9 @@ func isFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && !fi.IsDir()
 }
+
+// devStatusInterval is operator dev's --module-status-interval.
+const devStatusInterval = 2 * time.Second
 
 // Names of the account whose token the developer kubeconfig carries.
 const (

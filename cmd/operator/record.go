@@ -139,6 +139,37 @@ changes or is unknown.
 Flags:
 `
 
+// versionLines says which versions the recorded cases were recorded on,
+// and whether the module replayed, name at digest, is another: its answers
+// are compared, and its fuel differs by design.
+func versionLines(cases []modtest.Case, name, digest string) []string {
+	counts := map[string]int{}
+	var order []string
+	for _, c := range cases {
+		if c.Recorded == nil {
+			continue
+		}
+		key := c.Recorded.Module + " " + c.Recorded.Digest
+		if counts[key] == 0 {
+			order = append(order, key)
+		}
+		counts[key]++
+	}
+	var lines []string
+	for _, key := range order {
+		module, recorded, _ := strings.Cut(key, " ")
+		switch {
+		case module != name:
+			lines = append(lines, fmt.Sprintf("%d calls recorded on module %s %s, replayed on module %s %s: another module; answers are compared as they are", counts[key], module, recorded, name, digest))
+		case recorded == digest:
+			lines = append(lines, fmt.Sprintf("%d calls recorded on %s %s, replayed on the same version", counts[key], module, recorded))
+		default:
+			lines = append(lines, fmt.Sprintf("%d calls recorded on %s %s, replayed on another version, %s: answers are compared; fuel differs by design", counts[key], module, recorded, digest))
+		}
+	}
+	return lines
+}
+
 func runReplay(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -177,6 +208,9 @@ func runReplay(args []string, stdout, stderr io.Writer) error {
 	}
 	defer done()
 	rep := recording.Replay(ctx, m, cases, opts, allow)
+	for _, l := range versionLines(cases, m.Name(), m.Digest()) {
+		fmt.Fprintln(stdout, l)
+	}
 	for _, r := range rep.Results {
 		fuel := fmt.Sprintf("fuel %d → %d", r.FuelBefore, r.FuelAfter)
 		if len(r.Unanswered) > 0 {

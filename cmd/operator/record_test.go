@@ -124,3 +124,20 @@ func TestRecordReplay(t *testing.T) {
 		t.Errorf("replay summary: %s", stdout.String())
 	}
 }
+
+func TestReplayNamesTheVersions(t *testing.T) {
+	rec := func(module, digest string) modtest.Case {
+		return modtest.Case{Recorded: &modtest.Recorded{Module: module, Digest: digest}}
+	}
+	cases := []modtest.Case{rec("shop", "sha256:aaa"), rec("shop", "sha256:aaa"), {}, rec("shop", "sha256:bbb"), rec("other", "sha256:ccc")}
+	got := strings.Join(versionLines(cases, "shop", "sha256:bbb"), "\n")
+	for _, want := range []string{
+		"2 calls recorded on shop sha256:aaa, replayed on another version, sha256:bbb: answers are compared; fuel differs by design",
+		"1 calls recorded on shop sha256:bbb, replayed on the same version",
+		"1 calls recorded on module other sha256:ccc, replayed on module shop sha256:bbb: another module",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("versionLines lacks %q:\n%s", want, got)
+		}
+	}
+}
