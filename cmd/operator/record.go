@@ -69,6 +69,9 @@ func runRecord(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if tok == "" {
+		return errors.New("operator record: no token to send: the recorder serves only clients the API server authenticates; export KUBECONFIG of a kubeconfig whose user has a token (operator dev prints one), or pass --token-file (kubectl create token ACCOUNT)")
+	}
 	cases, err := recording.Fetch(context.Background(), recording.FetchOptions{Endpoint: *endpoint, Path: operator.FlightRecorderPath,
 		Module: *module, Token: tok, Timeout: *timeout})
 	if err != nil {

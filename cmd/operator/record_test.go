@@ -141,3 +141,15 @@ func TestReplayNamesTheVersions(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordNeedsAToken: with no token anywhere, operator record says so
+// and what to do, before any request (the endpoint does not exist).
+func TestRecordNeedsAToken(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("WASMRECONCILE_TOKEN", "")
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"record", "--endpoint", "http://127.0.0.1:1", "--module", "widget", "--out", t.TempDir()}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "no token to send") || !strings.Contains(err.Error(), "export KUBECONFIG") {
+		t.Errorf("record with no token anywhere: %v, want an error saying so before any request", err)
+	}
+}

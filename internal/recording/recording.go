@@ -132,13 +132,16 @@ type Written struct {
 // Write files cases under dir, one directory per version of the module
 // (VersionDir: the recorder holds the calls of every version it ran, and a
 // version's cases pass only on that version), each as NNN-KIND-OBJECT.yaml,
-// written whole or not at all; with failuresOnly only the failed calls.
+// written whole or not at all; with failuresOnly only the failed calls:
+// those that did not succeed, and those whose writes the API server refused
+// in part (Recorded.Refused, Recorded.ApplyError), as the recorder keeps
+// them.
 // It returns what it wrote, by version in the order first met.
 func Write(dir string, cases []modtest.Case, failuresOnly bool) ([]Written, error) {
 	var out []Written
 	index := map[string]int{}
 	for _, c := range cases {
-		if failuresOnly && c.Recorded != nil && c.Recorded.Kind == string(protocol.Success) {
+		if failuresOnly && c.Recorded != nil && c.Recorded.Kind == string(protocol.Success) && len(c.Recorded.Refused) == 0 && c.Recorded.ApplyError == "" {
 			continue
 		}
 		digest := ""

@@ -88,10 +88,14 @@ func TestWrite(t *testing.T) {
 		{Name: "a", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/a", Digest: v1}},
 		{Name: "b", Input: in, Recorded: &modtest.Recorded{Kind: "FuelExhausted", Object: "ns/b*c", Digest: v1}},
 		{Name: "c", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/c", Digest: v2}},
+		// Answered, but the API server refused a child: a failure too.
+		{Name: "d", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/d", Digest: v2,
+			Refused: []abi.ChildFailure{{Kind: "Ingress", Name: "d", Reason: "Invalid", Message: "spec.rules[0].host: Invalid value"}}}},
+		{Name: "e", Input: in, Recorded: &modtest.Recorded{Kind: "Success", Object: "ns/e", Digest: v2, ApplyError: "the status write was refused"}},
 	}
 	dir := t.TempDir()
 	written, err := Write(dir, cases, false)
-	want := []Written{{v1, filepath.Join(dir, "sha256-1111111111111111"), 2}, {v2, filepath.Join(dir, "sha256-2222222222222222"), 1}}
+	want := []Written{{v1, filepath.Join(dir, "sha256-1111111111111111"), 2}, {v2, filepath.Join(dir, "sha256-2222222222222222"), 3}}
 	if err != nil || !slices.Equal(written, want) {
 		t.Fatalf("Write: %+v, %v; want %+v", written, err, want)
 	}
@@ -106,8 +110,10 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("the written cases do not load: %d, %v", len(loaded), err)
 	}
 	only := t.TempDir()
-	if written, err := Write(only, cases, true); err != nil || len(written) != 1 || written[0].Files != 1 {
-		t.Errorf("Write failures only: %+v, %v", written, err)
+	// Failures only: the fuel exhausted, the refused child and the refused
+	// status write.
+	if written, err := Write(only, cases, true); err != nil || len(written) != 2 || written[0].Files != 1 || written[1].Files != 2 {
+		t.Errorf("Write failures only: %+v, %v; want 1 of v1 and 2 of v2", written, err)
 	}
 }
 

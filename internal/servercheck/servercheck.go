@@ -103,6 +103,13 @@ func (c *Checker) Check(ctx context.Context, module string, in Input, resp *prot
 	}
 	what := "input.object " + describe(obj)
 	created, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+	if apierrors.IsAlreadyExists(err) { // left by a check that could not delete it: replace it
+		zero := int64(0)
+		if derr := ri.Delete(ctx, obj.GetName(), metav1.DeleteOptions{GracePeriodSeconds: &zero}); derr != nil && !apierrors.IsNotFound(derr) {
+			return res, fmt.Errorf("deleting the %s a previous check left: %w", what, derr)
+		}
+		created, err = ri.Create(ctx, obj, metav1.CreateOptions{FieldValidation: metav1.FieldValidationStrict})
+	}
 	if err != nil {
 		if !refused(err) {
 			return res, fmt.Errorf("creating %s: %w", what, err)
