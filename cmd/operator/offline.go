@@ -363,9 +363,11 @@ Built-in kinds' value rules (an Ingress host in lower case, a port's range,
 a required image) live in the kube-apiserver. --api-server checks them too:
 it starts etcd and kube-apiserver once for the run (from the cache make
 controlplane fills, with the CRDs of --crds), creates each case's input
-object there, and server-side applies each desired child and the status
-with dryRun=All as the host applies them; a write it refuses fails the case
-with kind InvalidResponse and the API server's message. The first line of
+object there (whole, as the API server stores it; the observed children
+and related objects may stay partial), and server-side applies each
+desired child and the status with dryRun=All as the host applies them; a
+write it refuses fails the case with kind InvalidResponse and the API
+server's message. The first line of
 the output says which checks ran (docs/abi.md, "Schema checks offline").
 
 Flags:
@@ -570,7 +572,7 @@ func startCheckServer(ctx context.Context, assets, crds string, stderr io.Writer
 // InvalidResponse and the API server's message, unless the offline
 // schema check failed it already.
 func serverCheck(ctx context.Context, server *servercheck.Checker, module string, c modtest.Case, o *offline.Outcome, refusedOffline bool) ([]string, error) {
-	res, err := server.Check(ctx, module, servercheck.Input{Object: c.Input.Object, Children: c.Input.Children, Related: c.Input.Related}, o.Response)
+	res, err := server.Check(ctx, module, servercheck.Input{Object: c.Input.Object}, o.Response)
 	if err != nil {
 		return nil, err
 	}

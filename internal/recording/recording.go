@@ -181,11 +181,17 @@ func VersionDir(digest string) string {
 
 var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
 
-// fileName is the i-th case's file name: its number, kind and object.
+// fileName is the i-th case's file name: its number, kind and object; a
+// call that answered but whose writes the API server refused in part is
+// "refused".
 func fileName(i int, r *modtest.Recorded) string {
 	what := "call"
 	if r != nil {
-		what = unsafeChars.ReplaceAllString(strings.ToLower(r.Kind+"-"+r.Object), "-")
+		kind := r.Kind
+		if kind == string(protocol.Success) && (len(r.Refused) > 0 || r.ApplyError != "") {
+			kind = "refused"
+		}
+		what = unsafeChars.ReplaceAllString(strings.ToLower(kind+"-"+r.Object), "-")
 	}
 	return fmt.Sprintf("%03d-%s.yaml", i+1, what)
 }

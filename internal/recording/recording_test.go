@@ -102,8 +102,10 @@ func TestWrite(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(want[0].Dir, "002-fuelexhausted-ns-b-c.yaml")); err != nil {
 		t.Error(err)
 	}
-	if _, err := os.Stat(filepath.Join(want[1].Dir, "001-success-ns-c.yaml")); err != nil {
-		t.Error(err)
+	for _, f := range []string{"001-success-ns-c.yaml", "002-refused-ns-d.yaml", "003-refused-ns-e.yaml"} {
+		if _, err := os.Stat(filepath.Join(want[1].Dir, f)); err != nil {
+			t.Error(err)
+		}
 	}
 	loaded, err := modtest.LoadDir(want[0].Dir)
 	if err != nil || len(loaded) != 2 {
