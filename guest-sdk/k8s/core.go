@@ -162,16 +162,7 @@ type ServiceSpec struct {
 func (s *ServiceSpec) AppendJSON(b []byte) ([]byte, error) {
 	w := open(b, s.Extra)
 	w.str("clusterIP", s.ClusterIP)
-	if len(s.Ports) > 0 && w.key("ports") {
-		w.b = append(w.b, '[')
-		for i := range s.Ports {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(s.Ports[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
+	list(&w, "ports", s.Ports)
 	w.strMap("selector", s.Selector)
 	w.str("type", string(s.Type))
 	return w.close()

@@ -80,16 +80,7 @@ type LabelSelector struct {
 // AppendJSON appends s's JSON encoding to b.
 func (s *LabelSelector) AppendJSON(b []byte) ([]byte, error) {
 	w := open(b, s.Extra)
-	if len(s.MatchExpressions) > 0 && w.key("matchExpressions") {
-		w.b = append(w.b, '[')
-		for i := range s.MatchExpressions {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(s.MatchExpressions[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
+	list(&w, "matchExpressions", s.MatchExpressions)
 	w.strMap("matchLabels", s.MatchLabels)
 	return w.close()
 }
@@ -136,20 +127,6 @@ func (r *LocalObjectReference) AppendJSON(b []byte) ([]byte, error) {
 	w := open(b, r.Extra)
 	w.str("name", r.Name)
 	return w.close()
-}
-
-func (w *writer) localRefs(k string, refs []LocalObjectReference) {
-	if len(refs) == 0 || !w.key(k) {
-		return
-	}
-	w.b = append(w.b, '[')
-	for i := range refs {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
-		w.value(refs[i].AppendJSON(w.b))
-	}
-	w.b = append(w.b, ']')
 }
 
 // IntOrString is a number or a string, such as a Service port's targetPort

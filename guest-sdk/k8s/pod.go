@@ -46,37 +46,14 @@ type PodSpec struct {
 // AppendJSON appends s's JSON encoding to b.
 func (s *PodSpec) AppendJSON(b []byte) ([]byte, error) {
 	w := open(b, s.Extra)
-	w.containers("containers", s.Containers)
-	w.localRefs("imagePullSecrets", s.ImagePullSecrets)
-	w.containers("initContainers", s.InitContainers)
+	list(&w, "containers", s.Containers)
+	list(&w, "imagePullSecrets", s.ImagePullSecrets)
+	list(&w, "initContainers", s.InitContainers)
 	w.strMap("nodeSelector", s.NodeSelector)
 	w.str("restartPolicy", string(s.RestartPolicy))
 	w.str("serviceAccountName", s.ServiceAccountName)
-	if len(s.Volumes) > 0 && w.key("volumes") {
-		w.b = append(w.b, '[')
-		for i := range s.Volumes {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(s.Volumes[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
+	list(&w, "volumes", s.Volumes)
 	return w.close()
-}
-
-func (w *writer) containers(k string, cs []Container) {
-	if len(cs) == 0 || !w.key(k) {
-		return
-	}
-	w.b = append(w.b, '[')
-	for i := range cs {
-		if i > 0 {
-			w.b = append(w.b, ',')
-		}
-		w.value(cs[i].AppendJSON(w.b))
-	}
-	w.b = append(w.b, ']')
 }
 
 // PullPolicy is a container's image pull policy.
@@ -115,42 +92,15 @@ func (c *Container) AppendJSON(b []byte) ([]byte, error) {
 	w := open(b, c.Extra)
 	w.strs("args", c.Args)
 	w.strs("command", c.Command)
-	if len(c.Env) > 0 && w.key("env") {
-		w.b = append(w.b, '[')
-		for i := range c.Env {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(c.Env[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
-	if len(c.EnvFrom) > 0 && w.key("envFrom") {
-		w.b = append(w.b, '[')
-		for i := range c.EnvFrom {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(c.EnvFrom[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
+	list(&w, "env", c.Env)
+	list(&w, "envFrom", c.EnvFrom)
 	w.str("image", c.Image)
 	w.str("imagePullPolicy", string(c.ImagePullPolicy))
 	if c.LivenessProbe != nil && w.key("livenessProbe") {
 		w.value(c.LivenessProbe.AppendJSON(w.b))
 	}
 	w.str("name", c.Name)
-	if len(c.Ports) > 0 && w.key("ports") {
-		w.b = append(w.b, '[')
-		for i := range c.Ports {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(c.Ports[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
+	list(&w, "ports", c.Ports)
 	if c.ReadinessProbe != nil && w.key("readinessProbe") {
 		w.value(c.ReadinessProbe.AppendJSON(w.b))
 	}
@@ -163,16 +113,7 @@ func (c *Container) AppendJSON(b []byte) ([]byte, error) {
 	if c.StartupProbe != nil && w.key("startupProbe") {
 		w.value(c.StartupProbe.AppendJSON(w.b))
 	}
-	if len(c.VolumeMounts) > 0 && w.key("volumeMounts") {
-		w.b = append(w.b, '[')
-		for i := range c.VolumeMounts {
-			if i > 0 {
-				w.b = append(w.b, ',')
-			}
-			w.value(c.VolumeMounts[i].AppendJSON(w.b))
-		}
-		w.b = append(w.b, ']')
-	}
+	list(&w, "volumeMounts", c.VolumeMounts)
 	w.str("workingDir", c.WorkingDir)
 	return w.close()
 }

@@ -28,7 +28,7 @@ func main() {
 		os.Exit(2)
 	}
 	var buf bytes.Buffer
-	if err := sdkarchive.Write(&buf, flag.Arg(0)); err != nil {
+	if err := sdkarchive.Pack(&buf, flag.Arg(0)); err != nil {
 		fmt.Fprintln(os.Stderr, "sdkzip:", err)
 		os.Exit(1)
 	}

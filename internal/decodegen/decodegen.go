@@ -268,7 +268,7 @@ func (g *gen) field(w *bytes.Buffer, f *ast.Field, recv, goName, member string, 
 
 func (g *gen) stringKey(t *ast.MapType, field, at string) error {
 	if id, ok := t.Key.(*ast.Ident); !ok || id.Name != "string" {
-		return fmt.Errorf("%s: field %s is a map with %s keys; JSON object keys are strings: use map[string]...", at, field, g.expr(t.Key))
+		return fmt.Errorf("%s: field %s is a map with %s keys; JSON object keys are strings: use map[string]T", at, field, g.expr(t.Key))
 	}
 	return nil
 }

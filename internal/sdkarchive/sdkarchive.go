@@ -75,10 +75,10 @@ func Files(root string) ([]string, error) {
 	return files, nil
 }
 
-// Write writes the archive of the SDK rooted at root to w. Entries carry
+// Pack writes the archive of the SDK rooted at root to w. Entries carry
 // no time and mode 0644, so the bytes depend only on the files' paths and
 // contents.
-func Write(w io.Writer, root string) error {
+func Pack(w io.Writer, root string) error {
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		return fmt.Errorf("sdkarchive: %s is not the guest SDK: %w", root, err)
 	}

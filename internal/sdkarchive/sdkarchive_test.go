@@ -50,7 +50,7 @@ func TestArchiveCarriesWhatAModuleBuildsOn(t *testing.T) {
 	}
 
 	var a, b bytes.Buffer
-	if err := Write(&a, root); err != nil {
+	if err := Pack(&a, root); err != nil {
 		t.Fatal(err)
 	}
 	// The same tree gives the same bytes, whatever the files' times.
@@ -58,7 +58,7 @@ func TestArchiveCarriesWhatAModuleBuildsOn(t *testing.T) {
 	if err := os.Chtimes(later, time.Unix(1e9, 0), time.Unix(1e9, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(&b, root); err != nil {
+	if err := Pack(&b, root); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(a.Bytes(), b.Bytes()) || Digest(a.Bytes()) != Digest(b.Bytes()) {
@@ -81,10 +81,10 @@ func TestArchiveCarriesWhatAModuleBuildsOn(t *testing.T) {
 	}
 }
 
-func TestWriteRefusesWhatIsNotTheSDK(t *testing.T) {
-	err := Write(&bytes.Buffer{}, tree(t, map[string]string{"a.go": "package a\n"}))
+func TestPackRefusesWhatIsNotTheSDK(t *testing.T) {
+	err := Pack(&bytes.Buffer{}, tree(t, map[string]string{"a.go": "package a\n"}))
 	if err == nil || !strings.Contains(err.Error(), "is not the guest SDK") {
-		t.Errorf("Write on a tree without go.mod: %v", err)
+		t.Errorf("Pack on a tree without go.mod: %v", err)
 	}
 }
 
