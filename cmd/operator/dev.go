@@ -35,7 +35,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
 )
 
-const devUsage = `Usage: operator dev --module-dir DIR [--crds DIR ...] [flags]
+const devUsage = `Usage: operator dev [--module-dir DIR] [--crds DIR ...] [flags]
 
 An operator author's inner loop in one command. It starts a local control
 plane (etcd, kube-apiserver and kube-controller-manager, on loopback, in a

@@ -51,7 +51,7 @@ const usage = `operator runs Kubernetes reconcile logic compiled to WebAssembly.
 Usage:
   operator run --module FILE.wasm [--module FILE.wasm ...] [flags]
       Run modules against a cluster (kubeconfig or in-cluster).
-  operator dev --module-dir DIR [--crds DIR ...] [flags]
+  operator dev [--module-dir DIR] [--crds DIR ...] [flags]
       Run modules with hot reload on a local control plane it starts and stops.
   operator invoke --module FILE.wasm --object OBJ.yaml [flags]
       Run one reconcile offline and print the response as JSON.

@@ -52,7 +52,7 @@ func TestCaseFileErrorsHavePositions(t *testing.T) {
 		want           string // after "FILE:"
 	}{
 		{"top level", "expect:\n", "expct:\n",
-			`10:1: unknown field "expct" (known fields: name, input, expect, recorded)`},
+			`10:1: unknown field "expct" (known fields: name, input, expect, invalidInput, recorded)`},
 		{"input", "  attempt: 0", "  atempt: 0",
 			`9:3: unknown field "atempt" in input (known fields: object, children, related, finalizing, config, attempt, now, childFailures)`},
 		{"expect", "  status:\n", "  stauts:\n",

@@ -81,7 +81,7 @@ func TestScaffoldWrite(t *testing.T) {
 	for _, f := range files {
 		paths = append(paths, filepath.ToSlash(f.Path))
 	}
-	want := "go.mod main.go main_test.go testdata/cases/reconcile.yaml testdata/cases/child-failure.yaml crds/shops.shop.example.com.yaml Makefile .gitignore rbac.yaml"
+	want := "go.mod main.go main_test.go testdata/cases/reconcile.yaml testdata/cases/child-failure.yaml api/v1/types.go crdgen/go.mod crdgen/v1/shop.go crds/shop.example.com_shops.yaml Makefile .gitignore api/v1/zz_generated.decode.go rbac.yaml"
 	if got := strings.Join(paths, " "); got != want {
 		t.Errorf("wrote %s, want %s", got, want)
 	}
@@ -89,8 +89,13 @@ func TestScaffoldWrite(t *testing.T) {
 	if !strings.Contains(string(gomod), "go 1.26\n") || !strings.Contains(string(gomod), "=> ../../guest-sdk\n") {
 		t.Errorf("go.mod:\n%s", gomod)
 	}
+	// crdgen/ is one level deeper: its replace reaches the same SDK.
+	crdgenMod, _ := os.ReadFile(filepath.Join(opts.Dir, "crdgen", "go.mod"))
+	if !strings.Contains(string(crdgenMod), SDKModule+" => ../../../guest-sdk\n") || !strings.Contains(string(crdgenMod), "replace shop => ../\n") {
+		t.Errorf("crdgen/go.mod:\n%s", crdgenMod)
+	}
 	main, _ := os.ReadFile(filepath.Join(opts.Dir, "main.go"))
-	for _, want := range []string{`guest.GVK("apps", "v1", "Deployment")`, `"data":     map[string]any{"message": message}`, "// TODO: the desired apps/v1 Deployment"} {
+	for _, want := range []string{`guest.GVK("apps", "v1", "Deployment")`, `Data:       map[string]string{"message": message}`, "(&k8s.Deployment{ObjectMeta: k8s.ObjectMeta{Name: obj.Name()}", `v1.DecodeShopSpec(req.Object["spec"], "spec")`} {
 		if !strings.Contains(string(main), want) {
 			t.Errorf("main.go lacks %q:\n%s", want, main)
 		}
