@@ -411,6 +411,7 @@ func (e *Engine) compileInWorker(ctx context.Context, metered, unvalidated []byt
 	if err != nil {
 		return &workerFailedError{err: fmt.Errorf("finding wazero's version in %s: %w", e.cacheDir, err)}
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	cmd := w.Command(ctx)
@@ -429,7 +430,6 @@ func (e *Engine) compileInWorker(ctx context.Context, metered, unvalidated []byt
 	if err != nil {
 		return &workerFailedError{err: err}
 	}
-	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return &workerFailedError{err: fmt.Errorf("starting %s: %w", cmd.Path, err)}
 	}
@@ -450,10 +450,13 @@ func (e *Engine) compileInWorker(ctx context.Context, metered, unvalidated []byt
 		_ = stdin.Close()
 	}()
 	waitErr := cmd.Wait()
-	elapsed := time.Since(start)
 	if waitErr != nil {
 		if ctx.Err() != nil {
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) && elapsed >= w.Timeout {
+			// The worker's own deadline, not the caller's. (Timing it
+			// from the worker's start instead misread a deadline that
+			// fired while a loaded machine was still starting the worker
+			// as an invalid module.)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 				return &CompileLimitError{Limit: "time", Value: w.Timeout.String(), Flag: "--compile-timeout"}
 			}
 			return ctx.Err()
