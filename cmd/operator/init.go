@@ -27,14 +27,23 @@ Writes a new module, NAME, into DIR (default ./NAME), which must not exist
 or be empty:
 
   go.mod               requires the guest SDK, replaced by a local checkout
+                       (or by guest-sdk/, the SDK this binary carries,
+                       unpacked when no checkout is at hand)
   main.go              the manifest and a reconcile handler: status
                        observedGeneration and a Ready condition; with
                        --owns v1/ConfigMap, a ConfigMap child
   main_test.go         native tests of the handler (go test, package sdktest)
-  testdata/cases/      a case for operator test
-  crds/                a CRD skeleton of the --for kind, PLURAL.GROUP.yaml
-                       (none for a built-in kind)
-  Makefile             build (GOOS=wasip1, -buildmode=c-shared), test, rbac
+  testdata/cases/      cases for operator test
+  api/VERSION/         for a custom kind: its spec and status as Go types
+                       with kubebuilder markers, and their decoders
+                       (operator generate)
+  crdgen/              the kind's root type for controller-gen, a module
+                       of its own (make manifests)
+  crds/                the kind's CRD, GROUP_PLURAL.yaml, as make
+                       manifests writes it from api/ (none for a built-in
+                       kind)
+  Makefile             build (GOOS=wasip1, -buildmode=c-shared), test,
+                       manifests, deploy, rbac
   rbac.yaml            its RBAC, as operator rbac prints it, for the
                        account wasmreconcile-modules/NAME
 
