@@ -87,6 +87,16 @@ invalidInput: the module must cope with names an older API server let through
 input:
   object: {apiVersion: v1, kind: ConfigMap, metadata: {name: Web_1, namespace: shop}, data: {host: a.example.com}}
 `,
+		// Only a child is invalid, which only the offline check sees
+		// (--api-server creates only the reconciled object): the server
+		// accepting the object must not make the reason stale.
+		"bad-child-on-purpose.yaml": `name: an invalid child, on purpose
+invalidInput: the module must cope with a child an older API server let through
+input:
+  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: web, namespace: shop}, data: {host: a.example.com}}
+  children:
+    - {apiVersion: networking.k8s.io/v1, kind: Ingress, metadata: {name: web, namespace: shop}, spec: {rules: 5}}
+`,
 	} {
 		if err := os.WriteFile(filepath.Join(cases, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -100,7 +110,7 @@ input:
 
 	// Offline only: the schema accepts every host and every name.
 	got, err := test()
-	if err != nil || !strings.Contains(got, "4 passed, 0 failed") || !strings.Contains(got, "API server: not run") {
+	if err != nil || !strings.Contains(got, "5 passed, 0 failed") || !strings.Contains(got, "API server: not run") {
 		t.Fatalf("operator test offline: %v\n%s", err, got)
 	}
 
@@ -117,7 +127,8 @@ input:
 		"FAIL  an input name the API server refuses",
 		`input.object ConfigMap shop/Web_1: the API server refused it, so a cluster never gives it to the module: ConfigMap "Web_1" is invalid: metadata.name: Invalid value: "Web_1"`,
 		"PASS  the same, on purpose",
-		"2 passed, 2 failed",
+		"PASS  an invalid child, on purpose",
+		"3 passed, 2 failed",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("operator test --api-server: output lacks %q:\n%s", want, got)

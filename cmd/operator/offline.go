@@ -444,9 +444,9 @@ func runTest(args []string, stdout, stderr io.Writer) error {
 		o := offline.Run(ctx, m, c.Input, caseOpts)
 		noteUnknownScopes(stderr, o)
 		noteUnchecked(stderr, o, unchecked)
-		inputDiff := checkInput(opts.Schemas, c, server == nil)
+		inputDiff, refused := checkInput(opts.Schemas, c, server == nil)
 		if server != nil {
-			d, err := serverCheck(ctx, server, m.Name(), c, &o, len(inputDiff) > 0)
+			d, err := serverCheck(ctx, server, m.Name(), c, &o, refused > 0)
 			if err != nil {
 				fmt.Fprintf(stderr, "operator test: case %q: --api-server: %v\n", c.Name, err)
 				return exitError{2}
@@ -504,14 +504,15 @@ type inputChecker interface {
 // with invalidInput set must have an input the API server refuses: when
 // the check is the last word (no --api-server, strict; and a custom kind,
 // whose CRD's validation runs here whole), its reason is checked to hold.
-func checkInput(schemas offline.SchemaChecker, tc modtest.Case, lastWord bool) []string {
+// refused counts the input objects the check refused, whether or not the
+// case expects it.
+func checkInput(schemas offline.SchemaChecker, tc modtest.Case, lastWord bool) (diff []string, refused int) {
 	c, ok := schemas.(inputChecker)
 	if !ok {
-		return nil
+		return nil, 0
 	}
 	in := tc.Input
-	var diff []string
-	refused, checked := 0, 0
+	checked := 0
 	check := func(obj map[string]any, what string) {
 		r, ok := c.CheckInput(obj, what)
 		gvk := (&unstructured.Unstructured{Object: obj}).GroupVersionKind()
@@ -536,7 +537,7 @@ func checkInput(schemas offline.SchemaChecker, tc modtest.Case, lastWord bool) [
 	if lastWord && tc.InvalidInput != "" && refused == 0 && checked > 0 {
 		diff = append(diff, "invalidInput is set ("+tc.InvalidInput+"), but the API server would accept every input object: remove it, or make the input what it says")
 	}
-	return diff
+	return diff, refused
 }
 
 // checksLine says which checks operator test runs.

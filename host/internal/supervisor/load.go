@@ -229,6 +229,10 @@ func (s *Supervisor) install(spec Spec, f fetched, version *versionslot.Version,
 			return &NameConflictError{Module: spec.Name, Source: spec.Source.String(), Owner: r.spec.Owner}
 		}
 	} else if spec.Yields {
+		// A spec that yielded earlier may still be recorded when the module
+		// it yielded to went through Remove (which, unlike RemoveOwned,
+		// does not apply it again): it serves now, so the record is stale,
+		// and RemoveOwned would otherwise take it for a yielded spec.
 		delete(s.yielded, spec.Name)
 	}
 	g := version.Module.Manifest().For
