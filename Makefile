@@ -64,7 +64,8 @@ modules-c: toolchain-c ## Build the C guests (modules/tck-c, modules/widget-c) t
 # rustc (1.63) and its wasm32-wasi standard library, without cargo: the SDK
 # has no dependency.
 RUSTC        ?= /usr/bin/rustc
-RUST_FLAGS   := --edition 2021 --target wasm32-wasi -C opt-level=s -C panic=abort
+# bulk-memory: copies are one memory.copy, not a loop of checked loads.
+RUST_FLAGS   := --edition 2021 --target wasm32-wasi -C opt-level=s -C panic=abort -C target-feature=+bulk-memory
 RUST_RELEASE := -C lto -C strip=symbols -C codegen-units=1
 
 .PHONY: toolchain-rust

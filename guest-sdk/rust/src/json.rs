@@ -266,6 +266,28 @@ impl From<&Value> for Value {
 /// refused instead of overflowing the guest's stack.
 const MAX_DEPTH: usize = 512;
 
+/// The end of the run of string bytes from i that need no decoding: the
+/// index of the first '"', '\\' or control character, or b.len(). It
+/// tests eight bytes at a time, which matters most in wasm, where every
+/// load is bounds-checked.
+fn plain_run(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Nonzero when a byte of w is below n (n <= 0x80).
+    let below = |w: u64, n: u64| w.wrapping_sub(ONES * n) & !w & HIGH;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7]]);
+        if below(w, 0x20) | below(w ^ (ONES * b'"' as u64), 1) | below(w ^ (ONES * b'\\' as u64), 1) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while i < b.len() && !matches!(b[i], b'"' | b'\\' | 0..=0x1f) {
+        i += 1;
+    }
+    i
+}
+
 struct Parser<'a> {
     b: &'a [u8],
     i: usize,
@@ -419,6 +441,11 @@ impl<'a> Parser<'a> {
         self.i += 1; // "
         let mut out: Vec<u8> = Vec::new();
         loop {
+            // Runs of bytes that need no decoding are copied whole: most
+            // strings are one run, and cost one allocation.
+            let run = self.i;
+            self.i = plain_run(self.b, self.i);
+            out.extend_from_slice(&self.b[run..self.i]);
             let c = *self.b.get(self.i).ok_or_else(|| self.err("unterminated string"))?;
             self.i += 1;
             match c {
@@ -472,6 +499,38 @@ mod tests {
         assert_eq!(v.get("a").items()[4], Value::Number("12345678901234567890".into()));
         assert_eq!(v.get("s").as_str(), Some("q\"\\\n\t\u{1}é😀"));
         assert_eq!(v.to_json(), r#"{"b":1,"a":[true,false,null,-0.5e3,12345678901234567890],"s":"q\"\\\n\t\u0001é😀","o":{}}"#);
+    }
+
+    /// plain_run finds what a byte-by-byte scan finds, wherever the byte
+    /// that ends the run falls in or across the eight-byte words, and
+    /// whatever the bytes around it (UTF-8 continuation bytes included).
+    #[test]
+    fn plain_run_agrees_with_a_byte_scan() {
+        let slow = |b: &[u8], mut i: usize| {
+            while i < b.len() && !matches!(b[i], b'"' | b'\\' | 0..=0x1f) {
+                i += 1;
+            }
+            i
+        };
+        let fillers: [u8; 8] = [b'a', b' ', 0x7f, 0x80, 0xc3, 0xff, b'!', 0x21];
+        let enders: [u8; 6] = [b'"', b'\\', 0x00, 0x1f, b'\n', 0x19];
+        for len in 0..40 {
+            for start in 0..len.min(9) + 1 {
+                for (fi, &f) in fillers.iter().enumerate() {
+                    let mut b: Vec<u8> = (0..len).map(|k| if (k + fi) % 3 == 0 { f } else { fillers[(k + fi) % 8] }).collect();
+                    assert_eq!(plain_run(&b, start), slow(&b, start), "no ender, len {} from {}", len, start);
+                    for at in start..len {
+                        for &e in &enders {
+                            let keep = b[at];
+                            b[at] = e;
+                            assert_eq!(plain_run(&b, start), slow(&b, start), "{:#x} at {} of {}, from {}: {:?}", e, at, len, start, b);
+                            b[at] = keep;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(Value::parse(r#""a long string of plain bytes \u00e9 then \"quoted\" text é""#.as_bytes()).unwrap().as_str(), Some("a long string of plain bytes é then \"quoted\" text é"));
     }
 
     #[test]

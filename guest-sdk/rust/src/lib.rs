@@ -23,9 +23,9 @@
 //! Build with Debian's rustc (`apt-get install rustc libstd-rust-dev-wasm32`):
 //!
 //! ```text
-//! rustc --edition 2021 --crate-type rlib --target wasm32-wasi -C opt-level=s -C panic=abort \
+//! rustc --edition 2021 --crate-type rlib --target wasm32-wasi -C opt-level=s -C panic=abort -C target-feature=+bulk-memory \
 //!   --crate-name wasmreconcile -o libwasmreconcile.rlib guest-sdk/rust/src/lib.rs
-//! rustc --edition 2021 --crate-type cdylib --target wasm32-wasi -C opt-level=s -C panic=abort \
+//! rustc --edition 2021 --crate-type cdylib --target wasm32-wasi -C opt-level=s -C panic=abort -C target-feature=+bulk-memory \
 //!   -C lto -C strip=symbols -C codegen-units=1 --extern wasmreconcile=libwasmreconcile.rlib \
 //!   -o module.wasm module.rs
 //! ```
@@ -34,6 +34,7 @@
 //! which the host refuses). Stable rustc has no reactor mode: [`export!`]
 //! exports `_initialize` itself.
 
+pub mod alloc;
 pub mod json;
 
 pub use json::Value;
@@ -563,19 +564,31 @@ pub mod abi {
 
     thread_local! {
         static MANIFEST: RefCell<Vec<u8>> = RefCell::new(Vec::new());
+        /// The buffer requests are written to, kept across calls up to
+        /// KEEP_IN bytes, so a call does not allocate for its request.
+        static IN: RefCell<Vec<u8>> = RefCell::new(Vec::new());
         static OUT: RefCell<Vec<u8>> = RefCell::new(Vec::new());
     }
+
+    /// The largest request buffer kept for the next call; a larger one is
+    /// freed when its call ends.
+    const KEEP_IN: usize = 64 << 10;
 
     pub fn pack(p: *const u8, n: usize) -> u64 {
         ((p as usize as u64) << 32) | n as u64
     }
 
-    /// wr_alloc: size bytes that stay valid until the next call.
+    /// wr_alloc: size bytes for the next request, valid until the call
+    /// that reads them ends.
     pub fn alloc(size: u32) -> *mut u8 {
-        let mut v: Vec<u8> = Vec::with_capacity((size as usize).max(1));
-        let p = v.as_mut_ptr();
-        std::mem::forget(v); // the request lives until the call reads it; reconcile frees it
-        p
+        IN.with(|b| {
+            let mut b = b.borrow_mut();
+            let size = (size as usize).max(1);
+            if b.capacity() < size {
+                *b = Vec::with_capacity(size); // nothing in it to keep
+            }
+            b.as_mut_ptr()
+        })
     }
 
     pub fn manifest(m: fn() -> Manifest) -> u64 {
@@ -586,19 +599,29 @@ pub mod abi {
         })
     }
 
-    /// wr_reconcile: decodes the request at ptr (taking back the buffer
-    /// alloc gave), calls f, and returns its encoded response, which stays
-    /// valid until the next call.
+    /// wr_reconcile: decodes the request at ptr (in the buffer alloc
+    /// gave, which the host filled), calls f, and returns its encoded
+    /// response, which stays valid until the next call.
     pub fn reconcile(ptr: *mut u8, len: u32, f: fn(&Request) -> Response) -> u64 {
         let len = len as usize;
-        let input = if len == 0 { Vec::new() } else { unsafe { Vec::from_raw_parts(ptr, len, len) } };
-        let out = respond(&input, f);
-        drop(input);
+        let input: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(ptr, len) } };
+        let out = respond(input, f);
+        IN.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.capacity() > KEEP_IN {
+                *b = Vec::new();
+            }
+        });
         OUT.with(|b| {
             let mut b = b.borrow_mut();
             *b = out.into_bytes();
             pack(b.as_ptr(), b.len())
         })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn in_capacity() -> usize {
+        IN.with(|b| b.borrow().capacity())
     }
 
     /// The response document to request document input: f's answer, or a
@@ -648,6 +671,31 @@ macro_rules! export {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call writes its request into the buffer of the last one when it
+    /// fits; a buffer past KEEP_IN is freed when its call ends.
+    #[test]
+    fn the_request_buffer_is_reused_and_a_large_one_freed() {
+        fn name(req: &Request) -> Response {
+            Response::new().status(Value::object().with("name", req.name()))
+        }
+        let call = |doc: &[u8]| {
+            let p = abi::alloc(doc.len() as u32);
+            unsafe { std::ptr::copy_nonoverlapping(doc.as_ptr(), p, doc.len()) };
+            let packed = abi::reconcile(p, doc.len() as u32, name);
+            assert_eq!(packed as u32 as usize, abi::respond(doc, name).len(), "the response's length");
+            p
+        };
+        let small = br#"{"object":{"metadata":{"name":"a"}}}"#;
+        let first = call(small);
+        assert_eq!(call(&small[..]), first, "the second request did not reuse the buffer");
+        assert!(abi::in_capacity() >= small.len());
+        let mut large = small.to_vec();
+        large.resize(100 << 10, b' ');
+        call(&large);
+        assert_eq!(abi::in_capacity(), 0, "a 100 KiB request buffer was kept");
+        assert_eq!(abi::respond(&large, name), r#"{"status":{"name":"a"}}"#);
+    }
 
     #[test]
     fn response_fields_are_absent_unless_set() {
