@@ -207,9 +207,10 @@ Flags:
 	fs.DurationVar(&mo.LeaseDuration, "leader-elect-lease-duration", operator.DefaultLeaseDuration, "how long a Lease lasts without renewal; a crashed leader is replaced after at most this")
 	fs.DurationVar(&mo.RenewDeadline, "leader-elect-renew-deadline", operator.DefaultRenewDeadline, "how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&mo.RetryPeriod, "leader-elect-retry-period", operator.DefaultRetryPeriod, "how often candidates try to acquire or renew the Lease")
-	fs.BoolVar(&opts.Sharding.Enabled, "sharding", false, "split module controllers' objects among the replicas by the hash of their namespace, each replica with a Lease of its own; needs --leader-elect, whose leader alone does module-level work (docs/scaling.md; see --shard-mode)")
+	fs.BoolVar(&opts.Sharding.Enabled, "sharding", false, "split module controllers' objects among the replicas by the hash of their namespace (or uid: --shard-key), each replica with a Lease of its own; needs --leader-elect, whose leader alone does module-level work (docs/scaling.md; see --shard-mode)")
+	fs.StringVar(&opts.Sharding.Key, "shard-key", "namespace", "with --sharding: what places an object: namespace (an object, its children and its reads land on one replica; a namespace never splits) or uid (objects spread evenly, one large namespace included; runs client-side, every replica caching every object)")
 	fs.StringVar(&opts.Sharding.Identity, "shard-identity", "", "this replica's name among the shards (default: $POD_NAME, else the host name)")
-	fs.IntVar(&opts.Sharding.Slots, "shard-slots", operator.DefaultShardSlots, "slots the namespace hash is cut into, a power of two up to 4096; the same on every replica")
+	fs.IntVar(&opts.Sharding.Slots, "shard-slots", operator.DefaultShardSlots, "slots the hash of --shard-key is cut into, a power of two up to 4096; the same on every replica")
 	fs.StringVar(&opts.Sharding.Mode, "shard-mode", operator.ShardModeAuto, "with --sharding: server-side (each replica lists and watches only its share; needs the API server's ShardedListAndWatch feature gate), client-side (every replica caches every object), or auto (server-side when the API server offers it)")
 	fs.DurationVar(&opts.Sharding.Settle, "shard-settle", operator.DefaultShardSettle, "with --sharding: how long a replica that finds no other live replica at start waits for replicas starting with it before it claims every slot (one that finds peers claims its share at once); a negative value: no wait")
 	fs.StringVar(&opts.Sharding.Group, "shard-group", operator.DefaultShardGroup, "label value that groups the replicas' shard Leases (in --leader-election-namespace)")
@@ -290,6 +291,9 @@ Flags:
 	if opts.Sharding.Enabled {
 		if !mo.LeaderElection {
 			return errors.New("--sharding needs --leader-elect: module-level work (ReconcileModule status, finalizer drains) has one writer, the elected replica")
+		}
+		if k := opts.Sharding.Key; k != "namespace" && k != "uid" {
+			return fmt.Errorf("--shard-key %q: want namespace or uid", k)
 		}
 		if opts.Sharding.Identity == "" {
 			opts.Sharding.Identity = os.Getenv("POD_NAME")

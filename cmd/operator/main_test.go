@@ -27,6 +27,7 @@ func TestCLI(t *testing.T) {
 		{args: []string{"run"}, wantErr: "no modules: pass --module"},
 		{args: []string{"run", "--no-such-flag"}, wantErr: "flag provided but not defined"},
 		{args: []string{"run", "--module", "m.wasm", "--sharding"}, wantErr: "--sharding needs --leader-elect"},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-key", "name"}, wantErr: `--shard-key "name": want namespace or uid`},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "nameonly"}, wantErr: `--module-config "nameonly": want NAME=FILE`},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "m=/no/such.yaml"}, wantErr: "--module-config m: open /no/such.yaml"},
 	}

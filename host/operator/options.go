@@ -309,6 +309,14 @@ type ShardingOptions struct {
 	// start when it cannot run) or ShardModeClientSide. Defaults to
 	// ShardModeAuto.
 	Mode string
+	// Key is what places an object in a slot: "namespace" (an object, its
+	// children and what it reads in its namespace land on one replica; a
+	// namespace never splits) or "uid" (objects spread evenly whatever
+	// their namespaces, so one large namespace splits; it runs
+	// client-side, every replica caching every object, since children
+	// and reads are not placed by their owner's uid). Defaults to
+	// "namespace".
+	Key string
 	// NamespaceDebounce, server-side, is how long a replica gathers
 	// namespaces that come and go before it lists its share again with
 	// them. Defaults to DefaultShardNamespaceDebounce.

@@ -38,6 +38,7 @@ import (
 // shards is a Host's share of the work when sharding is on.
 type shards struct {
 	space shard.Space
+	key   shard.Key // what places an object: its namespace or its uid
 	log   logr.Logger
 	gate  *sharding.Gate
 	coord *sharding.Coordinator
@@ -95,13 +96,19 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
+	key := shard.ByNamespace
+	if o.Key != "" {
+		if key, err = shard.ParseKey(o.Key); err != nil {
+			return nil, fmt.Errorf("sharding: %w", err)
+		}
+	}
 	if o.NamespaceDebounce <= 0 {
 		o.NamespaceDebounce = DefaultShardNamespaceDebounce
 	}
 	if o.ReshardTimeout <= 0 {
 		o.ReshardTimeout = DefaultShardReshardTimeout
 	}
-	s := &shards{space: space, gate: sharding.NewGate(space), opts: o,
+	s := &shards{space: space, key: key, gate: sharding.NewGate(space), opts: o,
 		recorder: mgr.GetEventRecorder("wasmreconcile"), reconcileModules: reconcileModules,
 		leading: func() bool {
 			select {
@@ -184,7 +191,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 		claims := s.coord.Membership().Claims
 		o.agent.claims.Store(&claims)
 	}
-	log.Info("sharding by namespace", "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots, "mode", s.mode)
+	log.Info("sharding by "+key.Short(), "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots, "mode", s.mode)
 	return s, nil
 }
 
@@ -308,6 +315,8 @@ func (s *shards) chooseMode(mgr manager.Manager, informers *informer.Informers) 
 	switch {
 	case want == ShardModeClientSide:
 		why = "asked for"
+	case s.key == shard.ByUID:
+		why = "sharding by uid: an object's children and the objects it reads are not placed by its uid, so every replica caches them"
 	case informers == nil:
 		why = "the cache's informers are not wasmreconcile's (Options.Informers)"
 	default:
@@ -495,9 +504,19 @@ func (s *shards) watchNamespaces(ctx context.Context) error {
 	return nil
 }
 
-// admit is the reconcilers' Shard hook: an object's namespace places it.
-func (s *shards) admit(key types.NamespacedName) (func(), bool) {
-	slot := s.space.SlotOf(shard.ByNamespace, key.Namespace)
+// admit is the reconcilers' Shard hook: an object's namespace places it,
+// or its uid when sharding by uid. By uid, an object the cache does not
+// hold (uid "": deleted) is admitted without a slot: its reconcile only
+// forgets what this replica kept of it, and writes nothing.
+func (s *shards) admit(key types.NamespacedName, uid types.UID) (func(), bool) {
+	value := key.Namespace
+	if s.key == shard.ByUID {
+		if uid == "" {
+			return func() {}, true
+		}
+		value = string(uid)
+	}
+	slot := s.space.SlotOf(s.key, value)
 	if !s.gate.Enter(slot) {
 		return nil, false
 	}
@@ -580,3 +599,6 @@ func (a *shardAgent) wrap(rt http.RoundTripper) http.RoundTripper {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// byUID reports whether objects are placed by uid (ShardingOptions.Key).
+func (s *shards) byUID() bool { return s.key == shard.ByUID }

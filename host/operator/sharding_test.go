@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,5 +145,95 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 	}
 	if n, want := optest.Gather(t, regs["op-b"], "wasmreconcile_shard_handover_seconds", nil), len(a.Owned("op-b")); n != float64(want) {
 		t.Errorf("op-b timed %v handovers, want %d", n, want)
+	}
+}
+
+// TestShardedByUIDSplitsOneNamespace: with ShardingOptions.Key "uid", two
+// operators split the Widgets of one namespace, which sharding by
+// namespace would give to one of them: each Widget is reconciled by the
+// owner of its uid's slot alone, both operators reconcile some, and the
+// mode is client-side whatever the API server offers, saying why.
+func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
+	t.Parallel()
+	e := optest.NewEnv(t)
+	const slots = 16
+	a := optest.ShardPair(t, slots)
+	module := testwasm.BuildFile(t, "./widget")
+	ops := map[string]*operator.Operator{}
+	var mu sync.Mutex
+	admittedBy := map[string]map[string]bool{} // Widget name -> operators
+	for _, id := range []string{"op-a", "op-b"} {
+		mo := e.OperatorOptions()
+		sharding := optest.Sharded(e, &mo, "by-uid", id, slots)
+		sharding.Key = "uid"
+		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{
+			Modules:    []string{module},
+			Registerer: prometheus.NewRegistry(),
+			Sharding:   sharding,
+		})
+		optest.ShardAdmitted(ops[id], func(key types.NamespacedName) {
+			mu.Lock()
+			defer mu.Unlock()
+			if admittedBy[key.Name] == nil {
+				admittedBy[key.Name] = map[string]bool{}
+			}
+			admittedBy[key.Name][id] = true
+		})
+	}
+	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
+		n := 0
+		for id, op := range ops {
+			active, _ := optest.ShardActive(op)
+			for _, s := range active {
+				if owner := a.Owner(s); owner != id {
+					return fmt.Errorf("%s works on slot %d, which is %s's", id, s, owner)
+				}
+			}
+			n += len(active)
+		}
+		if n != slots {
+			return fmt.Errorf("%d slots worked on", n)
+		}
+		return nil
+	})
+	for id, op := range ops {
+		if r := optest.ShardReport(op); !strings.Contains(r, "client-side (sharding by uid") {
+			t.Errorf("%s: /readyz/modules says %q, want the client-side mode and why", id, r)
+		}
+	}
+	// Widgets in the one namespace until each operator owns two by uid.
+	owners := map[string]string{} // Widget name -> the owner of its uid
+	count := map[string]int{}
+	for i := 0; count["op-a"] < 2 || count["op-b"] < 2; i++ {
+		if i > 64 {
+			t.Fatalf("64 Widgets do not give each operator two: %v", count)
+		}
+		w := optest.Widget(e.NS, fmt.Sprintf("u%d", i), int64(i%5+1))
+		if err := e.C.Create(context.Background(), w); err != nil {
+			t.Fatal(err)
+		}
+		owner := a.OwnerOf(shard.ByUID, string(w.GetUID()))
+		owners[w.GetName()] = owner
+		count[owner]++
+	}
+	for name := range owners {
+		testenv.Eventually(t, 2*time.Minute, "every Widget to converge", func() error {
+			w := &unstructured.Unstructured{}
+			w.SetGroupVersionKind(optest.Widget(e.NS, "", 0).GroupVersionKind())
+			if err := e.C.Get(context.Background(), client.ObjectKey{Namespace: e.NS, Name: name}, w); err != nil {
+				return err
+			}
+			if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); s == "" {
+				return fmt.Errorf("%s has no summary", name)
+			}
+			return nil
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name, owner := range owners {
+		if got := admittedBy[name]; len(got) != 1 || !got[owner] {
+			t.Errorf("%s, %s's by uid: reconciled by %v", name, owner, got)
+		}
 	}
 }

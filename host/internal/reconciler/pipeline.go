@@ -24,8 +24,9 @@ type pass struct {
 	call string // "reconcile ns/name", as errors name the call
 
 	module  *engine.Module
-	hold    func() (func(), bool) // keeps module open beyond the call (the flight recorder's replay)
-	release []func()              // run when the reconcile ends
+	pre     *unstructured.Unstructured // the object, read before admission (Options.ShardByUID)
+	hold    func() (func(), bool)      // keeps module open beyond the call (the flight recorder's replay)
+	release []func()                   // run when the reconcile ends
 
 	deleting bool
 	observed []*unstructured.Unstructured // the object's children, as listed
@@ -57,8 +58,8 @@ type stage func(ctx context.Context, p *pass) bool
 // hold keeps module open beyond the call, for the flight recorder's replay
 // (versionslot.Version.Hold). settle turns the outcome into everything
 // else.
-func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, module *engine.Module, hold func() (func(), bool)) outcome {
-	p := &pass{o: outcome{key: key}, call: callName(key), module: module, hold: hold}
+func (r *Reconciler) run(ctx context.Context, key types.NamespacedName, pre *unstructured.Unstructured, module *engine.Module, hold func() (func(), bool)) outcome {
+	p := &pass{o: outcome{key: key}, call: callName(key), module: module, hold: hold, pre: pre}
 	defer func() {
 		for _, release := range p.release {
 			release()
@@ -92,14 +93,17 @@ func (r *Reconciler) fail(p *pass, what string, err error) bool {
 // read reads the object from the informer cache. A deleted object, and
 // one being deleted that no finalizer of ours holds, end the reconcile.
 func (r *Reconciler) read(ctx context.Context, p *pass) bool {
-	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(r.gvk)
-	if err := r.opts.Client.Get(ctx, p.o.key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			p.o.skip = skipGone
-			return false
+	obj := p.pre
+	if obj == nil {
+		obj = &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(r.gvk)
+		if err := r.opts.Client.Get(ctx, p.o.key, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				p.o.skip = skipGone
+				return false
+			}
+			return r.fail(p, "reading the object", err)
 		}
-		return r.fail(p, "reading the object", err)
 	}
 	p.o.obj, p.deleting = obj, obj.GetDeletionTimestamp() != nil
 	if p.deleting && (r.finalizer == "" || !controllerutil.ContainsFinalizer(obj, r.finalizer)) {

@@ -128,12 +128,17 @@ type Options struct {
 	Paused func() bool
 	// Shard, when set, admits the reconcile of key on this replica
 	// (issue 27, package sharding): ok false drops it at once, without a
-	// read, a call or a write, because another replica runs the object's
-	// slot; ok true runs it, and exit is called once its result is
-	// written, so that the replica hands the slot over only when no
-	// reconcile of it runs here. Defaults to nil: every object is this
-	// replica's.
-	Shard func(key types.NamespacedName) (exit func(), ok bool)
+	// call or a write, because another replica runs the object's slot;
+	// ok true runs it, and exit is called once its result is written, so
+	// that the replica hands the slot over only when no reconcile of it
+	// runs here. uid is the object's metadata.uid when ShardByUID is set
+	// ("" when the cache does not hold the object), and "" otherwise.
+	// Defaults to nil: every object is this replica's.
+	Shard func(key types.NamespacedName, uid types.UID) (exit func(), ok bool)
+	// ShardByUID makes a reconcile read its object from the cache before
+	// it asks Shard, which places objects by uid. Defaults to false: Shard
+	// places objects by their key, and a reconcile it drops reads nothing.
+	ShardByUID bool
 	// ReadLive, when set, reports whether a guest's reads (cache_read) of
 	// gvk in namespace ("": across namespaces, or a cluster-scoped kind)
 	// go to APIReader instead of Client: a replica that caches only its
@@ -315,8 +320,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	if r.opts.Paused != nil && r.opts.Paused() {
 		return ctrl.Result{}, nil // resuming requeues every object
 	}
+	var pre *unstructured.Unstructured // read before admission, by uid
 	if r.opts.Shard != nil {
-		exit, ok := r.opts.Shard(req.NamespacedName)
+		var uid types.UID
+		if r.opts.ShardByUID {
+			pre = &unstructured.Unstructured{}
+			pre.SetGroupVersionKind(r.gvk)
+			if err := r.opts.Client.Get(ctx, req.NamespacedName, pre); err == nil {
+				uid = pre.GetUID()
+			} else {
+				pre = nil // the pipeline's read reports what happened
+			}
+		}
+		exit, ok := r.opts.Shard(req.NamespacedName, uid)
 		if !ok {
 			return ctrl.Result{}, nil // another replica's; acquiring its slot requeues it here
 		}
@@ -334,7 +350,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 	ctx = log.IntoContext(ctx, logger)
 	logger.V(1).Info("START reconcile")
 	start := time.Now()
-	o := r.runRecovered(ctx, req.NamespacedName, v.Module, v.Hold)
+	o := r.runRecovered(ctx, req.NamespacedName, pre, v.Module, v.Hold)
 	res, err := r.settle(ctx, o)
 	logger.V(1).Info("FINISH reconcile", "duration", time.Since(start).String(), "result", r.kindOf(o), "fuel", o.res.Fuel)
 	return res, err
@@ -346,7 +362,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 // wasmreconcile_host_panics_total) and retries it with backoff, like any
 // failure. controller-runtime would recover it too, but silently for an
 // unmanaged controller's logger, and without an Event or a count.
-func (r *Reconciler) runRecovered(ctx context.Context, key types.NamespacedName, module *engine.Module, hold func() (func(), bool)) (o outcome) {
+func (r *Reconciler) runRecovered(ctx context.Context, key types.NamespacedName, pre *unstructured.Unstructured, module *engine.Module, hold func() (func(), bool)) (o outcome) {
 	defer func() {
 		if v := recover(); v != nil {
 			err := &protocol.PanicError{Module: r.name, Call: callName(key), Value: v, Stack: string(debug.Stack())}
@@ -355,7 +371,7 @@ func (r *Reconciler) runRecovered(ctx context.Context, key types.NamespacedName,
 			o = outcome{key: key, obj: r.objectForEvent(ctx, key), err: err}
 		}
 	}()
-	return r.run(ctx, key, module, hold)
+	return r.run(ctx, key, pre, module, hold)
 }
 
 // objectForEvent reads the object to record an Event on after a panic, or

@@ -3,6 +3,7 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestShardAdmitsOnlyItsSlots(t *testing.T) {
 	var refused atomic.Int64
 	requeue := make(chan event.GenericEvent)
 	h := run(t, "./widget", runOptions{requeue: requeue, rec: reconciler.Options{
-		Shard: func(key types.NamespacedName) (func(), bool) {
+		Shard: func(key types.NamespacedName, _ types.UID) (func(), bool) {
 			slot := slotOf[key.Name]
 			if !gate.Enter(slot) {
 				if key.Name == "w-out" {
@@ -69,4 +70,57 @@ func TestShardAdmitsOnlyItsSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, time.Minute, "w-out to converge once its slot is acquired", ready("w-out", "1 x red"))
+}
+
+// TestShardByUID: with ShardByUID, Shard is asked with the uid of the
+// object in the cache. A hook that admits only the uids it was given
+// keeps both Widgets without a status; once w-in's uid (as the API server
+// gave it) is admitted and the objects requeued, w-in converges and
+// w-out, whose uid was asked about too, still has no status.
+func TestShardByUID(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	admit := map[types.UID]bool{}
+	asked := map[string]types.UID{}
+	requeue := make(chan event.GenericEvent)
+	h := run(t, "./widget", runOptions{requeue: requeue, rec: reconciler.Options{
+		ShardByUID: true,
+		Shard: func(key types.NamespacedName, uid types.UID) (func(), bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked[key.Name] = uid
+			return func() {}, admit[uid]
+		},
+	}})
+	h.create(widgetGVK, "w-out", map[string]any{"size": int64(1), "color": "red"})
+	h.create(widgetGVK, "w-in", map[string]any{"size": int64(2), "color": "blue"})
+	uid := map[string]types.UID{}
+	for _, name := range []string{"w-in", "w-out"} {
+		uid[name] = h.get(widgetGVK, name).GetUID()
+	}
+	testenv.Eventually(t, time.Minute, "Shard to be asked about both Widgets with their uids", func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for name, want := range uid {
+			if got := asked[name]; got != want {
+				return fmt.Errorf("%s: asked with uid %q, want %q", name, got, want)
+			}
+		}
+		return nil
+	})
+	mu.Lock()
+	admit[uid["w-in"]] = true
+	mu.Unlock()
+	if err := h.rec.RequeueAll(context.Background(), requeue); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "w-in to converge once its uid is admitted", func() error {
+		if got := statusString(h.get(widgetGVK, "w-in"), "summary"); got != "2 x blue" {
+			return fmt.Errorf("w-in: summary %q", got)
+		}
+		return nil
+	})
+	if u := h.get(widgetGVK, "w-out"); u.Object["status"] != nil || h.writes("w-out") != 0 {
+		t.Fatalf("w-out, whose uid is not admitted, got a status: %v (%d writes)", u.Object["status"], h.writes("w-out"))
+	}
 }

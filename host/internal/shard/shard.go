@@ -60,6 +60,15 @@ func ParseKey(s string) (Key, error) {
 	return "", fmt.Errorf("shard key %q: want namespace or uid", s)
 }
 
+// Short is the key's short name, as ParseKey reads it: "namespace" or
+// "uid".
+func (k Key) Short() string {
+	if k == ByUID {
+		return "uid"
+	}
+	return "namespace"
+}
+
 const (
 	// DefaultSlots is the number of slots of a Space when none is given:
 	// enough that 3–16 replicas get shares within a few percent of each

@@ -98,7 +98,10 @@ type Options struct {
 	// reconcile asks Shard first (reconciler.Options.Shard). Leading then
 	// tells the elected replica, which alone drains finalizers. Defaults
 	// to nil: module controllers run in the elected replica only.
-	Shard func(key types.NamespacedName) (exit func(), ok bool)
+	Shard func(key types.NamespacedName, uid types.UID) (exit func(), ok bool)
+	// ShardByUID is every module's reconciler.Options.ShardByUID: Shard
+	// places objects by uid. Defaults to false: by key.
+	ShardByUID bool
 	// ReadLive is every module's reconciler.Options.ReadLive.
 	ReadLive func(gvk schema.GroupVersionKind, namespace string) bool
 	// Leading reports whether this replica is the elected one, with Shard.
