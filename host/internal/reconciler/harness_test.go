@@ -86,6 +86,7 @@ type harness struct {
 	t       *testing.T
 	ns      string
 	k8s     client.Client // the test's own client: live reads, no cache
+	cached  client.Reader // the manager's: reads from the reconciler's cache
 	module  *engine.Module
 	rec     *reconciler.Reconciler
 	metrics *metrics.Metrics
@@ -149,6 +150,7 @@ func run(t *testing.T, pkg string, ro runOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.cached = mgr.GetClient()
 	o := ro.rec
 	o.Slot, o.Client, o.Recorder, o.Metrics = versionslot.NewSlot(versionslot.New(h.module)), mgr.GetClient(), mgr.GetEventRecorder("test/"+h.module.Name()), h.metrics
 	o.Scopes = protocol.MapperScopes(mgr.GetRESTMapper())

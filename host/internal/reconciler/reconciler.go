@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -326,10 +327,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 		if r.opts.ShardByUID {
 			pre = &unstructured.Unstructured{}
 			pre.SetGroupVersionKind(r.gvk)
-			if err := r.opts.Client.Get(ctx, req.NamespacedName, pre); err == nil {
+			switch err := r.opts.Client.Get(ctx, req.NamespacedName, pre); {
+			case apierrors.IsNotFound(err):
+				pre = nil
+			case err != nil:
+				return ctrl.Result{}, fmt.Errorf("module[%s] %s: reading the object to place it by uid: %w", r.name, callName(req.NamespacedName), err)
+			default:
 				uid = pre.GetUID()
-			} else {
-				pre = nil // the pipeline's read reports what happened
 			}
 		}
 		exit, ok := r.opts.Shard(req.NamespacedName, uid)
@@ -337,6 +341,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (ctrl
 			return ctrl.Result{}, nil // another replica's; acquiring its slot requeues it here
 		}
 		defer exit()
+		if r.opts.ShardByUID && pre == nil {
+			// Gone when it was placed: its reconcile only forgets it. Not
+			// read again: one of the same name created since has a uid of
+			// its own, and its own event places it.
+			return r.settle(ctx, outcome{key: req.NamespacedName, skip: skipGone})
+		}
 	}
 	v, ok := r.opts.Slot.Acquire()
 	if !ok {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -122,5 +123,60 @@ func TestShardByUID(t *testing.T) {
 	})
 	if u := h.get(widgetGVK, "w-out"); u.Object["status"] != nil || h.writes("w-out") != 0 {
 		t.Fatalf("w-out, whose uid is not admitted, got a status: %v (%d writes)", u.Object["status"], h.writes("w-out"))
+	}
+}
+
+// TestShardByUIDGoneIsNotReadAgain: a reconcile whose object the cache
+// did not hold when it was placed (uid "", admitted without a slot) ends
+// as gone, even when an object of that name is created meanwhile: the new
+// object has a uid of its own, which places it, and here that uid is not
+// admitted, so it must get no status. The hook creates the object while
+// the reconcile is being placed and waits until the cache holds it; the
+// reconcile's exit is the barrier.
+func TestShardByUIDGoneIsNotReadAgain(t *testing.T) {
+	t.Parallel()
+	requeue := make(chan event.GenericEvent)
+	done := make(chan error, 1)
+	var h *harness
+	var once sync.Once
+	h = run(t, "./widget", runOptions{requeue: requeue, rec: reconciler.Options{
+		ShardByUID: true,
+		Shard: func(key types.NamespacedName, uid types.UID) (func(), bool) {
+			if key.Name != "w-late" || uid != "" {
+				return nil, false // every placed uid is another replica's
+			}
+			first := false
+			once.Do(func() { first = true })
+			if !first {
+				return func() {}, true
+			}
+			// Created between its placement and the pipeline's read.
+			err := h.k8s.Create(context.Background(), newObject(widgetGVK, h.ns, "w-late", map[string]any{"size": int64(3)}))
+			for deadline := time.Now().Add(time.Minute); err == nil; {
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(widgetGVK)
+				if h.cached.Get(context.Background(), types.NamespacedName{Namespace: h.ns, Name: "w-late"}, u) == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					err = fmt.Errorf("the cache did not get w-late within a minute")
+				}
+				time.Sleep(10 * time.Millisecond) // polling the cache, not waiting for something not to happen
+			}
+			return func() { done <- err }, true
+		},
+	}})
+	u := newObject(widgetGVK, h.ns, "w-late", nil)
+	requeue <- event.GenericEvent{Object: u}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the reconcile of w-late did not end")
+	}
+	if got := h.get(widgetGVK, "w-late"); got.Object["status"] != nil || h.writes("w-late") != 0 {
+		t.Fatalf("w-late, created after its reconcile was placed as gone, was reconciled: status %v, %d writes", got.Object["status"], h.writes("w-late"))
 	}
 }
