@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,13 +31,14 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
 	"github.com/wasmreconcile/wasmreconcile/internal/recording"
+	"github.com/wasmreconcile/wasmreconcile/internal/syncbuffer"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
 // devLog is the stderr of every operator dev these tests run: the first
 // logger set in a process is the one controller-runtime keeps (ctrl.SetLogger),
 // so it must be safe for concurrent writes and outlive the test that set it.
-var devLog = &syncBuffer{}
+var devLog = &syncbuffer.Buffer{}
 
 // TestDevFlags checks operator dev's refusals, which come before anything
 // starts.
@@ -108,7 +108,7 @@ func TestDev(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, logs := &syncBuffer{}, devLog
+	out, logs := &syncbuffer.Buffer{}, devLog
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -173,7 +173,7 @@ func TestDev(t *testing.T) {
 	var summary string
 	for deadline := time.Now().Add(3 * time.Minute); summary != "2 x red"; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the Widget's status.summary is %q after 3 minutes, want \"2 x red\"\n%s\noperator log (end):\n%s", summary, out.String(), logs.tail(4000))
+			t.Fatalf("the Widget's status.summary is %q after 3 minutes, want \"2 x red\"\n%s\noperator log (end):\n%s", summary, out.String(), logs.Tail(4000))
 		}
 		time.Sleep(100 * time.Millisecond)
 		got, err := widgets.Get(ctx, "dev", metav1.GetOptions{})
@@ -224,7 +224,7 @@ func TestDev(t *testing.T) {
 	// manager's 30 s grace period may not cover. Stop once it is done.
 	for deadline := time.Now().Add(5 * time.Minute); !strings.Contains(logs.String(), "compiled version replaced the interpreted one"); {
 		if time.Now().After(deadline) {
-			t.Fatalf("the widget's compiled code never replaced the interpreted one\noperator log (end):\n%s", logs.tail(4000))
+			t.Fatalf("the widget's compiled code never replaced the interpreted one\noperator log (end):\n%s", logs.Tail(4000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -239,7 +239,7 @@ func TestDev(t *testing.T) {
 			t.Errorf("operator dev after cancel: %v", err)
 		}
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("operator dev still running 3 minutes after cancel:\n%s\noperator log (end):\n%s", out.String(), logs.tail(4000))
+		t.Fatalf("operator dev still running 3 minutes after cancel:\n%s\noperator log (end):\n%s", out.String(), logs.Tail(4000))
 	}
 	t.Logf("stopped %s after cancel", time.Since(stopping).Round(time.Millisecond))
 	if !strings.Contains(out.String(), "stopped; removed "+dir) {
@@ -256,39 +256,12 @@ func TestDev(t *testing.T) {
 	t.Logf("output:\n%s", out.String())
 }
 
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// tail is the last n bytes written.
-func (b *syncBuffer) tail(n int) string {
-	s := b.String()
-	if len(s) > n {
-		s = s[len(s)-n:]
-	}
-	return s
-}
-
 // checkDevRollout checks, on a running operator dev whose module directory
 // runs the widget (in file), that the flight recorder answers the printed
 // kubeconfig's token (operator record's request), and that a
 // ReconcileModule of the widget's name takes the module over with no extra
 // flag, CRD or role, and gives it back to the file when deleted.
-func checkDevRollout(ctx context.Context, t *testing.T, cfg *rest.Config, metricsURL, file string, logs *syncBuffer) {
+func checkDevRollout(ctx context.Context, t *testing.T, cfg *rest.Config, metricsURL, file string, logs *syncbuffer.Buffer) {
 	t.Helper()
 	endpoint := strings.TrimSuffix(metricsURL, "/metrics")
 	var cases []modtest.Case
@@ -326,7 +299,7 @@ func checkDevRollout(ctx context.Context, t *testing.T, cfg *rest.Config, metric
 	var reason string
 	for deadline := time.Now().Add(2 * time.Minute); reason != "Loaded"; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the ReconcileModule's Ready reason is %q after 2 minutes, want Loaded (it takes over the file's module)\noperator log (end):\n%s", reason, logs.tail(4000))
+			t.Fatalf("the ReconcileModule's Ready reason is %q after 2 minutes, want Loaded (it takes over the file's module)\noperator log (end):\n%s", reason, logs.Tail(4000))
 		}
 		time.Sleep(100 * time.Millisecond)
 		got, err := rms.Get(ctx, "widget", metav1.GetOptions{})
@@ -348,7 +321,7 @@ func checkDevRollout(ctx context.Context, t *testing.T, cfg *rest.Config, metric
 	}
 	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(logs.String(), "the module it took over from serves again"); {
 		if time.Now().After(deadline) {
-			t.Fatalf("the file's module does not serve again 2 minutes after the ReconcileModule's delete\noperator log (end):\n%s", logs.tail(4000))
+			t.Fatalf("the file's module does not serve again 2 minutes after the ReconcileModule's delete\noperator log (end):\n%s", logs.Tail(4000))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -4,7 +4,6 @@
 package authorpath
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/wasmreconcile/wasmreconcile/internal/controlplane"
+	"github.com/wasmreconcile/wasmreconcile/internal/syncbuffer"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -428,7 +427,7 @@ func TestAuthorPath(t *testing.T) {
 type devProcess struct {
 	t                   *testing.T
 	cmd                 *exec.Cmd
-	out                 *syncBuffer
+	out                 *syncbuffer.Buffer
 	done                chan error
 	kubeconfig, metrics string
 }
@@ -437,7 +436,7 @@ type devProcess struct {
 // waits until the operator is ready.
 func startDev(t *testing.T, a *author) *devProcess {
 	t.Helper()
-	d := &devProcess{t: t, out: &syncBuffer{}, done: make(chan error, 1)}
+	d := &devProcess{t: t, out: &syncbuffer.Buffer{}, done: make(chan error, 1)}
 	d.cmd = a.cmd(a.operator, "dev", "--module-dir", "deploy", "--crds", "crds")
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -483,28 +482,4 @@ func (d *devProcess) stop() {
 	}
 }
 
-func (d *devProcess) tail() string {
-	s := d.out.String()
-	if len(s) > 6000 {
-		s = s[len(s)-6000:]
-	}
-	return s
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func (d *devProcess) tail() string { return d.out.Tail(6000) }

@@ -2,10 +2,9 @@ package reconciler_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,26 +14,13 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/reconciler"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/internal/syncbuffer"
 )
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON lines written so far.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// lines returns the JSON lines written to s so far.
+func lines(t *testing.T, s *syncbuffer.Buffer) []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(s.String()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -66,7 +52,7 @@ func find(lines []map[string]any, msg, name string) []map[string]any {
 // fuel and the result. (They never appeared: the unmanaged controller's
 // context logger discards, and Reconcile logged into it.)
 func TestStartFinishAtV1(t *testing.T) {
-	var out syncBuffer
+	var out syncbuffer.Buffer
 	level := uberzap.NewAtomicLevelAt(zapcore.InfoLevel)
 	logger := zap.New(zap.WriteTo(&out), zap.Level(level))
 	h := run(t, "./widget", runOptions{rec: reconciler.Options{Log: logger}})
@@ -74,7 +60,7 @@ func TestStartFinishAtV1(t *testing.T) {
 	h.create(widgetGVK, "bad", map[string]any{"size": int64(1000)})
 	var failure map[string]any
 	testenv.Eventually(t, time.Minute, "the failure's log line", func() error {
-		lines := find(out.lines(t), "reconcile failed", "bad")
+		lines := find(lines(t, &out), "reconcile failed", "bad")
 		if len(lines) == 0 {
 			return fmt.Errorf("no line yet")
 		}
@@ -85,7 +71,7 @@ func TestStartFinishAtV1(t *testing.T) {
 		t.Errorf("failure line %v: want a reconcileID, module widget, result ReconcileFailed at info", failure)
 	}
 	for _, msg := range []string{"START reconcile", "FINISH reconcile"} {
-		if lines := find(out.lines(t), msg, "bad"); len(lines) > 0 {
+		if lines := find(lines(t, &out), msg, "bad"); len(lines) > 0 {
 			t.Errorf("%q logged at the info level: %v", msg, lines[0])
 		}
 	}
@@ -94,7 +80,7 @@ func TestStartFinishAtV1(t *testing.T) {
 	h.create(widgetGVK, "good", map[string]any{"size": int64(3)})
 	var finish map[string]any
 	testenv.Eventually(t, time.Minute, "a FINISH line for a successful reconcile", func() error {
-		for _, l := range find(out.lines(t), "FINISH reconcile", "good") {
+		for _, l := range find(lines(t, &out), "FINISH reconcile", "good") {
 			if l["result"] == "Success" {
 				finish = l
 				return nil
@@ -107,7 +93,7 @@ func TestStartFinishAtV1(t *testing.T) {
 		t.Errorf("FINISH line %v: want a reconcileID, fuel, duration at debug", finish)
 	}
 	starts := 0
-	for _, l := range find(out.lines(t), "START reconcile", "good") {
+	for _, l := range find(lines(t, &out), "START reconcile", "good") {
 		if l["reconcileID"] == id {
 			starts++
 		}
