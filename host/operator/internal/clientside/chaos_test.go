@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
@@ -18,5 +19,13 @@ func TestMain(m *testing.M) {
 
 // TestChaos is optest.Chaos in the client-side mode.
 func TestChaos(t *testing.T) {
-	optest.Chaos(t, optest.NewEnv(t), testenv.Shared(t).AuditLog(), operator.ShardModeClientSide)
+	optest.Chaos(t, optest.NewEnv(t), testenv.Shared(t).AuditLog(), operator.ShardModeClientSide, shard.ByNamespace)
+}
+
+// TestChaosByUID is optest.Chaos with --shard-key=uid, which runs
+// client-side whatever the API server offers: each Widget is placed, moves
+// and is audited by its own uid, so the Widgets of one namespace spread
+// over the replicas.
+func TestChaosByUID(t *testing.T) {
+	optest.Chaos(t, optest.NewEnv(t), testenv.Shared(t).AuditLog(), operator.ShardModeClientSide, shard.ByUID)
 }

@@ -64,7 +64,9 @@ const (
 // Chaos is issue 27's test of sharding across operator processes, run
 // against the package's control plane, whose audit log (auditLog,
 // ChaosAuditPolicy) is the record it checks. mode is the operators'
-// --shard-mode.
+// --shard-mode and by what places a Widget (--shard-key): by
+// shard.ByNamespace the Widgets of a namespace move together, by
+// shard.ByUID each on its own.
 //
 // It starts the run build of the operator as processes, each with
 // --sharding and its own identity, over Widgets in chaosNSCount
@@ -72,17 +74,18 @@ const (
 // changes every Widget). Then, while a goroutine keeps changing Widgets,
 // it kills one replica with SIGKILL, adds one, stops one gracefully, adds
 // one and kills one more; after each kill it changes a Widget of each
-// namespace the killed replica owned and times how long until they
-// converge (at most the Lease duration plus 5 s). At the end every Widget
-// converges, and the audit log shows, in resourceVersion order, that
+// namespace (or each Widget, by uid) the killed replica owned and times
+// how long until they converge (at most the Lease duration plus 5 s). At
+// the end every Widget converges, and the audit log shows, in
+// resourceVersion order, that
 //
 //   - every status write came from a replica (its User-Agent) whose Lease
-//     then claimed the slot of the Widget's namespace;
+//     then claimed the slot of the Widget's namespace (or uid);
 //   - no replica wrote while another replica's Lease, still live by its
 //     renew time, claimed the same slot (no two replicas reconciled an
 //     object at overlapping times);
 //   - each replica that ran wrote, and every write was accounted for.
-func Chaos(t *testing.T, e Env, auditLog, mode string) {
+func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -101,6 +104,7 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 	var namespaces []string
 	type key = types.NamespacedName
 	var widgets []key
+	uids := map[key]string{}
 	for i := range chaosNSCount {
 		ns := fmt.Sprintf("%s-c%d", e.NS, i)
 		if err := e.C.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -116,7 +120,27 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 				t.Fatal(err)
 			}
 			widgets = append(widgets, key{Namespace: ns, Name: w.GetName()})
+			uids[widgets[len(widgets)-1]] = string(w.GetUID())
 		}
+	}
+	// placed is what places w among the replicas; Widgets placed alike
+	// move together.
+	placed := func(w key) string {
+		if by == shard.ByUID {
+			return uids[w]
+		}
+		return w.Namespace
+	}
+	// onePer returns one Widget of each placement value whose owner under
+	// a is id.
+	onePer := func(a shard.Assignment, id string) []key {
+		var ws []key
+		for _, w := range widgets {
+			if a.OwnerOf(by, placed(w)) == id && !slices.ContainsFunc(ws, func(o key) bool { return placed(o) == placed(w) }) {
+				ws = append(ws, w)
+			}
+		}
+		return ws
 	}
 	var sizeMu sync.Mutex
 	size := map[key]int64{} // the size each Widget was last given
@@ -200,7 +224,8 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 			"--leader-elect", "--leader-election-namespace", e.NS,
 			"--leader-elect-lease-duration", chaosLease.String(), "--leader-elect-renew-deadline", chaosRenew.String(),
 			"--leader-elect-retry-period", chaosRetry.String(),
-			"--sharding", "--shard-identity", id, "--shard-slots", strconv.Itoa(chaosSlots), "--shard-group", chaosGroup, "--shard-mode", mode)
+			"--sharding", "--shard-identity", id, "--shard-slots", strconv.Itoa(chaosSlots), "--shard-group", chaosGroup, "--shard-mode", mode,
+			"--shard-key", by.Short())
 		r.cmd.Stdout, r.cmd.Stderr = f, f
 		r.cmd.Env = testworker.Environ() // the binary compiles in itself
 		r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -295,8 +320,8 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 		a := settled(fmt.Sprintf("%d replicas to split the slots", i+1))
 		changeAll()
 		converged(fmt.Sprintf("with %d replicas", i+1), widgets, 2*time.Minute)
-		for _, ns := range namespaces {
-			mustWrite[a.OwnerOf(shard.ByNamespace, ns)] = true
+		for _, w := range widgets {
+			mustWrite[a.OwnerOf(by, placed(w))] = true
 		}
 	}
 
@@ -319,13 +344,13 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 		}
 	}()
 	var takeovers []time.Duration
-	// kill kills the live replica that owns the most namespaces.
+	// kill kills the live replica that owns the most Widgets.
 	kill := func() {
 		t.Helper()
 		before := shard.Assign(space, live)
 		owns := map[string]int{}
-		for _, ns := range namespaces {
-			owns[before.OwnerOf(shard.ByNamespace, ns)]++
+		for _, w := range widgets {
+			owns[before.OwnerOf(by, placed(w))]++
 		}
 		id := live[0]
 		for _, x := range live {
@@ -335,42 +360,38 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 		}
 		at := stop(id, syscall.SIGKILL)
 		changes++
-		// A Widget of each namespace the killed replica owned changes now;
-		// another replica must take it over once the Lease expires.
-		var orphaned []key
-		for _, w := range widgets {
-			if before.OwnerOf(shard.ByNamespace, w.Namespace) == id && !slices.ContainsFunc(orphaned, func(o key) bool { return o.Namespace == w.Namespace }) {
-				if err := change(w); err != nil {
-					t.Fatal(err)
-				}
-				orphaned = append(orphaned, w)
+		// A Widget of each namespace (or uid) the killed replica owned
+		// changes now; another replica must take it over once the Lease
+		// expires.
+		orphaned := onePer(before, id)
+		for _, w := range orphaned {
+			if err := change(w); err != nil {
+				t.Fatal(err)
 			}
 		}
 		if len(orphaned) > 0 {
 			last := converged("after "+id+" was killed", orphaned, 2*time.Minute)
 			takeovers = append(takeovers, last.Sub(at))
 			if took := last.Sub(at); took > chaosLease+5*time.Second {
-				t.Errorf("after %s was killed, its namespaces' Widgets converged in %s: more than the Lease duration %s + 5 s", id, took.Round(time.Millisecond), chaosLease)
+				t.Errorf("after %s was killed, its %d Widgets converged in %s: more than the Lease duration %s + 5 s", id, len(orphaned), took.Round(time.Millisecond), chaosLease)
 			}
 		}
 		settled("the replicas to settle after " + id + " was killed")
 	}
 	// join starts a replica and, once the slots are split, changes a Widget
-	// in each namespace it owns: they converge, so it works (and writes).
+	// in each namespace (or uid) it owns: they converge, so it works (and
+	// writes).
 	join := func(id string) {
 		t.Helper()
 		start(id)
 		a := settled(id + " to join")
-		var touched []key
-		for _, w := range widgets {
-			if a.OwnerOf(shard.ByNamespace, w.Namespace) == id && !slices.ContainsFunc(touched, func(o key) bool { return o.Namespace == w.Namespace }) {
-				if err := change(w); err != nil {
-					t.Fatal(err)
-				}
-				touched = append(touched, w)
+		touched := onePer(a, id)
+		for _, w := range touched {
+			if err := change(w); err != nil {
+				t.Fatal(err)
 			}
 		}
-		converged(id+"'s namespaces after it joined", touched, 2*time.Minute)
+		converged(id+"'s Widgets after it joined", touched, 2*time.Minute)
 		if len(touched) > 0 {
 			mustWrite[id] = true
 		}
@@ -403,13 +424,13 @@ func Chaos(t *testing.T, e Env, auditLog, mode string) {
 	if len(takeovers) != 2 {
 		t.Errorf("%d takeovers timed, want one per kill (2)", len(takeovers))
 	}
-	writes, err := AuditChaos(auditLog, e.NS, namespaces, space, chaosLease)
+	writes, err := AuditChaos(auditLog, e.NS, namespaces, space, by, chaosLease)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for id := range mustWrite {
 		if writes[id] == 0 {
-			t.Errorf("the audit log holds no status write by %s, which converged Widgets of its namespaces", id)
+			t.Errorf("the audit log holds no status write by %s, which converged Widgets it owned", id)
 		}
 	}
 	t.Logf("audited status writes by replica: %v", writes)
@@ -433,10 +454,11 @@ type auditEvent struct {
 // chaosGroup in leaseNS, status writes of Widgets in namespaces. In
 // resourceVersion order, every status write must come from a replica
 // (shard=ID in its User-Agent) whose Lease then claims the slot of the
-// Widget's namespace, while no other replica's Lease that claims it is
-// still live (its renew time plus lease is after the write). It returns
+// Widget's namespace (by shard.ByNamespace) or uid (shard.ByUID, read
+// from the written object), while no other replica's Lease that claims it
+// is still live (its renew time plus lease is after the write). It returns
 // the status writes per replica, or the first violations.
-func AuditChaos(auditLog, leaseNS string, namespaces []string, space shard.Space, lease time.Duration) (map[string]int, error) {
+func AuditChaos(auditLog, leaseNS string, namespaces []string, space shard.Space, by shard.Key, lease time.Duration) (map[string]int, error) {
 	f, err := os.Open(auditLog)
 	if err != nil {
 		return nil, err
@@ -448,6 +470,7 @@ func AuditChaos(auditLog, leaseNS string, namespaces []string, space shard.Space
 		lease *coordinationv1.Lease // a Lease write, or
 		ns    string                // a status write in ns
 		name  string
+		uid   string
 		agent string
 	}
 	var records []record
@@ -479,7 +502,7 @@ func AuditChaos(auditLog, leaseNS string, namespaces []string, space shard.Space
 				return nil, err
 			}
 		case ev.ObjectRef.Resource == "widgets" && ev.ObjectRef.Subresource == "status" && slices.Contains(namespaces, ev.ObjectRef.Namespace):
-			r.ns, r.name, r.agent = ev.ObjectRef.Namespace, ev.ObjectRef.Name, ev.UserAgent
+			r.ns, r.name, r.uid, r.agent = ev.ObjectRef.Namespace, ev.ObjectRef.Name, string(meta.Metadata.UID), ev.UserAgent
 		default:
 			continue
 		}
@@ -533,7 +556,15 @@ func AuditChaos(auditLog, leaseNS string, namespaces []string, space shard.Space
 			continue
 		}
 		writes[id]++
-		slot := space.SlotOf(shard.ByNamespace, r.ns)
+		placed := r.ns
+		if by == shard.ByUID {
+			if r.uid == "" {
+				violations = append(violations, fmt.Sprintf("rv %d: the status write of %s/%s by %s answered no uid", r.rv, r.ns, r.name, id))
+				continue
+			}
+			placed = r.uid
+		}
+		slot := space.SlotOf(by, placed)
 		at := r.at.Format("15:04:05.000")
 		i := slices.Index(queue[slot], id)
 		if i < 0 {

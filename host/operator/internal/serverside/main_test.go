@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
@@ -18,5 +19,5 @@ func TestMain(m *testing.M) {
 
 // TestChaos is optest.Chaos in the server-side mode.
 func TestChaos(t *testing.T) {
-	optest.Chaos(t, optest.NewEnv(t), testenv.Shared(t).AuditLog(), operator.ShardModeServerSide)
+	optest.Chaos(t, optest.NewEnv(t), testenv.Shared(t).AuditLog(), operator.ShardModeServerSide, shard.ByNamespace)
 }
