@@ -108,6 +108,8 @@ type bench struct {
 	// shardAlone: the sharding case runs one real replica among fake
 	// members (-shard-alone).
 	shardAlone bool
+	// shardKey is the sharded replicas' --shard-key (-shard-key).
+	shardKey string
 }
 
 func run() error {
@@ -133,6 +135,7 @@ func run() error {
 		shardProcs    = flag.Int("shard-gomaxprocs", 0, "GOMAXPROCS of every operator of the sharding case, the single one too (0: the Go default, the machine's cores)")
 		shardAlone    = flag.Bool("shard-alone", false, "run one real sharded replica, the other members being Leases the driver renews, to measure a replica's share without other operator processes beside it (server-side mode; no joins or leaves)")
 		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
+		shardKey      = flag.String("shard-key", "namespace", "the sharded replicas' --shard-key: namespace, or uid (which runs client-side only: use -shard-modes client-side)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
 	)
@@ -205,6 +208,15 @@ func run() error {
 		}
 		spread = *shardNS
 		b.shardAlone = *shardAlone
+		switch b.shardKey = *shardKey; b.shardKey {
+		case "namespace":
+		case "uid":
+			if *shardModes != "client-side" || b.shardAlone {
+				return errors.New("-shard-key uid runs client-side only (every replica caches every object): give -shard-modes client-side, without -shard-alone")
+			}
+		default:
+			return fmt.Errorf("-shard-key %q: want namespace or uid", *shardKey)
+		}
 		if *shardProcs > 0 {
 			b.shardEnv = []string{fmt.Sprintf("GOMAXPROCS=%d", *shardProcs)}
 		}

@@ -26,6 +26,12 @@ import (
 // its RSS 20 s after convergence, as fractions of the single operator's;
 // then a replica joins and one leaves, and it counts the slots that moved
 // (wasmreconcile_shard_slot_moves_total of a replica that stays).
+//
+// Each operator identity keeps its compilation cache directory for the
+// run, as config/manager's Deployment keeps it in an emptyDir across a
+// container's restarts: it compiles the module when it first starts, and
+// its restart (catching up) loads the module from its own cache. Nothing
+// is shared between identities; a joining replica compiles.
 
 // Goals of issue 27, server-side mode.
 const (
@@ -64,8 +70,8 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 	if gate {
 		mode = "server-side"
 	}
-	title := fmt.Sprintf("sharding, %s mode (ShardedListAndWatch %s): %s Widgets in %d namespaces, %d replicas against one, %d workers each",
-		mode, map[bool]string{true: "on", false: "off"}[gate], thousands(objects), spread, replicas, b.workers)
+	title := fmt.Sprintf("sharding by %s, %s mode (ShardedListAndWatch %s): %s Widgets in %d namespaces, %d replicas against one, %d workers each",
+		b.shardKey, mode, map[bool]string{true: "on", false: "off"}[gate], thousands(objects), spread, replicas, b.workers)
 	if len(b.shardEnv) > 0 {
 		title += ", " + strings.Join(b.shardEnv, " ")
 	}
@@ -130,13 +136,14 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		}
 		p, err := startProc(id, b.operatorBin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
-				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm}
+				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm,
+				"--compilation-cache-dir", filepath.Join(runDir, id+"-cache")}
 			if pprofAddr != "" {
 				args = append(args, "--pprof-bind-address", pprofAddr)
 			}
 			if replicas > 0 {
 				args = append(args, "--leader-elect", "--leader-election-namespace", namespace,
-					"--sharding", "--shard-mode", mode, "--shard-identity", id)
+					"--sharding", "--shard-mode", mode, "--shard-identity", id, "--shard-key", b.shardKey)
 			}
 			return args
 		}, filepath.Join(runDir, id+logSuffix+".log"), b.shardEnv...)
