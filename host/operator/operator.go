@@ -166,13 +166,13 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		if h.shards, err = newShards(mgr, m, opts.Sharding, opts.Informers, opts.ReconcileModules, func() { h.supervisor.RequeueEvery() }); err != nil {
 			return nil, err
 		}
-		sopts.Shard, sopts.Leading, sopts.ShardByUID = h.shards.admit, h.shards.leading, h.shards.byUID()
+		sopts.Shard, sopts.Leading, sopts.ShardByUID, sopts.Admits = h.shards.admit, h.shards.leading, h.shards.byUID(), h.shards.admits
 		if h.shards.serverSide {
 			sopts.ReadLive = h.shards.readLive
 		}
 	}
 	h.supervisor, err = supervisor.New(supervisor.Options{
-		Shard: sopts.Shard, ShardByUID: sopts.ShardByUID, Leading: sopts.Leading, ReadLive: sopts.ReadLive,
+		Shard: sopts.Shard, ShardByUID: sopts.ShardByUID, Admits: sopts.Admits, Leading: sopts.Leading, ReadLive: sopts.ReadLive,
 		FlightRecorder: h.recorder,
 		Manager:        mgr, Client: c, Engine: h.engine, Metrics: m, Interpreter: h.interpreter, Identities: identities,
 		Policy: opts.Policy, KeepVersions: opts.Engine.KeepVersions, ModuleConfig: opts.ModuleConfig, ModuleReadNamespaces: opts.ModuleReadNamespaces,

@@ -23,6 +23,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
@@ -524,6 +525,19 @@ func (s *shards) admit(key types.NamespacedName, uid types.UID) (func(), bool) {
 		(*f)(key)
 	}
 	return func() { s.gate.Exit(slot) }, true
+}
+
+// admits is the reconcilers' Admits hook: whether this replica runs the
+// slot of obj, placed as admit places it (by uid without a read: the
+// event carries the object). The gate's slots turn active before the
+// requeue that follows their acquisition lists the cache, so an event it
+// refuses just before is covered by that requeue.
+func (s *shards) admits(obj client.Object) bool {
+	value := obj.GetNamespace()
+	if s.key == shard.ByUID {
+		value = string(obj.GetUID())
+	}
+	return s.gate.Active(s.space.SlotOf(s.key, value))
 }
 
 // ready is nil once this replica is a member of its group: until then it

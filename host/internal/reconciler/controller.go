@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -81,9 +82,13 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 	obj.SetGroupVersionKind(r.gvk)
 	// Informer sources, not source.Kind: a stopped controller's handlers
 	// must leave the shared informers (see informerSource).
-	watches := []source.Source{&informerSource{cache: mgr.GetCache(), obj: obj, handler: &handler.EnqueueRequestForObject{}}}
+	var own handler.EventHandler = &handler.EnqueueRequestForObject{}
+	if r.opts.Admits != nil {
+		own = admitting{EventHandler: own, admits: r.opts.Admits}
+	}
+	watches := []source.Source{&informerSource{cache: mgr.GetCache(), obj: obj, handler: own}}
 	if opts.Requeue != nil {
-		watches = append(watches, source.Channel(opts.Requeue, &handler.EnqueueRequestForObject{}))
+		watches = append(watches, source.Channel(opts.Requeue, own))
 	}
 	for _, gvk := range r.owns {
 		if err := IndexChildren(context.Background(), mgr.GetCache(), gvk); err != nil {
@@ -133,4 +138,29 @@ func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.Generi
 		}
 	}
 	return nil
+}
+
+// admitting queues only the events of objects admits accepts (Options.Admits);
+// deletes always pass.
+type admitting struct {
+	handler.EventHandler
+	admits func(client.Object) bool
+}
+
+func (a admitting) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if a.admits(e.Object) {
+		a.EventHandler.Create(ctx, e, q)
+	}
+}
+
+func (a admitting) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if a.admits(e.ObjectNew) {
+		a.EventHandler.Update(ctx, e, q)
+	}
+}
+
+func (a admitting) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if a.admits(e.Object) {
+		a.EventHandler.Generic(ctx, e, q)
+	}
 }

@@ -40,7 +40,7 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 			Metrics:  s.opts.Metrics, Stats: next.stats,
 			Scopes: protocol.Chain(protocol.MapperScopes(s.opts.Manager.GetRESTMapper()), protocol.Builtin),
 			Config: spec.Config, Paused: next.paused.Load, Policy: spec.Policy, FlightRecorder: s.opts.FlightRecorder,
-			Shard: s.opts.Shard, ShardByUID: s.opts.ShardByUID, ReadLive: s.opts.ReadLive,
+			Shard: s.opts.Shard, ShardByUID: s.opts.ShardByUID, Admits: s.opts.Admits, ReadLive: s.opts.ReadLive,
 		}
 		if s.statuses != nil {
 			ropts.StatusApplier = s.statuses

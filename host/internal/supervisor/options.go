@@ -102,6 +102,9 @@ type Options struct {
 	// ShardByUID is every module's reconciler.Options.ShardByUID: Shard
 	// places objects by uid. Defaults to false: by key.
 	ShardByUID bool
+	// Admits is every module's reconciler.Options.Admits, with Shard.
+	// Defaults to nil: every event is queued.
+	Admits func(obj client.Object) bool
 	// ReadLive is every module's reconciler.Options.ReadLive.
 	ReadLive func(gvk schema.GroupVersionKind, namespace string) bool
 	// Leading reports whether this replica is the elected one, with Shard.
