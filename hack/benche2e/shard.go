@@ -318,7 +318,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	if replicas > 0 && !gate {
 		holders = replicas
 	}
-	if err := b.waitCaughtUp(ctx, procs, replicas, objects*holders); err != nil {
+	if err := b.waitCaughtUp(ctx, procs, replicas, objects, holders); err != nil {
 		return res, err
 	}
 	res.catchUp = time.Since(t1)
@@ -382,13 +382,17 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	return res, nil
 }
 
-// waitCaughtUp waits until the restarted operators' informers hold held
-// objects between them (each replica some, on all the slots) and each
-// has reconciled at least what it holds, with nothing queued.
-func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, held int) error {
+// waitCaughtUp waits until the restarted operators' informers hold the
+// objects holders times between them (each replica some, on all the
+// slots), with nothing queued, and each has reconciled at least what it
+// holds; client-side (holders > 1), where each replica holds every object
+// and queues only its own, until they reconciled the objects between
+// them.
+func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, objects, holders int) error {
 	deadline := time.Now().Add(b.timeout)
+	held := objects * holders
 	for {
-		var cached, slots float64
+		var cached, slots, reconciled float64
 		done := true
 		for _, p := range procs {
 			if err := p.exited(); err != nil {
@@ -410,12 +414,13 @@ func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, held 
 			}
 			cached += mine
 			slots += m["wasmreconcile_shard_slots"]
-			if mine == 0 || m["controller_runtime_reconcile_total"] < mine || m["workqueue_depth"] > 0 ||
+			reconciled += m["controller_runtime_reconcile_total"]
+			if mine == 0 || (holders == 1 && m["controller_runtime_reconcile_total"] < mine) || m["workqueue_depth"] > 0 ||
 				(replicas > 0 && int(m["wasmreconcile_shard_members"]) != replicas) {
 				done = false
 			}
 		}
-		if done && int(cached) == held && (replicas == 0 || slots == shardSlots) {
+		if done && int(cached) == held && int(reconciled) >= objects && (replicas == 0 || slots == shardSlots) {
 			return nil
 		}
 		if time.Now().After(deadline) {

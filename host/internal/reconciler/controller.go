@@ -6,9 +6,11 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -80,6 +82,9 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
+	if c := mgr.GetCache(); c != nil {
+		r.cache.Store(&c)
+	}
 	// Informer sources, not source.Kind: a stopped controller's handlers
 	// must leave the shared informers (see informerSource).
 	var own handler.EventHandler = &handler.EnqueueRequestForObject{}
@@ -124,7 +129,29 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 // RequeueAll sends every object of the module's kind in the cache to
 // requeue, for example after a new version of the module is swapped in. It
 // returns once they are handed over, or when ctx is done.
+//
+// It sends the objects of the kind's informer store as they are, when it
+// can reach the store: the objects are the cache's own (packed), which
+// the controller's handlers only read the key and placement of. Listing
+// through the client would decode every object into a new map: for
+// 30,000 Widgets, seconds of CPU and hundreds of MB of garbage per
+// requeue, which sharding does on each acquisition of slots and a reload
+// on each new version.
 func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.GenericEvent) error {
+	if objs, ok := r.stored(ctx); ok {
+		for _, o := range objs {
+			obj, ok := o.(client.Object)
+			if !ok {
+				continue
+			}
+			select {
+			case requeue <- event.GenericEvent{Object: obj}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
 	if err := r.opts.Client.List(ctx, list); err != nil {
@@ -163,4 +190,25 @@ func (a admitting) Generic(ctx context.Context, e event.GenericEvent, q workqueu
 	if a.admits(e.Object) {
 		a.EventHandler.Generic(ctx, e, q)
 	}
+}
+
+// stored returns the objects of the kind's informer store, without a
+// copy, or ok false when the cache's informer does not expose its store
+// (a cache over several namespaces, or another implementation).
+func (r *Reconciler) stored(ctx context.Context) (objs []any, ok bool) {
+	c := r.cache.Load()
+	if c == nil {
+		return nil, false
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(r.gvk)
+	inf, err := (*c).GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, false
+	}
+	s, ok := inf.(interface{ GetStore() toolscache.Store })
+	if !ok {
+		return nil, false
+	}
+	return s.GetStore().List(), true
 }

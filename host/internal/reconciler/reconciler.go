@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -191,6 +192,7 @@ type Reconciler struct {
 
 	shadow   atomic.Pointer[shadow.Shadow]                                           // a candidate called beside the serving version; nil for none
 	queue    atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]] // the running controller's
+	cache    atomic.Pointer[cache.Cache]                                             // the last controller's manager's, for RequeueAll
 	activity activity
 }
 
