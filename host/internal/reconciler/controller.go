@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -202,7 +201,7 @@ func (r *Reconciler) stored(ctx context.Context) (objs []any, ok bool) {
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(r.gvk)
-	inf, err := (*c).GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+	inf, err := (*c).GetInformer(ctx, obj) // until synced, as the client's List waits
 	if err != nil {
 		return nil, false
 	}
