@@ -24,39 +24,25 @@ func TestAdmittingQueuesOnlyAdmittedObjects(t *testing.T) {
 	}
 	h := admitting{EventHandler: &handler.EnqueueRequestForObject{}, admits: func(o client.Object) bool { return o.GetName() == "mine" }}
 	ctx := context.Background()
-	for _, tc := range []struct {
-		event string
-		name  string
-		send  func(workqueue.TypedRateLimitingInterface[reconcile.Request], client.Object)
-		want  int
-	}{
-		{"create", "mine", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Create(ctx, event.CreateEvent{Object: o}, q)
-		}, 1},
-		{"create", "theirs", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Create(ctx, event.CreateEvent{Object: o}, q)
-		}, 0},
-		{"update", "mine", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Update(ctx, event.UpdateEvent{ObjectOld: o, ObjectNew: o}, q)
-		}, 1},
-		{"update", "theirs", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Update(ctx, event.UpdateEvent{ObjectOld: o, ObjectNew: o}, q)
-		}, 0},
-		{"generic", "mine", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Generic(ctx, event.GenericEvent{Object: o}, q)
-		}, 1},
-		{"generic", "theirs", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Generic(ctx, event.GenericEvent{Object: o}, q)
-		}, 0},
-		{"delete", "theirs", func(q workqueue.TypedRateLimitingInterface[reconcile.Request], o client.Object) {
-			h.Delete(ctx, event.DeleteEvent{Object: o}, q)
-		}, 1},
-	} {
-		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-		tc.send(q, obj(tc.name))
-		if got := q.Len(); got != tc.want {
-			t.Errorf("%s of %s: %d queued, want %d", tc.event, tc.name, got, tc.want)
+	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	send := map[string]func(queue, client.Object){
+		"create":  func(q queue, o client.Object) { h.Create(ctx, event.CreateEvent{Object: o}, q) },
+		"update":  func(q queue, o client.Object) { h.Update(ctx, event.UpdateEvent{ObjectOld: o, ObjectNew: o}, q) },
+		"generic": func(q queue, o client.Object) { h.Generic(ctx, event.GenericEvent{Object: o}, q) },
+		"delete":  func(q queue, o client.Object) { h.Delete(ctx, event.DeleteEvent{Object: o}, q) },
+	}
+	for ev, f := range send {
+		for _, name := range []string{"mine", "theirs"} {
+			want := 0
+			if name == "mine" || ev == "delete" {
+				want = 1
+			}
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+			f(q, obj(name))
+			if got := q.Len(); got != want {
+				t.Errorf("%s of %s: %d queued, want %d", ev, name, got, want)
+			}
+			q.ShutDown()
 		}
-		q.ShutDown()
 	}
 }
