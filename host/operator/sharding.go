@@ -70,9 +70,9 @@ type shards struct {
 	// host serves them (reconcileModules).
 	recorder         events.EventRecorder
 	reconcileModules bool
-	// admitted, when set (tests, through testhooks), sees every admitted
-	// reconcile's key.
-	admitted atomic.Pointer[func(types.NamespacedName)]
+	// admitted and refused, when set (tests, through testhooks), see the
+	// key of every reconcile the gate admits, and refuses.
+	admitted, refused atomic.Pointer[func(types.NamespacedName)]
 }
 
 // newShards checks o, decides the mode (asking the API server whether it
@@ -519,6 +519,9 @@ func (s *shards) admit(key types.NamespacedName, uid types.UID) (func(), bool) {
 	}
 	slot := s.space.SlotOf(s.key, value)
 	if !s.gate.Enter(slot) {
+		if f := s.refused.Load(); f != nil {
+			(*f)(key)
+		}
 		return nil, false
 	}
 	if f := s.admitted.Load(); f != nil {

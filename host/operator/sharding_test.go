@@ -152,7 +152,9 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 // operators split the Widgets of one namespace, which sharding by
 // namespace would give to one of them: each Widget is reconciled by the
 // owner of its uid's slot alone, both operators reconcile some, and the
-// mode is client-side whatever the API server offers, saying why.
+// mode is client-side whatever the API server offers, saying why. The
+// other operator drops each Widget's events before its queue (Admits):
+// its gate never has to refuse a reconcile of one.
 func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 	t.Parallel()
 	e := optest.NewEnv(t)
@@ -162,6 +164,7 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 	ops := map[string]*operator.Operator{}
 	var mu sync.Mutex
 	admittedBy := map[string]map[string]bool{} // Widget name -> operators
+	refusedBy := map[string]map[string]bool{}  // Widget name -> operators
 	for _, id := range []string{"op-a", "op-b"} {
 		mo := e.OperatorOptions()
 		sharding := optest.Sharded(e, &mo, "by-uid", id, slots)
@@ -178,6 +181,14 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 				admittedBy[key.Name] = map[string]bool{}
 			}
 			admittedBy[key.Name][id] = true
+		})
+		optest.ShardRefused(ops[id], func(key types.NamespacedName) {
+			mu.Lock()
+			defer mu.Unlock()
+			if refusedBy[key.Name] == nil {
+				refusedBy[key.Name] = map[string]bool{}
+			}
+			refusedBy[key.Name][id] = true
 		})
 	}
 	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
@@ -234,6 +245,11 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 	for name, owner := range owners {
 		if got := admittedBy[name]; len(got) != 1 || !got[owner] {
 			t.Errorf("%s, %s's by uid: reconciled by %v", name, owner, got)
+		}
+		// Created after the slots settled, so no handover refuses it: a
+		// refusal means the other operator queued it.
+		if got := refusedBy[name]; len(got) != 0 {
+			t.Errorf("%s, %s's by uid: queued and refused at the gate by %v, not dropped before the queue", name, owner, got)
 		}
 	}
 }

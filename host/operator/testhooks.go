@@ -28,4 +28,7 @@ func init() {
 	testhooks.ShardAdmitted = func(host any, f func(types.NamespacedName)) {
 		host.(*Host).shards.admitted.Store(&f)
 	}
+	testhooks.ShardRefused = func(host any, f func(types.NamespacedName)) {
+		host.(*Host).shards.refused.Store(&f)
+	}
 }

@@ -327,3 +327,9 @@ func ShardReport(op *operator.Operator) string { return testhooks.ShardReport(op
 func ShardAdmitted(op *operator.Operator, f func(types.NamespacedName)) {
 	testhooks.ShardAdmitted(op.Host, f)
 }
+
+// ShardRefused makes op, a sharding operator, call f with the key of
+// every reconcile its gate refuses.
+func ShardRefused(op *operator.Operator, f func(types.NamespacedName)) {
+	testhooks.ShardRefused(op.Host, f)
+}

@@ -23,6 +23,11 @@ var ShardActive func(host any) ([]int, bool)
 // of every reconcile it admits.
 var ShardAdmitted func(host any, f func(types.NamespacedName))
 
+// ShardRefused makes host, a sharding *operator.Host, call f with the key
+// of every reconcile its gate refuses (one that reached the queue although
+// another replica runs its slot).
+var ShardRefused func(host any, f func(types.NamespacedName))
+
 // ShardReport is the sharding line of host's /readyz/modules ("" when it
 // does not shard): its mode and assignment.
 var ShardReport func(host any) string
