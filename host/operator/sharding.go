@@ -510,14 +510,10 @@ func (s *shards) watchNamespaces(ctx context.Context) error {
 // hold (uid "": deleted) is admitted without a slot: its reconcile only
 // forgets what this replica kept of it, and writes nothing.
 func (s *shards) admit(key types.NamespacedName, uid types.UID) (func(), bool) {
-	value := key.Namespace
-	if s.key == shard.ByUID {
-		if uid == "" {
-			return func() {}, true
-		}
-		value = string(uid)
+	if s.key == shard.ByUID && uid == "" {
+		return func() {}, true
 	}
-	slot := s.space.SlotOf(s.key, value)
+	slot := s.slotOf(key.Namespace, uid)
 	if !s.gate.Enter(slot) {
 		if f := s.refused.Load(); f != nil {
 			(*f)(key)
@@ -536,11 +532,15 @@ func (s *shards) admit(key types.NamespacedName, uid types.UID) (func(), bool) {
 // requeue that follows their acquisition lists the cache, so an event it
 // refuses just before is covered by that requeue.
 func (s *shards) admits(obj client.Object) bool {
-	value := obj.GetNamespace()
+	return s.gate.Active(s.slotOf(obj.GetNamespace(), obj.GetUID()))
+}
+
+// slotOf is the slot of an object in namespace with uid, by the key.
+func (s *shards) slotOf(namespace string, uid types.UID) int {
 	if s.key == shard.ByUID {
-		value = string(obj.GetUID())
+		return s.space.SlotOf(s.key, string(uid))
 	}
-	return s.gate.Active(s.space.SlotOf(s.key, value))
+	return s.space.SlotOf(s.key, namespace)
 }
 
 // ready is nil once this replica is a member of its group: until then it

@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
@@ -55,17 +53,9 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 			Sharding:   sharding,
 		})
 	}
-	var mu sync.Mutex
-	admittedBy := map[string]map[string]bool{} // namespace -> operators
+	admitted := optest.NewSeen(optest.ByNamespace)
 	for id, op := range ops {
-		optest.ShardAdmitted(op, func(key types.NamespacedName) {
-			mu.Lock()
-			defer mu.Unlock()
-			if admittedBy[key.Namespace] == nil {
-				admittedBy[key.Namespace] = map[string]bool{}
-			}
-			admittedBy[key.Namespace][id] = true
-		})
+		optest.ShardAdmitted(op, admitted.Hook(id))
 	}
 	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
 		var all []int
@@ -119,13 +109,11 @@ func TestShardedReplicasSplitTheWork(t *testing.T) {
 	}
 	// Membership did not change after the split: each namespace's Widgets
 	// were reconciled by its owner alone.
-	mu.Lock()
 	for _, ns := range namespaces {
-		if got, want := admittedBy[ns], a.OwnerOf(shard.ByNamespace, ns); len(got) != 1 || !got[want] {
+		if got, want := admitted.In(ns), a.OwnerOf(shard.ByNamespace, ns); len(got) != 1 || !got[want] {
 			t.Errorf("%s, %s's: reconciled by %v", ns, want, got)
 		}
 	}
-	mu.Unlock()
 	slotsSeen := 0.0
 	for id, reg := range regs {
 		if n := optest.Gather(t, reg, "wasmreconcile_reconcile_total", map[string]string{"module": "widget"}); n == 0 {
@@ -162,9 +150,7 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 	a := optest.ShardPair(t, slots)
 	module := testwasm.BuildFile(t, "./widget")
 	ops := map[string]*operator.Operator{}
-	var mu sync.Mutex
-	admittedBy := map[string]map[string]bool{} // Widget name -> operators
-	refusedBy := map[string]map[string]bool{}  // Widget name -> operators
+	admitted, refused := optest.NewSeen(optest.ByName), optest.NewSeen(optest.ByName)
 	for _, id := range []string{"op-a", "op-b"} {
 		mo := e.OperatorOptions()
 		sharding := optest.Sharded(e, &mo, "by-uid", id, slots)
@@ -174,22 +160,8 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 			Registerer: prometheus.NewRegistry(),
 			Sharding:   sharding,
 		})
-		optest.ShardAdmitted(ops[id], func(key types.NamespacedName) {
-			mu.Lock()
-			defer mu.Unlock()
-			if admittedBy[key.Name] == nil {
-				admittedBy[key.Name] = map[string]bool{}
-			}
-			admittedBy[key.Name][id] = true
-		})
-		optest.ShardRefused(ops[id], func(key types.NamespacedName) {
-			mu.Lock()
-			defer mu.Unlock()
-			if refusedBy[key.Name] == nil {
-				refusedBy[key.Name] = map[string]bool{}
-			}
-			refusedBy[key.Name][id] = true
-		})
+		optest.ShardAdmitted(ops[id], admitted.Hook(id))
+		optest.ShardRefused(ops[id], refused.Hook(id))
 	}
 	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
 		n := 0
@@ -240,15 +212,13 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 			return nil
 		})
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	for name, owner := range owners {
-		if got := admittedBy[name]; len(got) != 1 || !got[owner] {
+		if got := admitted.In(name); len(got) != 1 || !got[owner] {
 			t.Errorf("%s, %s's by uid: reconciled by %v", name, owner, got)
 		}
 		// Created after the slots settled, so no handover refuses it: a
 		// refusal means the other operator queued it.
-		if got := refusedBy[name]; len(got) != 0 {
+		if got := refused.In(name); len(got) != 0 {
 			t.Errorf("%s, %s's by uid: queued and refused at the gate by %v, not dropped before the queue", name, owner, got)
 		}
 	}

@@ -11,6 +11,7 @@ package optest
 
 import (
 	"context"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -332,4 +333,51 @@ func ShardAdmitted(op *operator.Operator, f func(types.NamespacedName)) {
 // every reconcile its gate refuses.
 func ShardRefused(op *operator.Operator, f func(types.NamespacedName)) {
 	testhooks.ShardRefused(op.Host, f)
+}
+
+// Seen records, per object, the operators whose shard hook
+// (ShardAdmitted, ShardRefused) saw it; an object is named by what by
+// picks of its key (ByNamespace, ByName). It is safe for concurrent use.
+type Seen struct {
+	by   func(types.NamespacedName) string
+	mu   sync.Mutex
+	seen map[string]map[string]bool
+}
+
+// NewSeen returns a Seen naming objects by by.
+func NewSeen(by func(types.NamespacedName) string) *Seen {
+	return &Seen{by: by, seen: map[string]map[string]bool{}}
+}
+
+// ByNamespace names an object by its namespace.
+func ByNamespace(k types.NamespacedName) string { return k.Namespace }
+
+// ByName names an object by its name.
+func ByName(k types.NamespacedName) string { return k.Name }
+
+// Hook returns the hook that records the keys operator id sees.
+func (s *Seen) Hook(id string) func(types.NamespacedName) {
+	return func(k types.NamespacedName) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		name := s.by(k)
+		if s.seen[name] == nil {
+			s.seen[name] = map[string]bool{}
+		}
+		s.seen[name][id] = true
+	}
+}
+
+// In returns the operators that saw object, as a new map.
+func (s *Seen) In(object string) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.seen[object])
+}
+
+// Clear forgets what was seen.
+func (s *Seen) Clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.seen)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -67,8 +66,7 @@ func TestServerSideReplicasCacheTheirShare(t *testing.T) {
 	regs := map[string]*prometheus.Registry{}
 	ops := map[string]*operator.Operator{}
 	stops := map[string]func(){}
-	var mu sync.Mutex
-	admittedBy := map[string]map[string]bool{} // namespace -> operators
+	admitted := optest.NewSeen(optest.ByNamespace)
 	start := func(id string) {
 		mo := e.OperatorOptions()
 		mo.Namespaces = nil // the whole cluster, as deployed
@@ -80,14 +78,7 @@ func TestServerSideReplicasCacheTheirShare(t *testing.T) {
 			Registerer: regs[id],
 			Sharding:   sharding,
 		})
-		optest.ShardAdmitted(ops[id], func(key types.NamespacedName) {
-			mu.Lock()
-			defer mu.Unlock()
-			if admittedBy[key.Namespace] == nil {
-				admittedBy[key.Namespace] = map[string]bool{}
-			}
-			admittedBy[key.Namespace][id] = true
-		})
+		optest.ShardAdmitted(ops[id], admitted.Hook(id))
 	}
 	// cached is what an operator's informers hold of Widgets.
 	cached := func(id string) float64 {
@@ -140,9 +131,7 @@ func TestServerSideReplicasCacheTheirShare(t *testing.T) {
 		return nil
 	})
 	// A namespace created now joins its owner's share.
-	mu.Lock()
-	clear(admittedBy)
-	mu.Unlock()
+	admitted.Clear()
 	late := newNamespace(i)
 	converged([]string{late})
 	lateOwner := a.OwnerOf(shard.ByNamespace, late)
@@ -163,22 +152,18 @@ func TestServerSideReplicasCacheTheirShare(t *testing.T) {
 		}
 	}
 	testenv.Eventually(t, 2*time.Minute, "every namespace's Widgets reconciled again", func() error {
-		mu.Lock()
-		defer mu.Unlock()
 		for _, ns := range namespaces {
-			if len(admittedBy[ns]) == 0 {
+			if len(admitted.In(ns)) == 0 {
 				return fmt.Errorf("%s: not reconciled yet", ns)
 			}
 		}
 		return nil
 	})
-	mu.Lock()
 	for _, ns := range namespaces {
-		if got, want := admittedBy[ns], a.OwnerOf(shard.ByNamespace, ns); len(got) != 1 || !got[want] {
+		if got, want := admitted.In(ns), a.OwnerOf(shard.ByNamespace, ns); len(got) != 1 || !got[want] {
 			t.Errorf("%s, %s's: reconciled by %v", ns, want, got)
 		}
 	}
-	mu.Unlock()
 
 	// op-b stops: op-a caches every Widget again.
 	stops["op-b"]()
