@@ -126,6 +126,9 @@ type Engine struct {
 	reloaded     func(module string, took time.Duration, err error)
 	codeDir      string // where machine code is backed by files; "" keeps it in memory
 	codeFailed   func(module string, err error)
+	// beforeAttach, in tests, runs between compiling a module through a
+	// cache that serves mapped code and attaching that code.
+	beforeAttach func(*compiledmem.MappedCode)
 
 	mu             sync.Mutex
 	validated      map[string]bool       // digests of input bytes wazero validated
@@ -144,8 +147,9 @@ const maxCodeSums = 4096
 // compiled code. It is closed with the last module that uses it, which
 // frees that code (see Engine.cacheFor).
 type codeCache struct {
-	cache wazero.CompilationCache
-	refs  int
+	cache  wazero.CompilationCache
+	mapped *compiledmem.MappedCode // nil without a code directory
+	refs   int
 }
 
 // maxValidated bounds Engine.validated: about 100 bytes an entry, so at most
@@ -231,7 +235,13 @@ func codeKey(digest string, l Limits) string {
 // compiled. One cache per distinct instrumented bytes still shares the code
 // of modules loaded from the same bytes, and closing it with the last of
 // them drops everything it holds (TestIdenticalBytesShareCode).
-func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Context), error) {
+//
+// With a code directory (Options.CodeInMemory unset), the cache hands wazero
+// a module whose machine code trim mapped from a file before without that
+// code, and compileCode maps the file instead (compiledmem.MappedCode): a
+// module waking from unload neither reads its code into fresh memory nor
+// checks it twice.
+func (e *Engine) cacheFor(key string) (*codeCache, func(context.Context), error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -246,6 +256,17 @@ func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Con
 				return nil, nil, fmt.Errorf("compilation cache %q: %w", e.cacheDir, err)
 			}
 			c.cache = cache
+			if e.codeDir != "" {
+				// An error leaves the cache as wazero made it: the code is
+				// read and mapped over as on the first load (compiledmem's
+				// tests catch the wazero upgrade that would cause it).
+				c.mapped, _ = compiledmem.ServeMappedCode(cache, e.codeDir, func() ([sha256.Size]byte, bool) {
+					e.mu.Lock()
+					defer e.mu.Unlock()
+					sum, ok := e.codeSums[key]
+					return sum, ok
+				})
+			}
 		} else {
 			c.cache = wazero.NewCompilationCache()
 		}
@@ -253,7 +274,7 @@ func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Con
 	}
 	c.refs++
 	var once sync.Once
-	return c.cache, func(ctx context.Context) {
+	return c, func(ctx context.Context) {
 		once.Do(func() {
 			e.mu.Lock()
 			c.refs--
@@ -264,6 +285,9 @@ func (e *Engine) cacheFor(key string) (wazero.CompilationCache, func(context.Con
 			e.mu.Unlock()
 			if last {
 				_ = c.cache.Close(ctx)
+				if c.mapped != nil {
+					c.mapped.Close()
+				}
 			}
 		})
 	}, nil
@@ -634,7 +658,7 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	// No WithCloseOnContextDone: the fuel meter stops calls at their
 	// deadline. compilerConfig is the compile worker's too.
 	cfg := compilerConfig(e.interpreter).
-		WithCompilationCache(cache).
+		WithCompilationCache(cache.cache).
 		WithMemoryLimitPages(l.MemoryLimitPages)
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	var compiled wazero.CompiledModule
@@ -650,6 +674,20 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	}()
 
 	compiled, err = rt.CompileModule(ctx, metered)
+	mapped := false
+	if err == nil && cache.mapped != nil {
+		if e.beforeAttach != nil {
+			e.beforeAttach(cache.mapped)
+		}
+		var attachErr error
+		if mapped, attachErr = cache.mapped.Attach(compiled); attachErr != nil {
+			// Left without code: never instantiate it. Compile again, with
+			// the code read from wazero's entry.
+			_ = compiled.Close(ctx)
+			cache.mapped.Disable()
+			compiled, err = rt.CompileModule(ctx, metered)
+		}
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "over limit of") { // wazero checks the memory minimum at compile time
 			return nil, invalid(fmt.Sprintf("module's minimum memory is over the limit of %d pages; raise spec.limits.memoryPages (--memory-limit-pages)", l.MemoryLimitPages), err)
@@ -677,7 +715,7 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	if err := checkImports(rt, compiled); err != nil {
 		return nil, invalid(err.Error(), nil)
 	}
-	e.trim(source, codeKey(digest, l), compiled)
+	e.trim(source, codeKey(digest, l), compiled, mapped)
 	ok = true
 	return &code{runtime: rt, compiled: compiled, release: release}, nil
 }
@@ -694,13 +732,14 @@ const codeDir = "wasmreconcile-code"
 //
 // key is the code's cache key (codeKey): the digest of its machine code is
 // remembered under it, so that a module waking from unload maps its code
-// without hashing it again (7 ms of a Go guest's wake).
-func (e *Engine) trim(source, key string, compiled wazero.CompiledModule) {
+// without hashing it again (7 ms of a Go guest's wake). mapped says its code
+// is mapped from that file already (compiledmem.MappedCode.Attach).
+func (e *Engine) trim(source, key string, compiled wazero.CompiledModule, mapped bool) {
 	if e.interpreter {
 		return
 	}
 	_, _ = compiledmem.ReleaseBodies(compiled) // fails only with another engine or wazero version; compiledmem's tests catch that
-	if e.codeDir == "" {
+	if e.codeDir == "" || mapped {
 		return
 	}
 	e.mu.Lock()

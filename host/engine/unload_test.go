@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/compiledmem"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -512,5 +514,59 @@ func TestUnloadRacesCalls(t *testing.T) {
 		if err != nil {
 			t.Errorf("a reload failed: %v", err)
 		}
+	}
+}
+
+// TestWakeMapsItsCodeFile: a module loaded back after an unload is served
+// by the compilation cache without its machine code, which is mapped from
+// the file its first load wrote (compiledmem.MappedCode), and answers as
+// before; when that code cannot be attached, the module is compiled again
+// from wazero's whole entry instead of running without code.
+func TestWakeMapsItsCodeFile(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("backing code with a file is Linux's only")
+	}
+	ev := &codeEvents{}
+	e, m, _ := loadUnloadable(t, readWasm(t, "testdata/echo.wasm"), Limits{IdleModuleTimeout: time.Hour}, ev)
+	ctx := context.Background()
+	req := []byte(`{"object":{"kind":"Gadget"}}`)
+	before, err := m.ReconcileFresh(ctx, "reconcile a", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func() (n int64) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, c := range e.caches {
+			n += c.mapped.Served()
+		}
+		return n
+	}
+	if n := served(); n != 0 {
+		t.Fatalf("the first load was served %d entries without code, want 0 (no code file yet)", n)
+	}
+	var stolen int
+	for _, steal := range []bool{false, true} {
+		if steal {
+			// Take the mapping Attach would attach: it fails, and the
+			// module is compiled again from the whole entry.
+			e.beforeAttach = func(mc *compiledmem.MappedCode) { stolen++; mc.Close() }
+		}
+		if !m.unloadIfIdle(time.Now().Add(2 * time.Hour)) {
+			t.Fatal("not unloaded")
+		}
+		after, err := m.ReconcileFresh(ctx, "reconcile a", req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(after.Output) != string(before.Output) || after.Fuel != before.Fuel {
+			t.Errorf("after waking (attach stolen %v): %q with %d fuel, want %q with %d", steal, after.Output, after.Fuel, before.Output, before.Fuel)
+		}
+		if n := served(); n != 1 {
+			t.Errorf("the wake (attach stolen %v) was served %d entries without code, want 1", steal, n)
+		}
+	}
+	if stolen != 1 {
+		t.Errorf("the attach was stolen %d times, want 1", stolen)
 	}
 }

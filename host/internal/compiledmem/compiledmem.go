@@ -3,10 +3,12 @@
 // bodies, which only compiling reads, and it backs the machine code with a
 // file, so that the kernel pages it in as it runs and may drop it again, as
 // it does an executable's text, instead of holding all of it as anonymous
-// memory.
+// memory. A module compiled again from wazero's compilation cache gets its
+// code from that file directly (MappedCode), instead of a copy read into
+// fresh memory first.
 //
-// wazero offers neither (RATIONALE.md, "Why does the engine reach into
-// wazero's compiled module?"), so both reach its unexported fields by name,
+// wazero offers none of these (RATIONALE.md, "Why does the engine reach into
+// wazero's compiled module?"), so all reach its unexported fields by name,
 // for the wazero version in go.mod and its optimizing compiler only. When a
 // field is not where it is expected, or the module was not compiled by that
 // compiler, they change nothing and say why in their error: the module keeps
@@ -80,74 +82,16 @@ func ReleaseBodies(c wazero.CompiledModule) (int, error) {
 // loaded into one engine share code). The caller must hold the engine's
 // lock, which unlock releases.
 func executable(c wazero.CompiledModule) (code []byte, refs int, unlock func(), err error) {
-	cm := reflect.ValueOf(c)
-	eng, err := field(cm, "compiledEngine")
+	e, err := entryOf(c)
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	if err := isWazevo(eng); err != nil {
-		return nil, 0, nil, err
+	if e.exe.Len() == 0 {
+		e.unlock()
+		return nil, 0, nil, fmt.Errorf("the module has no machine code")
 	}
-	mux, err := field(eng, "mux")
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	lock, ok := mux.Addr().Interface().(interface {
-		Lock()
-		Unlock()
-	})
-	if !ok {
-		return nil, 0, nil, fmt.Errorf("wazero's engine.mux is a %s, not a lock", mux.Type())
-	}
-	mod, err := field(cm, "module")
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	id, err := field(mod, "ID")
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	modules, err := field(eng, "compiledModules")
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	if modules.Kind() != reflect.Map || modules.Type().Key() != id.Type() {
-		return nil, 0, nil, fmt.Errorf("wazero's engine.compiledModules is a %s, not a map by module ID", modules.Type())
-	}
-	lock.Lock()
-	fail := func(err error) ([]byte, int, func(), error) {
-		lock.Unlock()
-		return nil, 0, nil, err
-	}
-	entry := modules.MapIndex(id)
-	if !entry.IsValid() {
-		return fail(fmt.Errorf("wazero's engine holds no code for the module"))
-	}
-	// entry is a pointer, so the fields below it are addressable.
-	count, err := field(entry, "refCount")
-	if err != nil {
-		return fail(err)
-	}
-	compiled, err := field(entry, "compiledModule")
-	if err != nil {
-		return fail(err)
-	}
-	exes, err := field(compiled, "executables")
-	if err != nil {
-		return fail(err)
-	}
-	exe, err := field(exes, "executable")
-	if err != nil {
-		return fail(err)
-	}
-	if exe.Kind() != reflect.Slice || exe.Type().Elem().Kind() != reflect.Uint8 || !count.CanInt() {
-		return fail(fmt.Errorf("wazero's executables.executable is a %s, refCount a %s", exe.Type(), count.Type()))
-	}
-	if exe.Len() == 0 {
-		return fail(fmt.Errorf("the module has no machine code"))
-	}
-	code = unsafe.Slice((*byte)(exe.UnsafePointer()), exe.Len())
-	return code, int(count.Int()), lock.Unlock, nil
+	code = unsafe.Slice((*byte)(e.exe.UnsafePointer()), e.exe.Len())
+	return code, e.refs, e.unlock, nil
 }
 
 // isWazevo checks that eng, a wasm.Engine, is the optimizing compiler's.

@@ -5,6 +5,8 @@ import (
 	"os"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // mapOver maps f, from its start, over code, at code's address, read-only
@@ -37,3 +39,30 @@ func mapOver(code []byte, f *os.File) error {
 }
 
 func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }
+
+// mapFile maps the first size bytes of f, read-only and executable.
+//
+// The address comes from x/sys/unix's Mmap, as wazero's own code's does:
+// wazero unmaps code with unix.Munmap, which knows only the mappings
+// unix.Mmap made. The file is then mapped over it as MapCode maps it:
+// mapped at an address of the kernel's choosing, a mapping this large may
+// start on a 2 MiB boundary, where the kernel maps the page cache's large
+// folios whole, 2 MiB resident for one page run.
+func mapFile(f *os.File, size int) ([]byte, error) {
+	code, err := unix.Mmap(-1, 0, size, unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		return nil, err
+	}
+	if err := mapOver(code, f); err != nil {
+		_ = unix.Munmap(code)
+		return nil, err
+	}
+	return code, nil
+}
+
+// unmap unmaps what mapFile mapped.
+func unmap(code []byte) {
+	if code != nil {
+		_ = unix.Munmap(code)
+	}
+}
