@@ -23,7 +23,6 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
@@ -527,12 +526,13 @@ func (s *shards) admit(key types.NamespacedName, uid types.UID) (func(), bool) {
 }
 
 // admits is the reconcilers' Admits hook: whether this replica runs the
-// slot of obj, placed as admit places it (by uid without a read: the
-// event carries the object). The gate's slots turn active before the
+// slot of an object in namespace with uid, placed as admit places it (by
+// uid without a read: the event carries the object, or, for a child, its
+// owner's uid). The gate's slots turn active before the
 // requeue that follows their acquisition lists the cache, so an event it
 // refuses just before is covered by that requeue.
-func (s *shards) admits(obj client.Object) bool {
-	return s.gate.Active(s.slotOf(obj.GetNamespace(), obj.GetUID()))
+func (s *shards) admits(namespace string, uid types.UID) bool {
+	return s.gate.Active(s.slotOf(namespace, uid))
 }
 
 // slotOf is the slot of an object in namespace with uid, by the key.

@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/host/operator/internal/optest"
+	"github.com/wasmreconcile/wasmreconcile/host/policy"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
@@ -148,21 +151,7 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 	e := optest.NewEnv(t)
 	const slots = 16
 	a := optest.ShardPair(t, slots)
-	module := testwasm.BuildFile(t, "./widget")
-	ops := map[string]*operator.Operator{}
-	admitted, refused := optest.NewSeen(optest.ByName), optest.NewSeen(optest.ByName)
-	for _, id := range []string{"op-a", "op-b"} {
-		mo := e.OperatorOptions()
-		sharding := optest.Sharded(e, &mo, "by-uid", id, slots)
-		sharding.Key = "uid"
-		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{
-			Modules:    []string{module},
-			Registerer: prometheus.NewRegistry(),
-			Sharding:   sharding,
-		})
-		optest.ShardAdmitted(ops[id], admitted.Hook(id))
-		optest.ShardRefused(ops[id], refused.Hook(id))
-	}
+	ops, admitted, refused := byUIDPair(t, e, "by-uid", slots, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}})
 	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
 		n := 0
 		for id, op := range ops {
@@ -222,4 +211,123 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 			t.Errorf("%s, %s's by uid: queued and refused at the gate by %v, not dropped before the queue", name, owner, got)
 		}
 	}
+}
+
+// TestShardedByUIDOwnedChildren: the events of owned children are placed
+// by their controller owner's uid (Admits), so the operator that does not
+// own a WebApp drops its children's events before its queue, as it drops
+// the WebApp's own: its gate never refuses a reconcile of a WebApp whose
+// children it saw created and changed. Each operator runs one worker, so
+// that its own WebApp's reconcile, after a change of the other's child
+// that came first on the same watch, proves that change was handled.
+func TestShardedByUIDOwnedChildren(t *testing.T) {
+	t.Parallel()
+	e := optest.NewEnv(t)
+	ctx := context.Background()
+	const slots = 16
+	a := optest.ShardPair(t, slots)
+	ops, admitted, refused := byUIDPair(t, e, "children-by-uid", slots, operator.Options{
+		Modules: []string{testwasm.BuildFile(t, "./webapp")},
+		Policy:  policy.Policy{MaxConcurrentReconciles: 1},
+	})
+	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
+		n := 0
+		for _, op := range ops {
+			active, _ := optest.ShardActive(op)
+			n += len(active)
+		}
+		if n != slots {
+			return fmt.Errorf("%d slots worked on", n)
+		}
+		return nil
+	})
+	// A WebApp for each operator, by uid, in the one namespace.
+	apps := map[string]string{} // operator -> the WebApp whose uid it owns
+	for i := 0; len(apps) < 2; i++ {
+		if i > 64 {
+			t.Fatalf("64 WebApps do not give each operator one: %v", apps)
+		}
+		app := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "examples.wasmreconcile.io/v1alpha1", "kind": "WebApp",
+			"metadata": map[string]any{"name": fmt.Sprintf("app%d", i), "namespace": e.NS},
+			"spec":     map[string]any{"image": "nginx:1.27"},
+		}}
+		if err := e.C.Create(ctx, app); err != nil {
+			t.Fatal(err)
+		}
+		owner := a.OwnerOf(shard.ByUID, string(app.GetUID()))
+		if _, ok := apps[owner]; !ok {
+			apps[owner] = app.GetName()
+		} else if err := e.C.Delete(ctx, app); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range apps {
+		testenv.Eventually(t, 3*time.Minute, "the WebApps' children", func() error {
+			if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: name}, &corev1.Service{}); err != nil {
+				return err
+			}
+			return e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: name + "-config"}, &corev1.ConfigMap{})
+		})
+	}
+	touch := func(name string, n int) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cm := &corev1.ConfigMap{}
+			if err := e.C.Get(ctx, client.ObjectKey{Namespace: e.NS, Name: name + "-config"}, cm); err != nil {
+				return err
+			}
+			if cm.Labels == nil {
+				cm.Labels = map[string]string{}
+			}
+			cm.Labels["test-touch"] = fmt.Sprint(n)
+			return e.C.Update(ctx, cm)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, id := range []string{"op-a", "op-b"} {
+		other := "op-b"
+		if id == other {
+			other = "op-a"
+		}
+		// The other's child changes, then this operator's own: once this
+		// operator reconciled its own WebApp again, its one worker has
+		// taken whatever the first change queued.
+		admitted.Clear()
+		touch(apps[other], n)
+		touch(apps[id], n)
+		testenv.Eventually(t, 2*time.Minute, id+" to reconcile its WebApp after its child changed", func() error {
+			if !admitted.In(apps[id])[id] {
+				return fmt.Errorf("%s not reconciled by %s yet", apps[id], id)
+			}
+			return nil
+		})
+	}
+	for id, name := range apps {
+		if got := refused.In(name); len(got) != 0 {
+			t.Errorf("%s, %s's by uid: queued and refused at the gate by %v, not dropped before the queue", name, id, got)
+		}
+	}
+}
+
+// byUIDPair starts operators op-a and op-b, each with opts, sharding by uid
+// in group over slots (optest.ShardPair's assignment), and returns them
+// with what their gates admitted and refused, by object name.
+func byUIDPair(t *testing.T, e optest.Env, group string, slots int, opts operator.Options) (map[string]*operator.Operator, *optest.Seen, *optest.Seen) {
+	t.Helper()
+	ops := map[string]*operator.Operator{}
+	admitted, refused := optest.NewSeen(optest.ByName), optest.NewSeen(optest.ByName)
+	for _, id := range []string{"op-a", "op-b"} {
+		mo := e.OperatorOptions()
+		o := opts
+		o.Sharding = optest.Sharded(e, &mo, group, id, slots)
+		o.Sharding.Key = "uid"
+		o.Registerer = prometheus.NewRegistry()
+		ops[id] = optest.Start(t, e.Cfg, mo, o)
+		optest.ShardAdmitted(ops[id], admitted.Hook(id))
+		optest.ShardRefused(ops[id], refused.Hook(id))
+	}
+	return ops, admitted, refused
 }

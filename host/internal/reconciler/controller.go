@@ -5,7 +5,10 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -88,7 +91,7 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 	// must leave the shared informers (see informerSource).
 	var own handler.EventHandler = &handler.EnqueueRequestForObject{}
 	if r.opts.Admits != nil {
-		own = admitting{EventHandler: own, admits: r.opts.Admits}
+		own = admitting{EventHandler: own, admits: r.opts.Admits, place: placeSelf}
 	}
 	watches := []source.Source{&informerSource{cache: mgr.GetCache(), obj: obj, handler: own}}
 	if opts.Requeue != nil {
@@ -100,8 +103,11 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 		}
 		child := &unstructured.Unstructured{}
 		child.SetGroupVersionKind(gvk)
-		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: child,
-			handler: handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), obj, handler.OnlyControllerOwner())})
+		owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), obj, handler.OnlyControllerOwner())
+		if r.opts.Admits != nil {
+			owner = admitting{EventHandler: owner, admits: r.opts.Admits, place: r.placeOwner}
+		}
+		watches = append(watches, &informerSource{cache: mgr.GetCache(), obj: child, handler: owner})
 	}
 	for _, g := range r.manifest.Reads {
 		read := &unstructured.Unstructured{}
@@ -166,27 +172,64 @@ func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.Generi
 	return nil
 }
 
-// admitting queues only the events of objects admits accepts (Options.Admits);
-// deletes always pass.
+// admitting queues only the events whose object place places where admits
+// accepts (Options.Admits); deletes always pass. An update passes when
+// either its old or its new object is admitted, as the handler it wraps
+// may queue for either.
 type admitting struct {
 	handler.EventHandler
-	admits func(client.Object) bool
+	admits func(namespace string, uid types.UID) bool
+	place  func(client.Object) (namespace string, uid types.UID, ok bool)
+}
+
+// placeSelf places an object of the reconciled kind by itself.
+func placeSelf(o client.Object) (string, types.UID, bool) {
+	return o.GetNamespace(), o.GetUID(), true
+}
+
+// placeOwner places an owned child by its controller owner of the
+// reconciled kind, as EnqueueRequestForOwner with OnlyControllerOwner
+// finds it (group and kind, any version), and as Shard places the
+// owner's reconcile: in the child's namespace, or in none for a
+// cluster-scoped kind, with the uid of the owner reference. A child
+// with no such owner is not placed: that handler queues nothing for it.
+func (r *Reconciler) placeOwner(o client.Object) (string, types.UID, bool) {
+	ref := metav1.GetControllerOfNoCopy(o)
+	if ref == nil || ref.Kind != r.gvk.Kind {
+		return "", "", false
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != r.gvk.Group {
+		return "", "", false
+	}
+	ns := ""
+	if namespaced(r.opts.Scopes, r.gvk.GroupKind()) {
+		ns = o.GetNamespace()
+	}
+	return ns, ref.UID, true
+}
+
+func (a admitting) admitted(o client.Object) bool {
+	if o == nil {
+		return false
+	}
+	ns, uid, ok := a.place(o)
+	return ok && a.admits(ns, uid)
 }
 
 func (a admitting) Create(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if a.admits(e.Object) {
+	if a.admitted(e.Object) {
 		a.EventHandler.Create(ctx, e, q)
 	}
 }
 
 func (a admitting) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if a.admits(e.ObjectNew) {
+	if a.admitted(e.ObjectNew) || a.admitted(e.ObjectOld) {
 		a.EventHandler.Update(ctx, e, q)
 	}
 }
 
 func (a admitting) Generic(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	if a.admits(e.Object) {
+	if a.admitted(e.Object) {
 		a.EventHandler.Generic(ctx, e, q)
 	}
 }

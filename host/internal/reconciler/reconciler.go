@@ -142,17 +142,21 @@ type Options struct {
 	// places objects by their key, and a reconcile it drops reads nothing.
 	ShardByUID bool
 	// Admits, when set beside Shard, filters the events of the module's
-	// kind (and its requeues) before they are queued: the event of an
-	// object it refuses, one whose slot another replica runs, is dropped,
-	// where Shard would drop the reconcile after a trip through the queue
-	// (and, by uid, a cache read). It sees the event's object, so it
-	// places it by uid without a read. Delete events always pass: their
-	// reconcile forgets what this replica kept. Admits must admit an
-	// object from the moment Shard would; what it refused before is
-	// requeued when the slot is acquired (RequeueAll), as what Shard drops
-	// is. Shard still admits every reconcile, so that a slot's work stops
-	// before the slot is given up. Defaults to nil: every event is queued.
-	Admits func(obj client.Object) bool
+	// kind (and its requeues) and of its owned children before they are
+	// queued: the event of an object it refuses, one whose slot another
+	// replica runs, is dropped, where Shard would drop the reconcile after
+	// a trip through the queue (and, by uid, a cache read). It is asked
+	// with the namespace and uid the reconcile would be placed by: an
+	// object of the kind's own, and a child's controller owner's (the
+	// child's namespace, "" for a cluster-scoped kind, and the uid of its
+	// owner reference), so it places by uid without a read. Delete events
+	// always pass: their reconcile forgets what this replica kept. Admits
+	// must admit an object from the moment Shard would; what it refused
+	// before is requeued when the slot is acquired (RequeueAll), as what
+	// Shard drops is. Shard still admits every reconcile, so that a slot's
+	// work stops before the slot is given up. Defaults to nil: every event
+	// is queued.
+	Admits func(namespace string, uid types.UID) bool
 	// ReadLive, when set, reports whether a guest's reads (cache_read) of
 	// gvk in namespace ("": across namespaces, or a cluster-scoped kind)
 	// go to APIReader instead of Client: a replica that caches only its

@@ -104,7 +104,7 @@ type Options struct {
 	ShardByUID bool
 	// Admits is every module's reconciler.Options.Admits, with Shard.
 	// Defaults to nil: every event is queued.
-	Admits func(obj client.Object) bool
+	Admits func(namespace string, uid types.UID) bool
 	// ReadLive is every module's reconciler.Options.ReadLive.
 	ReadLive func(gvk schema.GroupVersionKind, namespace string) bool
 	// Leading reports whether this replica is the elected one, with Shard.
