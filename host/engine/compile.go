@@ -380,6 +380,16 @@ type workerFailedError struct{ err error }
 func (e *workerFailedError) Error() string { return "compile worker failed: " + e.err.Error() }
 func (e *workerFailedError) Unwrap() error { return e.err }
 
+// forgetWorkerCompiled forgets that a worker compiled metered: its code
+// is not in the cache after all (removed from the directory), and the next
+// compileInWorker runs a worker again.
+func (e *Engine) forgetWorkerCompiled(metered []byte) {
+	sum := sha256.Sum256(metered)
+	e.mu.Lock()
+	delete(e.workerCompiled, hex.EncodeToString(sum[:]))
+	e.mu.Unlock()
+}
+
 // compileInWorker has a worker compile metered into the engine's
 // compilation cache. It returns nil once the cache holds the code, a
 // *CompileLimitError for a compile over a limit, a compile error of

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,6 +287,115 @@ func TestCompileWorkerValidatesTheInput(t *testing.T) {
 		}
 		if answer.Invalid != c.wantInvalid || (answer.Error != "") != c.wantInvalid {
 			t.Errorf("input valid=%v: answer %+v", !c.wantInvalid, answer)
+		}
+	}
+}
+
+// countedWorker is testworker's worker, counting the workers it starts.
+func countedWorker(t *testing.T) (*engine.CompileWorker, *atomic.Int32) {
+	w := testworker.With(t, engine.CompileWorker{})
+	runs := &atomic.Int32{}
+	cmd := w.Command
+	w.Command = func(ctx context.Context) *exec.Cmd {
+		runs.Add(1)
+		return cmd(ctx)
+	}
+	return w, runs
+}
+
+// TestCompileWorkerOnlyForCodeNotInTheCache: a worker runs for a module
+// whose code the compilation cache does not hold, and only then: an
+// engine started again on the same directory (a restarted operator)
+// loads the module from the cache without one; with wazero's files gone,
+// the load runs a worker again rather than compiling in the operator, and
+// so does a module waking from unload whose code was removed meanwhile.
+func TestCompileWorkerOnlyForCodeNotInTheCache(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	w, runs := countedWorker(t)
+	wasm := testwasm.Build(t, "./widget")
+	req := request(t, map[string]any{"size": 3})
+	ctx := context.Background()
+	removeCode := func() {
+		t.Helper()
+		files, err := filepath.Glob(filepath.Join(dir, "wazero-*", "*"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("wazero's files: %v (%v), want some", files, err)
+		}
+		for _, f := range files {
+			if err := os.Remove(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var want []byte
+	for i, step := range []struct {
+		name    string
+		prepare func()
+		runs    int32
+	}{
+		{"the first load", nil, 1},
+		{"a restart", nil, 1},
+		{"a restart with wazero's files gone", removeCode, 2},
+	} {
+		if step.prepare != nil {
+			step.prepare()
+		}
+		e, err := engine.New(engine.Options{CompilationCacheDir: dir, Compile: engine.CompileOptions{Worker: w}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Load(ctx, "widget.wasm", wasm, engine.Limits{IdleModuleTimeout: time.Hour})
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		res, err := m.ReconcileFresh(ctx, "reconcile", req)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if i == 0 {
+			want = res.Output
+		} else if !bytes.Equal(res.Output, want) {
+			t.Errorf("%s: answered %s, want %s", step.name, res.Output, want)
+		}
+		if got := runs.Load(); got != step.runs {
+			t.Errorf("after %s: %d workers run in all, want %d", step.name, got, step.runs)
+		}
+		if i < 2 {
+			_ = m.Close(ctx)
+			_ = e.Close(ctx)
+			continue
+		}
+		// Unloaded, its code removed, then woken by a call.
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e, err = engine.New(engine.Options{CompilationCacheDir: dir, Compile: engine.CompileOptions{Worker: w}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(ctx)
+		if m, err = e.Load(ctx, "widget.wasm", wasm, engine.Limits{IdleModuleTimeout: 50 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close(ctx)
+		deadline := time.Now().Add(time.Minute)
+		for m.Loaded() {
+			if time.Now().After(deadline) {
+				t.Fatal("not unloaded a minute after its idle timeout of 50 ms")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		before := runs.Load()
+		removeCode()
+		if res, err = m.ReconcileFresh(ctx, "reconcile", req); err != nil {
+			t.Fatalf("the wake with its code removed: %v", err)
+		}
+		if !bytes.Equal(res.Output, want) {
+			t.Errorf("the wake with its code removed answered %s, want %s", res.Output, want)
+		}
+		if got := runs.Load() - before; got != 1 {
+			t.Errorf("the wake with its code removed ran %d workers, want 1", got)
 		}
 	}
 }

@@ -256,16 +256,20 @@ func (e *Engine) cacheFor(key string) (*codeCache, func(context.Context), error)
 				return nil, nil, fmt.Errorf("compilation cache %q: %w", e.cacheDir, err)
 			}
 			c.cache = cache
-			if e.codeDir != "" {
+			if !e.interpreter {
 				// An error leaves the cache as wazero made it: the code is
-				// read and mapped over as on the first load (compiledmem's
-				// tests catch the wazero upgrade that would cause it).
+				// read and mapped over as on the first load, and a worker
+				// compiles before every load (compiledmem's tests catch the
+				// wazero upgrade that would cause it).
 				c.mapped, _ = compiledmem.ServeMappedCode(cache, e.codeDir, func() ([sha256.Size]byte, bool) {
 					e.mu.Lock()
 					defer e.mu.Unlock()
 					sum, ok := e.codeSums[key]
-					return sum, ok
+					return sum, ok && e.codeDir != ""
 				})
+				if c.mapped != nil && e.compile.Worker != nil {
+					c.mapped.RequireHits() // compiles run in a worker, never here
+				}
 			}
 		} else {
 			c.cache = wazero.NewCompilationCache()
@@ -633,26 +637,41 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	if err != nil {
 		return nil, fmt.Errorf("module[%s]: %w", source, err)
 	}
-	if e.compile.Worker != nil {
-		// The worker validates the input, if asked, and compiles into the
-		// cache; the compile below reads it.
+	// The worker validates the input, if asked, and compiles into the
+	// cache; the compile below reads it. Validated bytes whose code may be
+	// in the cache already (put there by a worker of this process or of
+	// one before a restart) are first compiled from it: a cache that
+	// requires hits fails a miss with ErrNotCached instead of compiling
+	// here, and only then does a worker run.
+	worker := e.compile.Worker != nil
+	fromCache := worker && unvalidated == nil && cache.mapped != nil
+	runWorker := func(force bool) error {
+		if force {
+			e.forgetWorkerCompiled(metered)
+		}
 		if err := e.compileInWorker(ctx, metered, unvalidated); err != nil {
-			release(ctx)
 			var limitErr *CompileLimitError
 			var failed *workerFailedError
 			switch {
 			case ctx.Err() != nil:
-				return nil, fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
+				return fmt.Errorf("module[%s]: loading stopped: %w", source, ctx.Err())
 			case errors.As(err, &limitErr):
-				return nil, &InvalidModuleError{Module: source, Reason: "compile stopped", Err: limitErr,
+				return &InvalidModuleError{Module: source, Reason: "compile stopped", Err: limitErr,
 					Hint: "its code is too costly to compile (docs/metering.md, \"Compile bombs\"); simplify the module, or raise the limit"}
 			case errors.As(err, &failed):
-				return nil, fmt.Errorf("module[%s]: %w; check the compile worker (--compile-in-process runs compiles in the operator instead)", source, err)
+				return fmt.Errorf("module[%s]: %w; check the compile worker (--compile-in-process runs compiles in the operator instead)", source, err)
 			}
-			return nil, invalid("not a valid WebAssembly module", err)
+			return invalid("not a valid WebAssembly module", err)
 		}
 		if unvalidated != nil {
 			e.validatedRewrite(digest, l, metered)
+		}
+		return nil
+	}
+	if worker && !fromCache {
+		if err := runWorker(false); err != nil {
+			release(ctx)
+			return nil, err
 		}
 	}
 	// No WithCloseOnContextDone: the fuel meter stops calls at their
@@ -674,6 +693,12 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 	}()
 
 	compiled, err = rt.CompileModule(ctx, metered)
+	if fromCache && errors.Is(err, compiledmem.ErrNotCached) {
+		if err := runWorker(true); err != nil {
+			return nil, err // the deferred cleanup releases the cache
+		}
+		compiled, err = rt.CompileModule(ctx, metered)
+	}
 	mapped := false
 	if err == nil && cache.mapped != nil {
 		if e.beforeAttach != nil {

@@ -44,8 +44,9 @@ type MappedCode struct {
 	dir   string
 	known func() ([sha256.Size]byte, bool)
 
-	disabled atomic.Bool
-	served   atomic.Int64 // entries served without their code
+	disabled    atomic.Bool
+	requireHits atomic.Bool
+	served      atomic.Int64 // entries served without their code
 
 	mu      sync.Mutex
 	pending [][]byte // code mapped by Get and not yet attached
@@ -104,6 +105,16 @@ func ServeMappedCode(c wazero.CompilationCache, dir string, known func() ([sha25
 // Disable makes Get serve every entry whole from now on.
 func (m *MappedCode) Disable() { m.disabled.Store(true) }
 
+// ErrNotCached is what CompileModule returns, through a cache whose
+// MappedCode requires hits, for a module the cache does not hold.
+var ErrNotCached = errors.New("the module is not in the compilation cache")
+
+// RequireHits makes Get fail a miss with ErrNotCached, so that wazero
+// returns it from CompileModule instead of compiling the module in this
+// process: for a host whose compiles run in a worker, which puts what it
+// compiled in the cache.
+func (m *MappedCode) RequireHits() { m.requireHits.Store(true) }
+
 // Served is the number of entries served without their code.
 func (m *MappedCode) Served() int64 { return m.served.Load() }
 
@@ -119,6 +130,9 @@ func (m *MappedCode) Delete(key [sha256.Size]byte) error { return m.inner.Delete
 // for Attach, when the code file matches it; otherwise the whole entry.
 func (m *MappedCode) Get(key [sha256.Size]byte) (io.ReadCloser, bool, error) {
 	rc, ok, err := m.inner.Get(key)
+	if err == nil && !ok {
+		return m.miss()
+	}
 	if !ok || err != nil || m.disabled.Load() {
 		return rc, ok, err
 	}
@@ -135,7 +149,7 @@ func (m *MappedCode) Get(key [sha256.Size]byte) (io.ReadCloser, bool, error) {
 		// Serve what wazero wrote; MapCode fixes the file after.
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			_ = f.Close()
-			return nil, false, nil // a miss: wazero compiles again
+			return m.miss()
 		}
 		return f, true, nil
 	}
@@ -145,6 +159,14 @@ func (m *MappedCode) Get(key [sha256.Size]byte) (io.ReadCloser, bool, error) {
 	m.mu.Unlock()
 	m.served.Add(1)
 	return io.NopCloser(bytes.NewReader(entry)), true, nil
+}
+
+// miss is Get's answer for a module the cache does not hold.
+func (m *MappedCode) miss() (io.ReadCloser, bool, error) {
+	if m.requireHits.Load() {
+		return nil, false, ErrNotCached
+	}
+	return nil, false, nil
 }
 
 // stub reads wazero's entry f (wazevo's engine_cache.go: "WAZEVO", a byte

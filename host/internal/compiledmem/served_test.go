@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -332,4 +334,28 @@ func TestServeMappedCodeRefused(t *testing.T) {
 	if _, err := ServeMappedCode(used, t.TempDir(), known); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Errorf("served a cache in use: %v", err)
 	}
+}
+
+// TestRequireHits: a cache that requires hits fails the compile of a module
+// it does not hold with ErrNotCached, compiling nothing; once the module is
+// in the cache the same compile reads it.
+func TestRequireHits(t *testing.T) {
+	ctx := context.Background()
+	cacheDir := t.TempDir()
+	cfg, m := servedCache(t, cacheDir, t.TempDir(), func() ([sha256.Size]byte, bool) { return [32]byte{}, false })
+	m.RequireHits()
+	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
+	defer rt.Close(ctx)
+	if _, err := rt.CompileModule(ctx, wasmBytes); !errors.Is(err, ErrNotCached) {
+		t.Fatalf("compiling a module the cache does not hold: %v, want ErrNotCached", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(cacheDir, "wazero-*", "*")); len(files) != 0 {
+		t.Fatalf("the refused compile wrote %v", files)
+	}
+	firstCompile(t, cacheDir, t.TempDir())
+	c, err := rt.CompileModule(ctx, wasmBytes)
+	if err != nil {
+		t.Fatalf("compiling a module the cache holds: %v", err)
+	}
+	calls(t, rt, c, 0, functions-1)
 }
