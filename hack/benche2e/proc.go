@@ -161,7 +161,9 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 // scrape returns, summed over their label sets, the values of the metrics
-// named in names on the process's /metrics.
+// named in names on the process's /metrics, fetched once. A name may
+// select series: "metric|labels" sums the series of metric whose labels
+// contain labels (such as `state="loaded"`), under that key.
 func (p *proc) scrape(names ...string) (map[string]float64, error) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get("http://" + p.metrics + "/metrics")
@@ -169,9 +171,11 @@ func (p *proc) scrape(names ...string) (map[string]float64, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	want := map[string]bool{}
+	type selector struct{ key, labels string }
+	want := map[string][]selector{}
 	for _, n := range names {
-		want[n] = true
+		metric, labels, _ := strings.Cut(n, "|")
+		want[metric] = append(want[metric], selector{key: n, labels: labels})
 	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
@@ -185,7 +189,8 @@ func (p *proc) scrape(names ...string) (map[string]float64, error) {
 		if i := strings.IndexAny(line, "{ "); i >= 0 {
 			name = line[:i]
 		}
-		if !want[name] {
+		sels := want[name]
+		if len(sels) == 0 {
 			continue
 		}
 		fields := strings.Fields(line)
@@ -193,7 +198,11 @@ func (p *proc) scrape(names ...string) (map[string]float64, error) {
 		if err != nil {
 			continue
 		}
-		out[name] += v
+		for _, sel := range sels {
+			if sel.labels == "" || strings.Contains(line, sel.labels) {
+				out[sel.key] += v
+			}
+		}
 	}
 	return out, sc.Err()
 }
@@ -201,26 +210,8 @@ func (p *proc) scrape(names ...string) (map[string]float64, error) {
 // scrapeSeries sums the samples of metric name whose line contains
 // labels (such as `state="loaded"`).
 func (p *proc) scrapeSeries(name, labels string) (float64, error) {
-	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get("http://" + p.metrics + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	total := 0.0
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, labels) {
-			continue
-		}
-		fields := strings.Fields(line)
-		if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
-			total += v
-		}
-	}
-	return total, sc.Err()
+	m, err := p.scrape(name + "|" + labels)
+	return m[name+"|"+labels], err
 }
 
 // saveHeapProfile writes the heap profile served at addr (net/http/pprof)

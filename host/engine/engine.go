@@ -24,6 +24,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/compiledmem"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
+	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
 )
 
 // Options configure an Engine. The zero value is ready to use.
@@ -262,10 +263,7 @@ func (e *Engine) cacheFor(key string) (*codeCache, func(context.Context), error)
 				// compiles before every load (compiledmem's tests catch the
 				// wazero upgrade that would cause it).
 				c.mapped, _ = compiledmem.ServeMappedCode(cache, e.codeDir, func() ([sha256.Size]byte, bool) {
-					e.mu.Lock()
-					defer e.mu.Unlock()
-					sum, ok := e.codeSums[key]
-					return sum, ok && e.codeDir != ""
+					return e.knownCodeSum(key)
 				})
 				if c.mapped != nil && e.compile.Worker != nil {
 					c.mapped.RequireHits() // compiles run in a worker, never here
@@ -746,7 +744,8 @@ func (e *Engine) compileCode(ctx context.Context, source, digest string, metered
 }
 
 // codeDir is the directory, in the compilation cache directory, of the
-// files that back modules' machine code (Options.CodeInMemory).
+// files that back modules' machine code (Options.CodeInMemory), and of the
+// small files that name the code of each module (codeSumPath).
 const codeDir = "wasmreconcile-code"
 
 // trim lets go of what a compiled module keeps and no instance needs: its
@@ -767,9 +766,7 @@ func (e *Engine) trim(source, key string, compiled wazero.CompiledModule, mapped
 	if e.codeDir == "" || mapped {
 		return
 	}
-	e.mu.Lock()
-	known := e.codeSums[key]
-	e.mu.Unlock()
+	known, _ := e.knownCodeSum(key)
 	_, sum, err := compiledmem.MapCode(compiled, e.codeDir, known)
 	if err != nil {
 		if !errors.Is(err, compiledmem.ErrShared) && e.codeFailed != nil {
@@ -777,12 +774,65 @@ func (e *Engine) trim(source, key string, compiled wazero.CompiledModule, mapped
 		}
 		return
 	}
+	e.rememberCodeSum(key, sum, sum != known)
+}
+
+// knownCodeSum returns the sha256 of the machine code of the module key
+// names, as trim mapped it in this process or, remembered in the code
+// directory, before a restart; false when it is not known (or there is no
+// code directory). A wrong one costs no more than an unknown one: the
+// compilation cache checks the file it names against its own entry
+// (compiledmem.MappedCode), and MapCode compares it with the code.
+func (e *Engine) knownCodeSum(key string) ([sha256.Size]byte, bool) {
+	if e.codeDir == "" {
+		return [sha256.Size]byte{}, false
+	}
+	e.mu.Lock()
+	sum, ok := e.codeSums[key]
+	e.mu.Unlock()
+	if ok {
+		return sum, true
+	}
+	path := e.codeSumPath(key)
+	if path == "" {
+		return sum, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) != hex.EncodedLen(sha256.Size) {
+		return sum, false
+	}
+	if _, err := hex.Decode(sum[:], b); err != nil {
+		return [sha256.Size]byte{}, false
+	}
+	e.rememberCodeSum(key, sum, false)
+	return sum, true
+}
+
+// rememberCodeSum remembers the digest of the machine code of the module
+// key names, and with persist writes it to the code directory too, so that
+// a restarted operator maps the code from its file at once.
+func (e *Engine) rememberCodeSum(key string, sum [sha256.Size]byte, persist bool) {
 	e.mu.Lock()
 	if e.codeSums == nil || len(e.codeSums) >= maxCodeSums {
 		e.codeSums = map[string][32]byte{}
 	}
 	e.codeSums[key] = sum
 	e.mu.Unlock()
+	if path := e.codeSumPath(key); persist && path != "" {
+		_ = atomicfile.Write(path, []byte(hex.EncodeToString(sum[:]))) // best effort: without it a restart hashes the code once
+	}
+}
+
+// codeSumPath is the file in the code directory that remembers the digest
+// of the machine code of the module key names, for this executable (whose
+// wazero and instrumenter made it), or "" when nothing is remembered.
+func (e *Engine) codeSumPath(key string) string {
+	exe := executableDigest()
+	if e.codeDir == "" || exe == "" {
+		return ""
+	}
+	name := sha256.Sum256([]byte(key + "\x00" + exe))
+	return filepath.Join(e.codeDir, hex.EncodeToString(name[:])+".sum")
 }
 
 // checkShape verifies exports and imports before anything runs.

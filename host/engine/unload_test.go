@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -568,5 +571,87 @@ func TestWakeMapsItsCodeFile(t *testing.T) {
 	}
 	if stolen != 1 {
 		t.Errorf("the attach was stolen %d times, want 1", stolen)
+	}
+}
+
+// TestRestartMapsItsCodeFile: an engine started again on the same
+// compilation cache directory (a restarted operator) loads a module with
+// its machine code mapped from the file the first engine wrote, without
+// wazero's copy (the code's digest is remembered in the directory); a
+// remembered digest that is garbage or names other code only costs that:
+// the module loads from wazero's copy and answers the same.
+func TestRestartMapsItsCodeFile(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("backing code with a file is Linux's only")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	wasm := readWasm(t, "testdata/echo.wasm")
+	ctx := context.Background()
+	req := []byte(`{"object":{"kind":"Gadget"}}`)
+	var want []byte
+	sums := func() []string {
+		files, _ := filepath.Glob(filepath.Join(dir, codeDir, "*.sum"))
+		return files
+	}
+	for i, step := range []struct {
+		name    string
+		prepare func()
+		served  int64
+	}{
+		{"the first load", nil, 0},
+		{"a restart", nil, 1},
+		{"a restart with the digest garbage", func() {
+			for _, f := range sums() {
+				if err := os.WriteFile(f, []byte("not a digest"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0},
+		{"a restart after the digest was written again", nil, 1},
+		{"a restart with the digest of other code", func() {
+			other := sha256.Sum256([]byte("other code"))
+			for _, f := range sums() {
+				if err := os.WriteFile(f, []byte(hex.EncodeToString(other[:])), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0},
+		{"a restart after that", nil, 1},
+	} {
+		if step.prepare != nil {
+			step.prepare()
+		}
+		e, err := New(Options{CompilationCacheDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Load(ctx, "guest", wasm, Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		res, err := m.ReconcileFresh(ctx, "reconcile a", req)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if i == 0 {
+			want = res.Output
+			if len(sums()) != 1 {
+				t.Fatalf("after the first load, digest files %v, want one", sums())
+			}
+		} else if !bytes.Equal(res.Output, want) {
+			t.Errorf("%s: answered %s, want %s", step.name, res.Output, want)
+		}
+		var served int64
+		e.mu.Lock()
+		for _, c := range e.caches {
+			served += c.mapped.Served()
+		}
+		e.mu.Unlock()
+		if served != step.served {
+			t.Errorf("%s: %d entries served without code, want %d", step.name, served, step.served)
+		}
+		_ = m.Close(ctx)
+		_ = e.Close(ctx)
 	}
 }
