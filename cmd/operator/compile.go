@@ -39,6 +39,7 @@ type compileFlags struct {
 	code       string
 	workers    int
 	budget     string
+	cacheMax   string
 }
 
 func (c *compileFlags) register(fs *flag.FlagSet) {
@@ -49,6 +50,7 @@ func (c *compileFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "compile-timeout", engine.DefaultCompileTimeout, "wall-clock limit of one compile worker")
 	fs.StringVar(&c.code, "compile-max-code-bytes", "256Mi", "most machine code one compile may produce (the widget's is about 15Mi)")
 	fs.IntVar(&c.workers, "compile-workers", engine.DefaultCompileConcurrency, "compile workers running at once; more compiles wait for one")
+	fs.StringVar(&c.cacheMax, "compilation-cache-max-size", "512Mi", `most the files under --compilation-cache-dir (or the compile workers' own directory) may add up to: past it the least recently used are removed, never what an unloaded module needs to come back (about 24Mi per Go module version, 1Mi per Rust one); "0" turns the bound off. Keep it under the volume's size: an emptyDir past its sizeLimit gets the pod evicted`)
 	fs.StringVar(&c.budget, "memory-budget", "auto", fmt.Sprintf(`guest memory budget: what every instance's memory cap and every running compile worker's memory limit may add up to, a size (1536Mi) or "auto": %d%% of the container's memory limit (cgroup, else GOMEMLIMIT, else the machine's memory); an instance that does not fit waits (wasmreconcile_memory_budget_*). "0" turns it off`, operator.DefaultMemoryBudgetPercent))
 }
 
@@ -56,6 +58,13 @@ func (c *compileFlags) register(fs *flag.FlagSet) {
 // the budget is and where it comes from.
 func (c *compileFlags) apply(opts *operator.Options) (string, error) {
 	c.complexity.apply(&opts.Engine.Compile)
+	if v := strings.TrimSpace(c.cacheMax); v != "0" {
+		b, err := quantityFlag("--compilation-cache-max-size", v)
+		if err != nil {
+			return "", fmt.Errorf(`%w, or "0" for no bound`, err)
+		}
+		opts.Engine.CompilationCacheMaxBytes = b
+	}
 	if !c.inProcess {
 		w, err := engine.SelfCompileWorker()
 		if err != nil {

@@ -143,6 +143,11 @@ func TestConfigFile(t *testing.T) {
 		{append([]string{"run", "--config=" + write("ok.yaml", "module: a.wasm\nleader-elect: true\nfuel: 5000000\n"), "--module-config", "x"}, noKube...), `--module-config "x": want NAME=FILE`},
 		{append([]string{"run", "--config=" + filepath.Join(dir, "ok.yaml")}, noKube...), "loading kubeconfig"},
 		{[]string{"run", "--config", filepath.Join(dir, "missing.yaml")}, "--config: open"},
+		// The compilation cache's bound: a size, or 0 for none.
+		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "lots"}, noKube...), `--compilation-cache-max-size "lots"`},
+		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "-1Gi"}, noKube...), `must be a positive size such as 512Mi, or "0" for no bound`},
+		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "0"}, noKube...), "loading kubeconfig"},
+		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "64Mi"}, noKube...), "loading kubeconfig"},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer
@@ -178,8 +183,8 @@ func TestDeploymentArgsParse(t *testing.T) {
 	if len(args) < 2 || args[0] != "run" {
 		t.Fatalf("could not read the Deployment's args: %q", args)
 	}
-	if last := args[len(args)-1]; !strings.HasPrefix(last, "--compilation-cache-dir=") {
-		t.Fatalf("the Deployment's args were read up to %q, not to the last one (--compilation-cache-dir): %q", last, args)
+	if last := args[len(args)-1]; !strings.HasPrefix(last, "--compilation-cache-max-size=") {
+		t.Fatalf("the Deployment's args were read up to %q, not to the last one (--compilation-cache-max-size): %q", last, args)
 	}
 	var out, errOut bytes.Buffer
 	err = run(append(args, "--kubeconfig", filepath.Join(t.TempDir(), "none")), &out, &errOut)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/compiledmem"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/meter"
 	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
@@ -39,6 +40,23 @@ type Options struct {
 	// operator. Defaults to "": modules loaded from the same bytes share
 	// their code in memory, and nothing is persisted.
 	CompilationCacheDir string
+	// CompilationCacheMaxBytes bounds what the files under the compilation
+	// cache directory add up to (CompilationCacheDir, or the one the engine
+	// makes for its compile workers): after a module is loaded or loaded
+	// back, when they add up to more, the least recently used are removed
+	// until they add up to 90% of it. What an unloaded module needs to come
+	// back (its bytes and its metered rewrite) and files written or used in
+	// the last two minutes stay, so the directory can stay over the bound
+	// while they alone fill it (CompilationCachePruned reports it). A module
+	// whose compiled code was removed is compiled again when it is next
+	// loaded, or loaded back after Limits.IdleModuleTimeout. Only this
+	// engine's modules are known to it: do not share a bounded directory
+	// with another operator. Defaults to 0: no bound.
+	CompilationCacheMaxBytes int64
+	// CompilationCachePruned, when set, is called after each check of
+	// CompilationCacheMaxBytes with what the directory held and what was
+	// removed. It runs on a goroutine of its own; calls do not overlap.
+	CompilationCachePruned func(CachePrune)
 
 	// FuelSlice is how much fuel a guest receives per refuel. Between two
 	// refuels a guest runs without returning to Go, so the slice bounds how
@@ -109,6 +127,20 @@ type Options struct {
 	CodeMapFailed func(module string, err error)
 }
 
+// CachePrune is what one check of Options.CompilationCacheMaxBytes found
+// and did.
+type CachePrune struct {
+	Files   int   // files under the compilation cache directory before the check
+	Bytes   int64 // their size
+	Removed int   // files removed, least recently used first
+	Freed   int64 // their size
+	// Over reports that the directory is still over the bound: what is
+	// left is pinned by unloaded modules or was used in the last two
+	// minutes. Raise the bound.
+	Over bool
+	Err  error // reading the directory failed; what could be read was pruned
+}
+
 // Engine instruments, compiles and loads guest modules. It is safe for
 // concurrent use.
 type Engine struct {
@@ -127,6 +159,7 @@ type Engine struct {
 	reloaded     func(module string, took time.Duration, err error)
 	codeDir      string // where machine code is backed by files; "" keeps it in memory
 	codeFailed   func(module string, err error)
+	quota        *dirquota.Quota // Options.CompilationCacheMaxBytes; nil: no bound
 	// beforeAttach, in tests, runs between compiling a module through a
 	// cache that serves mapped code and attaching that code.
 	beforeAttach func(*compiledmem.MappedCode)
@@ -136,6 +169,7 @@ type Engine struct {
 	workerCompiled map[string]bool       // digests of instrumented bytes a worker compiled into the cache
 	caches         map[string]*codeCache // by codeKey, while a module uses them
 	codeSums       map[string][32]byte   // by codeKey: the sha256 of its machine code, as trim mapped it (at most maxCodeSums)
+	pins           map[string]int        // files in the cache directory unloaded modules need, by path: how many modules need each
 	closed         bool
 }
 
@@ -207,7 +241,68 @@ func New(opts Options) (*Engine, error) {
 		e.rewrites = newRewriteCache(e.cacheDir)
 		e.originals = newOriginals(e.cacheDir)
 	}
+	if opts.CompilationCacheMaxBytes < 0 {
+		e.removeTempCache()
+		return nil, fmt.Errorf("engine: a compilation cache bound of %d bytes; give a positive one, or 0 for none", opts.CompilationCacheMaxBytes)
+	}
+	if e.cacheDir != "" && opts.CompilationCacheMaxBytes > 0 {
+		pruned := opts.CompilationCachePruned
+		e.quota, err = dirquota.New(e.cacheDir, dirquota.Options{MaxBytes: opts.CompilationCacheMaxBytes, Pinned: e.pinned,
+			Pruned: func(r dirquota.Result, err error) {
+				if pruned != nil {
+					pruned(CachePrune{Files: r.Files, Bytes: r.Bytes, Removed: r.Removed, Freed: r.Freed, Over: r.Over, Err: err})
+				}
+			}})
+		if err != nil {
+			e.removeTempCache()
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	return e, nil
+}
+
+// pin keeps the files at paths in a bounded cache directory until the
+// returned function is called.
+func (e *Engine) pin(paths ...string) (unpin func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.pins == nil {
+		e.pins = map[string]int{}
+	}
+	for _, p := range paths {
+		e.pins[p]++
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			for _, p := range paths {
+				if e.pins[p]--; e.pins[p] <= 0 {
+					delete(e.pins, p)
+				}
+			}
+		})
+	}
+}
+
+// pinned is dirquota's Options.Pinned.
+func (e *Engine) pinned() map[string]bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]bool, len(e.pins))
+	for p := range e.pins {
+		out[p] = true
+	}
+	return out
+}
+
+// pruneCache checks the bound on the compilation cache directory in the
+// background, after something may have been written to it.
+func (e *Engine) pruneCache() {
+	if e.quota != nil {
+		e.quota.Soon()
+	}
 }
 
 func (e *Engine) removeTempCache() {
@@ -404,6 +499,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	for _, c := range caches {
 		errs = append(errs, c.cache.Close(ctx))
 	}
+	if e.quota != nil {
+		e.quota.Wait()
+	}
 	e.removeTempCache()
 	return errors.Join(errs...)
 }
@@ -422,6 +520,7 @@ func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Li
 		return nil, err
 	}
 	e.unloadable(m, wasm)
+	e.pruneCache()
 	return m, nil
 }
 

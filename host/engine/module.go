@@ -44,6 +44,7 @@ type Module struct {
 	lastCall  atomic.Int64                         // UnixNano of the end of the last call, or of the load
 	unloaded  func(module string)                  // Options.ModuleUnloaded
 	reloaded  func(string, time.Duration, error)   // Options.ModuleReloaded
+	unpin     func()                               // lets a bounded cache remove what reload reads; nil when nothing is pinned
 
 	closeOnce sync.Once
 	closeErr  error
@@ -180,6 +181,9 @@ func (m *Module) Close(ctx context.Context) error {
 		m.pool.close(ctx)
 		if c != nil {
 			c.close(ctx)
+		}
+		if m.unpin != nil {
+			m.unpin()
 		}
 	})
 	return m.closeErr

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/instrument"
 	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
 )
@@ -90,6 +91,7 @@ func (c rewriteCache) get(path string) ([]byte, bool) {
 		_ = os.Remove(path) // damaged: instrumented again and rewritten
 		return nil, false
 	}
+	dirquota.Touch(path) // used: a bounded cache directory keeps it longest
 	return b[sha256.Size:], true
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
 )
 
@@ -219,6 +220,7 @@ func (o originals) get(digest string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	dirquota.Touch(o.path(digest))
 	sum := sha256.Sum256(b)
 	if want := strings.TrimPrefix(digest, "sha256:"); !bytes.Equal([]byte(hex.EncodeToString(sum[:])), []byte(want)) {
 		return nil, fmt.Errorf("%s holds bytes of sha256:%s, not %s", o.path(digest), hex.EncodeToString(sum[:]), digest)
@@ -237,7 +239,15 @@ func (e *Engine) unloadable(m *Module, wasm []byte) {
 		return // best effort: the module stays loaded
 	}
 	digest, limits := m.digest, m.limits
-	m.reload = func(ctx context.Context) (*code, error) { return e.reloadCode(ctx, m.name, digest, limits) }
+	// A bounded cache directory keeps what reloadCode reads while m is open.
+	m.unpin = e.pin(e.originals.path(digest), e.rewrites.path(digest, e.instrumentOptions(limits)))
+	m.reload = func(ctx context.Context) (*code, error) {
+		c, err := e.reloadCode(ctx, m.name, digest, limits)
+		if err == nil {
+			e.pruneCache()
+		}
+		return c, err
+	}
 	m.unloaded, m.reloaded = e.unloaded, e.reloaded
 	m.codeMu.Lock()
 	m.lastCall.Store(time.Now().UnixNano())

@@ -76,11 +76,13 @@ func loadUnloadable(t *testing.T, wasm []byte, limits Limits, ev *codeEvents) (*
 	return e, m, dir
 }
 
-// cacheFiles lists every file under dir with its size and modification
-// time: what a compile or an instrumentation would write.
-func cacheFiles(t *testing.T, dir string) map[string]string {
+// cacheFiles lists every file under dir: what a compile or an
+// instrumentation would write. Every writer of the directory replaces a
+// file by renaming a new one over it (os.SameFile then tells), while
+// reading a file touches its modification time (package dirquota).
+func cacheFiles(t *testing.T, dir string) map[string]fs.FileInfo {
 	t.Helper()
-	files := map[string]string{}
+	files := map[string]fs.FileInfo{}
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -89,7 +91,7 @@ func cacheFiles(t *testing.T, dir string) map[string]string {
 		if err != nil {
 			return err
 		}
-		files[path] = fmt.Sprintf("%s %d", fi.ModTime(), fi.Size())
+		files[path] = fi
 		return nil
 	})
 	if err != nil {
@@ -160,7 +162,7 @@ func TestIdleModuleUnloadsAndComesBack(t *testing.T) {
 		t.Errorf("loading back wrote to the cache directory: %d files, was %d", len(now), len(written))
 	} else {
 		for f, v := range written {
-			if now[f] != v {
+			if n := now[f]; n == nil || !os.SameFile(n, v) || n.Size() != v.Size() {
 				t.Errorf("loading back rewrote %s", f)
 			}
 		}

@@ -131,7 +131,15 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 		}
 		m.ReportBudget(budget.Stats)
 	}
-	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.Engine.CompilationCacheDir, Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
+	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.Engine.CompilationCacheDir, CompilationCacheMaxBytes: opts.Engine.CompilationCacheMaxBytes,
+		CompilationCachePruned: func(p engine.CachePrune) {
+			m.ObserveCachePrune(p)
+			if p.Removed > 0 || p.Over || p.Err != nil {
+				log.Info("compilation cache directory over its bound: removed the least recently used files", "removed", p.Removed, "freedBytes", p.Freed,
+					"leftBytes", p.Bytes-p.Freed, "stillOver", p.Over, "error", p.Err, "fix", "if stillOver stays true, raise --compilation-cache-max-size (and the volume under it)")
+			}
+		},
+		Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
 		ModuleUnloaded: h.observeUnload, ModuleReloaded: h.observeReload, Compile: opts.Engine.Compile, MemoryBudget: budget,
 		CodeInMemory: opts.Engine.GuestCodeInMemory, CodeMapFailed: func(module string, err error) {
 			log.Info("guest code stays in anonymous memory: it could not be mapped from the compilation cache directory", "module", module, "reason", err.Error())

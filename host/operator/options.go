@@ -192,6 +192,13 @@ type EngineOptions struct {
 	// Defaults to "" (in memory only; with a Compile.Worker, a directory
 	// of the engine's own under os.TempDir, removed on close).
 	CompilationCacheDir string
+	// CompilationCacheMaxBytes bounds what the files under the compilation
+	// cache directory add up to: past it the least recently used are
+	// removed, never what an unloaded module needs to come back
+	// (engine.Options.CompilationCacheMaxBytes;
+	// wasmreconcile_compilation_cache_*). Defaults to 0: no bound; operator
+	// run's --compilation-cache-max-size defaults to 512Mi.
+	CompilationCacheMaxBytes int64
 	// Compile bounds compiling module bytes: the shapes refused before
 	// compiling, and the worker processes compiles run in
 	// (engine.CompileOptions). A compile over a limit fails the load as

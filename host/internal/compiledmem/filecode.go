@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 	"github.com/wasmreconcile/wasmreconcile/internal/atomicfile"
 )
 
@@ -87,6 +88,7 @@ func MapCode(c wazero.CompiledModule, dir string, known [sha256.Size]byte) (int,
 		}
 	}
 	defer f.Close()
+	dirquota.Touch(f.Name()) // used: a bounded cache directory keeps it longest
 	if err := mapOver(code, f); err != nil {
 		return 0, sum, fmt.Errorf("mapping %s over the machine code: %w", f.Name(), err)
 	}

@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 )
 
 // MappedCode is the file cache of a wazero compilation cache (ServeMappedCode)
@@ -133,6 +135,9 @@ func (m *MappedCode) Get(key [sha256.Size]byte) (io.ReadCloser, bool, error) {
 	if err == nil && !ok {
 		return m.miss()
 	}
+	if f, isFile := rc.(*os.File); ok && isFile {
+		dirquota.Touch(f.Name()) // used: a bounded cache directory keeps it longest
+	}
 	if !ok || err != nil || m.disabled.Load() {
 		return rc, ok, err
 	}
@@ -249,6 +254,7 @@ func mapChecked(path string, size int, crc uint32) ([]byte, error) {
 	if got != crc {
 		return nil, fmt.Errorf("%s does not hold the machine code of the cache entry", path)
 	}
+	dirquota.Touch(path) // used: a bounded cache directory keeps it longest
 	return mapFile(f, size)
 }
 

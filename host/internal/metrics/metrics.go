@@ -94,6 +94,15 @@ type Metrics struct {
 	// time from the assignment to the slot's work starting here (the old
 	// owner stopping included).
 	ShardHandoverSeconds prometheus.Histogram
+	// CompilationCacheBytes is what the files under the compilation cache
+	// directory added up to at the last check of its bound.
+	CompilationCacheBytes prometheus.Gauge
+	// CompilationCacheRemoved counts files removed from the compilation
+	// cache directory to keep it under its bound.
+	CompilationCacheRemoved prometheus.Counter
+	// CompilationCacheOver is 1 while the compilation cache directory is
+	// over its bound with nothing it may remove.
+	CompilationCacheOver prometheus.Gauge
 
 	modules *moduleCollector
 	budget  *budgetCollector
@@ -232,6 +241,18 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Per slot given to this replica: from the assignment to the slot's work starting here, the old owner stopping included, with --sharding.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120},
 		}),
+		CompilationCacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_compilation_cache_bytes",
+			Help: "What the files under --compilation-cache-dir added up to at the last check of --compilation-cache-max-size.",
+		}),
+		CompilationCacheRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmreconcile_compilation_cache_removed_files_total",
+			Help: "Files removed from --compilation-cache-dir, least recently used first, to keep it under --compilation-cache-max-size.",
+		}),
+		CompilationCacheOver: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_compilation_cache_over",
+			Help: "1 while --compilation-cache-dir is over --compilation-cache-max-size with nothing it may remove (what unloaded modules need, or files used in the last two minutes); raise the size.",
+		}),
 		modules: newModuleCollector(),
 		budget:  &budgetCollector{},
 	}
@@ -262,6 +283,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.ShardMembers = promreg.Register(reg, m.ShardMembers, &err)
 	m.ShardMoves = promreg.Register(reg, m.ShardMoves, &err)
 	m.ShardHandoverSeconds = promreg.Register(reg, m.ShardHandoverSeconds, &err)
+	m.CompilationCacheBytes = promreg.Register(reg, m.CompilationCacheBytes, &err)
+	m.CompilationCacheRemoved = promreg.Register(reg, m.CompilationCacheRemoved, &err)
+	m.CompilationCacheOver = promreg.Register(reg, m.CompilationCacheOver, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	m.budget = promreg.Register(reg, m.budget, &err)
 	if err != nil {
@@ -275,7 +299,20 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
 		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.ModuleUnloads, m.ModuleWakeSeconds,
-		m.ShardSlots, m.ShardMembers, m.ShardMoves, m.ShardHandoverSeconds, m.modules, m.budget}
+		m.ShardSlots, m.ShardMembers, m.ShardMoves, m.ShardHandoverSeconds,
+		m.CompilationCacheBytes, m.CompilationCacheRemoved, m.CompilationCacheOver, m.modules, m.budget}
+}
+
+// ObserveCachePrune records a check of the compilation cache directory's
+// bound (engine.Options.CompilationCachePruned).
+func (m *Metrics) ObserveCachePrune(p engine.CachePrune) {
+	m.CompilationCacheBytes.Set(float64(p.Bytes - p.Freed))
+	m.CompilationCacheRemoved.Add(float64(p.Removed))
+	over := 0.0
+	if p.Over {
+		over = 1
+	}
+	m.CompilationCacheOver.Set(over)
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and

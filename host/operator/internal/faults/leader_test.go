@@ -94,6 +94,7 @@ func TestLeaderElectionTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module, "--reconcile-modules", "--compilation-cache-dir", optest.CompilationCache(),
+			"--compilation-cache-max-size", "0", // shared by the tests: no one process's bound
 			"--namespace", e.NS, "--leader-elect", "--leader-election-namespace", e.NS,
 			"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms",
 			"--metrics-bind-address", r.metrics, "--health-probe-bind-address", health)

@@ -221,6 +221,7 @@ func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 		r.cmd = exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--module", module,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--max-instances", "2",
 			"--compilation-cache-dir", CompilationCache(),
+			"--compilation-cache-max-size", "0", // shared by the tests: no one process's bound
 			"--leader-elect", "--leader-election-namespace", e.NS,
 			"--leader-elect-lease-duration", chaosLease.String(), "--leader-elect-renew-deadline", chaosRenew.String(),
 			"--leader-elect-retry-period", chaosRetry.String(),
