@@ -152,22 +152,7 @@ func TestShardedByUIDSplitsOneNamespace(t *testing.T) {
 	const slots = 16
 	a := optest.ShardPair(t, slots)
 	ops, admitted, refused := byUIDPair(t, e, "by-uid", slots, operator.Options{Modules: []string{testwasm.BuildFile(t, "./widget")}})
-	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
-		n := 0
-		for id, op := range ops {
-			active, _ := optest.ShardActive(op)
-			for _, s := range active {
-				if owner := a.Owner(s); owner != id {
-					return fmt.Errorf("%s works on slot %d, which is %s's", id, s, owner)
-				}
-			}
-			n += len(active)
-		}
-		if n != slots {
-			return fmt.Errorf("%d slots worked on", n)
-		}
-		return nil
-	})
+	waitSplit(t, ops, a, slots)
 	for id, op := range ops {
 		if r := optest.ShardReport(op); !strings.Contains(r, "client-side (sharding by uid") {
 			t.Errorf("%s: /readyz/modules says %q, want the client-side mode and why", id, r)
@@ -230,17 +215,10 @@ func TestShardedByUIDOwnedChildren(t *testing.T) {
 		Modules: []string{testwasm.BuildFile(t, "./webapp")},
 		Policy:  policy.Policy{MaxConcurrentReconciles: 1},
 	})
-	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
-		n := 0
-		for _, op := range ops {
-			active, _ := optest.ShardActive(op)
-			n += len(active)
-		}
-		if n != slots {
-			return fmt.Errorf("%d slots worked on", n)
-		}
-		return nil
-	})
+	// Split as the pair's assignment says, not merely covered: the first
+	// operator up works on every slot until the second joins, and a WebApp
+	// created then would be queued by the one that hands it over.
+	waitSplit(t, ops, a, slots)
 	// A WebApp for each operator, by uid, in the one namespace.
 	apps := map[string]string{} // operator -> the WebApp whose uid it owns
 	for i := 0; len(apps) < 2; i++ {
@@ -310,6 +288,28 @@ func TestShardedByUIDOwnedChildren(t *testing.T) {
 			t.Errorf("%s, %s's by uid: queued and refused at the gate by %v, not dropped before the queue", name, id, got)
 		}
 	}
+}
+
+// waitSplit waits until ops work on the slots as a assigns them: each on
+// its own, and every slot by one.
+func waitSplit(t *testing.T, ops map[string]*operator.Operator, a shard.Assignment, slots int) {
+	t.Helper()
+	testenv.Eventually(t, 2*time.Minute, "the operators to split the slots", func() error {
+		n := 0
+		for id, op := range ops {
+			active, _ := optest.ShardActive(op)
+			for _, s := range active {
+				if owner := a.Owner(s); owner != id {
+					return fmt.Errorf("%s works on slot %d, which is %s's", id, s, owner)
+				}
+			}
+			n += len(active)
+		}
+		if n != slots {
+			return fmt.Errorf("%d slots worked on", n)
+		}
+		return nil
+	})
 }
 
 // byUIDPair starts operators op-a and op-b, each with opts, sharding by uid
