@@ -35,9 +35,10 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
 
-// devLog is the stderr of every operator dev these tests run: the first
-// logger set in a process is the one controller-runtime keeps (ctrl.SetLogger),
-// so it must be safe for concurrent writes and outlive the test that set it.
+// devLog is the stderr of every operator dev these tests run, and where
+// controller-runtime's logger writes (TestMain sets it first: the first
+// logger set in a process is the one controller-runtime keeps), so it must
+// be safe for concurrent writes and outlive every test.
 var devLog = &syncbuffer.Buffer{}
 
 // TestDevFlags checks operator dev's refusals, which come before anything

@@ -7,6 +7,8 @@ import (
 	"os"
 	"testing"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
 )
@@ -25,6 +27,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The process's controller-runtime logger, set before any test runs:
+	// only the first ctrl.SetLogger of a process takes effect, and
+	// controller-runtime sets a null one itself when something logs 30 s
+	// after the process started with none set (a slow first test under
+	// load), after which operator dev's logs, which TestDev reads, would
+	// go nowhere.
+	ctrl.SetLogger((&logFlags{}).logger(devLog))
 	code := m.Run()
 	testshare.Cleanup()
 	os.Exit(code)
