@@ -111,6 +111,31 @@ func TestBoundedCacheKeepsWhatUnloadedModulesNeed(t *testing.T) {
 	}
 }
 
+// TestFailedLoadChecksTheBound: bytes that compile and then fail (a trap
+// in _initialize) wrote to the cache, so their failed load checks the
+// bound too: an author retrying bad bytes cannot grow the directory past it.
+func TestFailedLoadChecksTheBound(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var prunes []CachePrune
+	e, err := New(Options{CompilationCacheDir: dir, CompilationCacheMaxBytes: 256,
+		CompilationCachePruned: func(p CachePrune) { mu.Lock(); prunes = append(prunes, p); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	if _, err := e.Load(context.Background(), "trap", readWasm(t, "testdata/initrap.wasm"), Limits{}); err == nil {
+		t.Fatal("initrap.wasm loaded")
+	}
+	e.quota.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(prunes) == 0 || prunes[len(prunes)-1].Bytes == 0 {
+		t.Errorf("checks after the failed load: %+v; want one that saw what its compile wrote", prunes)
+	}
+}
+
 func TestCacheBoundRefusesNegative(t *testing.T) {
 	t.Parallel()
 	_, err := New(Options{CompilationCacheDir: t.TempDir(), CompilationCacheMaxBytes: -1})

@@ -515,12 +515,13 @@ func (e *Engine) Close(ctx context.Context) error {
 // unknown import, a trap during _initialize, or an invalid manifest. It never
 // panics on bad input.
 func (e *Engine) Load(ctx context.Context, source string, wasm []byte, limits Limits) (*Module, error) {
+	// Failed loads too: bytes refused after compiling wrote to the cache.
+	defer e.pruneCache()
 	m, err := e.loadWithManifest(ctx, source, wasm, limits)
 	if err != nil {
 		return nil, err
 	}
 	e.unloadable(m, wasm)
-	e.pruneCache()
 	return m, nil
 }
 
