@@ -148,6 +148,9 @@ func TestConfigFile(t *testing.T) {
 		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "-1Gi"}, noKube...), `must be a positive size such as 512Mi, or "0" for no bound`},
 		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "0"}, noKube...), "loading kubeconfig"},
 		{append([]string{"run", "--module", "a.wasm", "--compilation-cache-max-size", "64Mi"}, noKube...), "loading kubeconfig"},
+		{append([]string{"run", "--module", "a.wasm", "--module-cache-max-size", "lots"}, noKube...), `--module-cache-max-size "lots"`},
+		{append([]string{"run", "--module", "a.wasm", "--module-cache-max-size", "-1Gi"}, noKube...), `must be a positive size such as 512Mi, or "0" for no bound`},
+		{append([]string{"run", "--module", "a.wasm", "--module-cache-max-size", "0"}, noKube...), "loading kubeconfig"},
 	}
 	for _, c := range cases {
 		var out, errOut bytes.Buffer

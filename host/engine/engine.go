@@ -287,14 +287,14 @@ func (e *Engine) pin(paths ...string) (unpin func()) {
 }
 
 // pinned is dirquota's Options.Pinned.
-func (e *Engine) pinned() map[string]bool {
+func (e *Engine) pinned() (map[string]bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	out := make(map[string]bool, len(e.pins))
 	for p := range e.pins {
 		out[p] = true
 	}
-	return out
+	return out, nil
 }
 
 // pruneCache checks the bound on the compilation cache directory in the

@@ -119,8 +119,13 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	h := &Host{mgr: mgr, metrics: m, log: log, fileModules: map[string]string{}, maxBytes: opts.Sources.MaxBytes, account: opts.Identity.DefaultServiceAccount, filesYield: opts.FileModulesYield,
 		ociTimeout: opts.Sources.FetchTimeout,
-		ociOptions: source.Options{MaxBytes: opts.Sources.MaxBytes, BlobCache: opts.Sources.CacheDir,
+		ociOptions: source.Options{MaxBytes: opts.Sources.MaxBytes,
 			URL: source.URLPolicy{AllowedHosts: opts.Sources.URLAllowedHosts, AllowPrivate: opts.Sources.URLAllowPrivate}}}
+	if opts.Sources.CacheDir != "" {
+		if h.ociOptions.BlobCache, err = newModuleCache(mgr, opts, m, log); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Sources.RegistryConfig != "" {
 		h.ociCreds = source.DockerConfigFile(opts.Sources.RegistryConfig)
 	}
@@ -264,7 +269,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 			StatusInterval: opts.ModuleController.StatusInterval, HTTPClient: opts.Sources.HTTPClient, Workers: opts.ModuleController.LoadWorkers,
 			DefaultServiceAccount: opts.Identity.DefaultServiceAccount, ServiceAccountNamespace: opts.Identity.ServiceAccountNamespace,
 			URLPolicy:        source.URLPolicy{AllowedHosts: opts.Sources.URLAllowedHosts, AllowPrivate: opts.Sources.URLAllowPrivate},
-			SourceNamespaces: opts.Sources.Namespaces, BlobCache: opts.Sources.CacheDir,
+			SourceNamespaces: opts.Sources.Namespaces, BlobCache: h.ociOptions.BlobCache,
 			PeerShadowStats: peerShadowStats,
 		}); err != nil {
 			return fail(err)

@@ -116,6 +116,12 @@ type SourceOptions struct {
 	// digest, checked again when read: a restart while the registry is
 	// down still loads them. Defaults to "": nothing is kept.
 	CacheDir string
+	// CacheMaxBytes bounds what the files in CacheDir add up to: past it
+	// the least recently used manifests and modules are removed, never
+	// those a ReconcileModule (its source or candidate) or Modules names,
+	// nor files used in the last two minutes (source.BlobCache). Defaults
+	// to 0: no bound; the operator's --module-cache-max-size is 256Mi.
+	CacheMaxBytes int64
 	// HTTPClient fetches url sources. Defaults to a client that enforces
 	// the whole URL policy below (source.NewHTTPClient), checking each
 	// address as it dials. A client of your own keeps its Transport:

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -132,7 +131,8 @@ func ParseOCIRef(s string) (OCIRef, error) {
 //
 // With opts.BlobCache set, a manifest and a module fetched once are kept
 // there by digest, checked again when read, and not fetched again: an
-// operator restarting while the registry is down still loads them.
+// operator restarting while the registry is down still loads them (see
+// BlobCache for its bound).
 // timeout bounds the whole fetch (DefaultURLTimeout when zero).
 func OCI(ref string, creds Credentials, timeout time.Duration, opts Options) Fetcher {
 	if timeout <= 0 {
@@ -173,7 +173,7 @@ func (o ociSource) Fetch(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cache := blobCache(o.opts.BlobCache)
+	cache := o.opts.BlobCache
 	man, ok := cache.get(ref.Digest)
 	if !ok {
 		if man, err = r.manifest(ctx, ref.Digest); err != nil {
@@ -580,50 +580,6 @@ type rawManifest []byte
 
 func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
-
-// blobCache is a directory of content by digest; "" caches nothing. Every
-// read is checked against the digest, and a file that does not match is
-// removed and fetched again.
-type blobCache string
-
-func (c blobCache) path(digest string) string {
-	return filepath.Join(string(c), "sha256", strings.TrimPrefix(digest, "sha256:"))
-}
-
-func (c blobCache) get(digest string) ([]byte, bool) {
-	if c == "" {
-		return nil, false
-	}
-	b, err := os.ReadFile(c.path(digest))
-	if err != nil {
-		return nil, false
-	}
-	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != digest {
-		_ = os.Remove(c.path(digest))
-		return nil, false
-	}
-	return b, true
-}
-
-// put stores b; a failure only means it is fetched again next time.
-func (c blobCache) put(digest string, b []byte) {
-	if c == "" {
-		return
-	}
-	p := c.path(digest)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return
-	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(b)
-	cerr := f.Close()
-	if werr != nil || cerr != nil || os.Rename(f.Name(), p) != nil {
-		_ = os.Remove(f.Name())
-	}
-}
 
 // MaxManifestBytes caps an OCI manifest: the distribution spec's limit a
 // registry may refuse above (4 MiB). A module's manifest is a few hundred

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -20,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 	"github.com/wasmreconcile/wasmreconcile/internal/testregistry"
 )
 
@@ -313,11 +317,13 @@ func TestOCIBlobCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := loopback
-	opts.BlobCache = t.TempDir()
+	if opts.BlobCache, err = NewBlobCache(t.TempDir(), BlobCacheOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if got, err := OCI(pushed.String(), nil, 0, opts).Fetch(ctx); err != nil || string(got) != string(mod) {
 		t.Fatalf("first fetch: %v", err)
 	}
-	files, _ := filepath.Glob(filepath.Join(opts.BlobCache, "sha256", "*"))
+	files, _ := filepath.Glob(filepath.Join(opts.BlobCache.Dir(), "sha256", "*"))
 	if len(files) != 2 {
 		t.Fatalf("cache holds %v, want the manifest and the module", files)
 	}
@@ -344,4 +350,155 @@ func TestOCIBlobCache(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), reg.Host) {
 		t.Fatalf("uncached fetch with the registry gone: %v", err)
 	}
+}
+
+// TestBoundedBlobCache: past its bound the cache removes the least
+// recently used modules, never those in use, and a module it removed is
+// fetched again; when what is in use cannot be known it removes nothing.
+func TestBoundedBlobCache(t *testing.T) {
+	ctx := context.Background()
+	reg, err := testregistry.Start(testregistry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	// Five versions of 100 KiB each (incompressible, so each layer is its
+	// size), under a bound of 350 KiB: the cache holds three.
+	var refs []string
+	for i := range 5 {
+		mod := append(fakeWasm(fmt.Sprintf("v%d", i)), randomBytes(t, 100<<10)...)
+		pushed, err := Push(ctx, fmt.Sprintf("oci://%s/bound/widget:v%d", reg.Host, i), mod, "", nil, 0, loopback)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, pushed.String())
+	}
+	var mu sync.Mutex
+	inUse := []string{refs[0]}
+	var inUseErr error
+	var prunes []BlobCachePrune
+	dir := t.TempDir()
+	cache, err := NewBlobCache(dir, BlobCacheOptions{MaxBytes: 350 << 10,
+		InUse:  func() ([]string, error) { mu.Lock(); defer mu.Unlock(); return inUse, inUseErr },
+		Pruned: func(p BlobCachePrune) { mu.Lock(); defer mu.Unlock(); prunes = append(prunes, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := loopback
+	opts.BlobCache = cache
+	// Fetch each in turn; age the files so that each fetched earlier is
+	// used earlier and out of the two minutes' grace.
+	age := func(hours int) {
+		t.Helper()
+		files, _ := filepath.Glob(filepath.Join(dir, "sha256", "*"))
+		for _, f := range files {
+			info, _ := os.Stat(f)
+			when := info.ModTime().Add(-time.Duration(hours) * time.Hour)
+			if err := os.Chtimes(f, when, when); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, r := range refs {
+		if _, err := OCI(r, nil, 0, opts).Fetch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := cache.Prune(); err != nil {
+			t.Fatal(err)
+		}
+		age(1)
+	}
+	cached := func(ref string) bool {
+		p, _ := ParseOCIRef(ref)
+		_, err := os.Stat(cache.path(p.Digest))
+		return err == nil
+	}
+	// The first is in use and stays, though used least recently; the
+	// second and third went; the last two fit beside it.
+	for i, want := range []bool{true, false, false, true, true} {
+		if got := cached(refs[i]); got != want {
+			t.Errorf("v%d's manifest cached: %v, want %v", i, got, want)
+		}
+	}
+	if total := dirSize(t, dir); total > 350<<10 {
+		t.Errorf("the cache holds %d bytes, over its bound of %d", total, 350<<10)
+	}
+	// A read is a use: v3, read after v4, outlives it when v1 comes back.
+	if _, err := OCI(refs[3], nil, 0, opts).Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	age(1)
+	if _, err := OCI(refs[1], nil, 0, opts).Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, true, false, true, false} {
+		if got := cached(refs[i]); got != want {
+			t.Errorf("after reading v3 and fetching v1 again, v%d's manifest cached: %v, want %v", i, got, want)
+		}
+	}
+	mu.Lock()
+	removed := 0
+	for _, p := range prunes {
+		removed += p.Removed
+	}
+	mu.Unlock()
+	if removed != 6 { // three manifests, three modules
+		t.Errorf("prunes removed %d files, want 6", removed)
+	}
+	// With the registry gone, the module in use still loads.
+	reg.Close()
+	if _, err := OCI(refs[0], nil, 0, opts).Fetch(ctx); err != nil {
+		t.Errorf("the module in use, registry gone: %v", err)
+	}
+	if _, err := OCI(refs[4], nil, 0, opts).Fetch(ctx); err == nil {
+		t.Error("a removed module was served with the registry gone")
+	}
+	// When what is in use is unknown, nothing is removed, whatever the size.
+	mu.Lock()
+	inUse, inUseErr = nil, errors.New("the ReconcileModules are not listed yet")
+	mu.Unlock()
+	age(1)
+	before := dirSize(t, dir)
+	cache2, err := NewBlobCache(dir, BlobCacheOptions{MaxBytes: 1,
+		InUse: func() ([]string, error) { return nil, errors.New("the ReconcileModules are not listed yet") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cache2.Prune(); err == nil || !strings.Contains(err.Error(), "not listed yet") {
+		t.Errorf("prune with InUse failing: %v, want its error", err)
+	}
+	if after := dirSize(t, dir); after != before {
+		t.Errorf("prune with InUse failing went from %d to %d bytes", before, after)
+	}
+}
+
+func TestNewBlobCacheRefuses(t *testing.T) {
+	if _, err := NewBlobCache("", BlobCacheOptions{}); err == nil {
+		t.Error("no directory: accepted")
+	}
+	if _, err := NewBlobCache(t.TempDir(), BlobCacheOptions{MaxBytes: -1}); err == nil || !strings.Contains(err.Error(), "0 for none") {
+		t.Errorf("a negative bound: %v", err)
+	}
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// dirSize is what the files under dir add up to.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	n, err := dirquota.Size(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -57,10 +57,10 @@ type Options struct {
 	// namespace (the caller chose it). The operator always sets it
 	// (--module-source-namespaces, by default its own namespace).
 	Namespaces []string
-	// BlobCache is a directory where OCI sources keep the manifests and
-	// modules they fetched, by digest (see OCI). Defaults to "": nothing is
-	// kept, every fetch goes to the registry.
-	BlobCache string
+	// BlobCache is where OCI sources keep the manifests and modules they
+	// fetched, by digest (see OCI and NewBlobCache). Defaults to nil:
+	// nothing is kept, every fetch goes to the registry.
+	BlobCache *BlobCache
 }
 
 // DefaultMaxBytes is the default cap of a module's size: 64 MiB.

@@ -38,8 +38,10 @@ type Options struct {
 	Grace time.Duration
 	// Pinned, when set, returns the files (their paths, as filepath.Join
 	// of the directory and their relative path) that must stay; it is
-	// called once per prune.
-	Pinned func() map[string]bool
+	// called once per prune that finds the directory over MaxBytes. When
+	// it fails, that prune removes nothing (what must stay is not known)
+	// and returns its error.
+	Pinned func() (map[string]bool, error)
 	// Pruned, when set, is called after every prune with what it found
 	// and removed, and the error reading the directory, if any (what could
 	// be read was pruned).
@@ -148,37 +150,20 @@ type file struct {
 // they add up to at most the target, if they add up to more than
 // MaxBytes. A directory that does not exist is empty.
 func (q *Quota) Prune() (Result, error) {
-	var res Result
-	var files []file
-	err := filepath.WalkDir(q.dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil // removed while walking, or no directory yet
-			}
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil // directories, and symbolic links are not followed
-		}
-		info, err := d.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		res.Files++
-		res.Bytes += info.Size()
-		files = append(files, file{path: path, size: info.Size(), mod: info.ModTime()})
-		return nil
-	})
-	if err != nil {
-		err = fmt.Errorf("dirquota: reading %s: %w", q.dir, err)
-	}
+	files, err := scan(q.dir)
+	res := Result{Files: len(files), Bytes: total(files)}
 	if res.Bytes > q.opts.MaxBytes {
 		var pinned map[string]bool
 		if q.opts.Pinned != nil {
-			pinned = q.opts.Pinned()
+			var pinErr error
+			if pinned, pinErr = q.opts.Pinned(); pinErr != nil {
+				res.Over = true
+				err = errors.Join(err, fmt.Errorf("dirquota: nothing removed from %s: what must stay is not known: %w", q.dir, pinErr))
+				if q.opts.Pruned != nil {
+					q.opts.Pruned(res, err)
+				}
+				return res, err
+			}
 		}
 		now := q.now()
 		slices.SortFunc(files, func(a, b file) int { return a.mod.Compare(b.mod) })
@@ -204,6 +189,51 @@ func (q *Quota) Prune() (Result, error) {
 		q.opts.Pruned(res, err)
 	}
 	return res, err
+}
+
+// Size is what the regular files under dir add up to, as a prune counts
+// them: symbolic links are not followed, and a missing directory is empty.
+func Size(dir string) (int64, error) {
+	files, err := scan(dir)
+	return total(files), err
+}
+
+func total(files []file) int64 {
+	var n int64
+	for _, f := range files {
+		n += f.size
+	}
+	return n
+}
+
+// scan lists the regular files under dir; what it could not read is
+// reported in the error, the rest listed.
+func scan(dir string) ([]file, error) {
+	var files []file
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while walking, or no directory yet
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil // directories, and symbolic links are not followed
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		files = append(files, file{path: path, size: info.Size(), mod: info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		err = fmt.Errorf("dirquota: reading %s: %w", dir, err)
+	}
+	return files, err
 }
 
 // temporary reports whether path names a file being written: wazero's

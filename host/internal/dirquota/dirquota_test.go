@@ -1,9 +1,11 @@
 package dirquota
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,7 +106,7 @@ func TestWhatIsNeverRemoved(t *testing.T) {
 	put(t, dir, "wazero/old", 1000, 3*time.Hour)
 	var got []Result
 	q, err := New(dir, Options{MaxBytes: 2000, Grace: time.Minute,
-		Pinned: func() map[string]bool { return map[string]bool{pinned: true} },
+		Pinned: func() (map[string]bool, error) { return map[string]bool{pinned: true}, nil },
 		Pruned: func(r Result, _ error) { got = append(got, r) }})
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +124,29 @@ func TestWhatIsNeverRemoved(t *testing.T) {
 	want := []string{"code/.x.code.456", "modules/pinned.wasm", "wazero/abc.123.tmp", "wazero/fresh"}
 	if l := left(t, dir); !slices.Equal(l, want) {
 		t.Errorf("left %v, want %v", l, want)
+	}
+}
+
+// TestUnknownPinsRemoveNothing: when what must stay cannot be known, a
+// prune of a directory over its size removes nothing and says why.
+func TestUnknownPinsRemoveNothing(t *testing.T) {
+	dir := t.TempDir()
+	put(t, dir, "sha256/old", 1000, 10*time.Hour)
+	put(t, dir, "sha256/older", 1000, 20*time.Hour)
+	q, err := New(dir, Options{MaxBytes: 1000, Grace: time.Minute,
+		Pinned: func() (map[string]bool, error) { return nil, errors.New("the cache has not started") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := q.Prune()
+	if err == nil || !strings.Contains(err.Error(), "nothing removed") || !strings.Contains(err.Error(), "the cache has not started") {
+		t.Errorf("prune error %v, want nothing removed and the cause", err)
+	}
+	if want := (Result{Files: 2, Bytes: 2000, Over: true}); res != want {
+		t.Errorf("prune: %+v, want %+v", res, want)
+	}
+	if l := left(t, dir); len(l) != 2 {
+		t.Errorf("left %v, want both files", l)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/engine"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/promreg"
 	"github.com/wasmreconcile/wasmreconcile/host/protocol"
+	"github.com/wasmreconcile/wasmreconcile/host/source"
 )
 
 // Metrics are the per-module collectors of one host.
@@ -103,6 +104,11 @@ type Metrics struct {
 	// CompilationCacheOver is 1 while the compilation cache directory is
 	// over its bound with nothing it may remove.
 	CompilationCacheOver prometheus.Gauge
+	// ModuleCacheBytes, ModuleCacheRemoved and ModuleCacheOver are the
+	// same for the oci module cache directory (--module-cache-dir).
+	ModuleCacheBytes   prometheus.Gauge
+	ModuleCacheRemoved prometheus.Counter
+	ModuleCacheOver    prometheus.Gauge
 
 	modules *moduleCollector
 	budget  *budgetCollector
@@ -253,6 +259,18 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "wasmreconcile_compilation_cache_over",
 			Help: "1 while --compilation-cache-dir is over --compilation-cache-max-size with nothing it may remove (what unloaded modules need, or files used in the last two minutes); raise the size.",
 		}),
+		ModuleCacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_module_cache_bytes",
+			Help: "What the files under --module-cache-dir added up to at the last check of --module-cache-max-size.",
+		}),
+		ModuleCacheRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmreconcile_module_cache_removed_files_total",
+			Help: "Manifests and modules removed from --module-cache-dir, least recently used first, to keep it under --module-cache-max-size.",
+		}),
+		ModuleCacheOver: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_module_cache_over",
+			Help: "1 while --module-cache-dir is over --module-cache-max-size with nothing it may remove (the modules ReconcileModules and --module name, or files used in the last two minutes), or while what is in use cannot be listed; raise the size.",
+		}),
 		modules: newModuleCollector(),
 		budget:  &budgetCollector{},
 	}
@@ -286,6 +304,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.CompilationCacheBytes = promreg.Register(reg, m.CompilationCacheBytes, &err)
 	m.CompilationCacheRemoved = promreg.Register(reg, m.CompilationCacheRemoved, &err)
 	m.CompilationCacheOver = promreg.Register(reg, m.CompilationCacheOver, &err)
+	m.ModuleCacheBytes = promreg.Register(reg, m.ModuleCacheBytes, &err)
+	m.ModuleCacheRemoved = promreg.Register(reg, m.ModuleCacheRemoved, &err)
+	m.ModuleCacheOver = promreg.Register(reg, m.ModuleCacheOver, &err)
 	m.modules = promreg.Register(reg, m.modules, &err)
 	m.budget = promreg.Register(reg, m.budget, &err)
 	if err != nil {
@@ -300,19 +321,30 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
 		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.ModuleUnloads, m.ModuleWakeSeconds,
 		m.ShardSlots, m.ShardMembers, m.ShardMoves, m.ShardHandoverSeconds,
-		m.CompilationCacheBytes, m.CompilationCacheRemoved, m.CompilationCacheOver, m.modules, m.budget}
+		m.CompilationCacheBytes, m.CompilationCacheRemoved, m.CompilationCacheOver,
+		m.ModuleCacheBytes, m.ModuleCacheRemoved, m.ModuleCacheOver, m.modules, m.budget}
 }
 
 // ObserveCachePrune records a check of the compilation cache directory's
 // bound (engine.Options.CompilationCachePruned).
 func (m *Metrics) ObserveCachePrune(p engine.CachePrune) {
-	m.CompilationCacheBytes.Set(float64(p.Bytes - p.Freed))
-	m.CompilationCacheRemoved.Add(float64(p.Removed))
-	over := 0.0
-	if p.Over {
-		over = 1
+	observePrune(m.CompilationCacheBytes, m.CompilationCacheRemoved, m.CompilationCacheOver, p.Bytes-p.Freed, p.Removed, p.Over)
+}
+
+// ObserveModuleCachePrune records a check of the oci module cache
+// directory's bound (source.BlobCacheOptions.Pruned).
+func (m *Metrics) ObserveModuleCachePrune(p source.BlobCachePrune) {
+	observePrune(m.ModuleCacheBytes, m.ModuleCacheRemoved, m.ModuleCacheOver, p.Bytes-p.Freed, p.Removed, p.Over)
+}
+
+func observePrune(bytes prometheus.Gauge, removed prometheus.Counter, over prometheus.Gauge, left int64, n int, isOver bool) {
+	bytes.Set(float64(left))
+	removed.Add(float64(n))
+	o := 0.0
+	if isOver {
+		o = 1
 	}
-	m.CompilationCacheOver.Set(over)
+	over.Set(o)
 }
 
 // Init pre-initialises module's label sets at zero, so that rate() and

@@ -43,10 +43,10 @@ type Options struct {
 	// name; "*" is any. Defaults to the namespace the operator runs in (its
 	// service account's, in-cluster), else "default".
 	SourceNamespaces []string
-	// BlobCache is a directory where oci sources keep the manifests and
-	// modules they fetched, by digest, so that a restart while the
-	// registry is down still loads them. Defaults to "": nothing is kept.
-	BlobCache string
+	// BlobCache is where oci sources keep the manifests and modules they
+	// fetched, by digest, so that a restart while the registry is down
+	// still loads them. Defaults to nil: nothing is kept.
+	BlobCache *source.BlobCache
 	// Workers is how many ReconcileModules are reconciled at once, and so
 	// how many modules may fetch and compile at once: one module's slow
 	// load (a large module, an unreachable registry, a compile stopped at

@@ -2,6 +2,7 @@ package clusterscoped_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wasmreconcile/wasmreconcile/api/v1alpha1"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/dirquota"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/modulecontroller"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/supervisor"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
@@ -146,4 +148,141 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 		return nil
 	})
 	optest.WaitVersion(t, e.C, e.NS, []string{"from-oci"}, "1", since)
+}
+
+// TestModuleCacheKeepsWhatReconcileModulesName bounds --module-cache-dir
+// (Sources.CacheMaxBytes) under a stream of module versions against the
+// real API server and a real registry: the serving module's manifest and
+// layer, though least recently used, stay because a ReconcileModule names
+// them; the versions no ReconcileModule names any more go, oldest first,
+// and the directory ends under its bound.
+func TestModuleCacheKeepsWhatReconcileModulesName(t *testing.T) {
+	e := optest.NewEnv(t)
+	ctx := context.Background()
+	reg, err := testregistry.Start(testregistry.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	loopback := source.Options{URL: source.URLPolicy{AllowPrivate: true}}
+	serving, err := source.Push(ctx, "oci://"+reg.Host+"/keep/widget:v1", testwasm.Build(t, "./widget"), "widget.wasm", nil, time.Minute, loopback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Versions of another module: 1 MiB each and incompressible, so each
+	// layer is that size. They fetch (and are cached) and then fail to
+	// compile, which changes nothing for the cache.
+	var churn []string
+	for i := range 4 {
+		junk := make([]byte, 1<<20)
+		if _, err := rand.Read(junk); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := source.Push(ctx, fmt.Sprintf("oci://%s/churn/junk:v%d", reg.Host, i), append([]byte("\x00asm\x01\x00\x00\x00"), junk...), "junk.wasm", nil, time.Minute, loopback)
+		if err != nil {
+			t.Fatal(err)
+		}
+		churn = append(churn, ref.String())
+	}
+	dir := t.TempDir()
+	// Learn the serving module's layer size from a cache of our own.
+	probe, err := source.NewBlobCache(t.TempDir(), source.BlobCacheOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeOpts := loopback
+	probeOpts.BlobCache = probe
+	if _, err := source.OCI(serving.String(), nil, 0, probeOpts).Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	servingBytes := dirSize(t, probe.Dir())
+	// Room for the serving module and two and a half junk versions.
+	bound := servingBytes + 5<<19
+	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
+		ReconcileModules: true,
+		Sources:          operator.SourceOptions{Namespaces: []string{e.NS}, URLAllowPrivate: true, CacheDir: dir, CacheMaxBytes: bound},
+	})
+	optest.CreateModule(t, e.C, "widget", v1alpha1.Source{OCI: &v1alpha1.OCISource{Ref: serving.String()}})
+	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
+
+	// Every file used an hour ago (past the two minutes' grace), each
+	// version before the next, the serving module's first of all.
+	age := func() {
+		t.Helper()
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			when := info.ModTime().Add(-time.Hour)
+			return os.Chtimes(p, when, when)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	age()
+	for i, ref := range churn {
+		if i == 0 {
+			optest.CreateModule(t, e.C, "churn", v1alpha1.Source{OCI: &v1alpha1.OCISource{Ref: ref}})
+		} else {
+			optest.SetModuleSpec(t, e.C, "churn", func(spec *v1alpha1.ReconcileModuleSpec) { spec.Source.OCI.Ref = ref })
+		}
+		testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("churn v%d fetched and refused", i), func() error {
+			rm := &v1alpha1.ReconcileModule{}
+			if err := e.C.Get(ctx, client.ObjectKey{Name: "churn"}, rm); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(rm.Status.Conditions, modulecontroller.ConditionLoadFailed)
+			if c == nil || c.ObservedGeneration != rm.Generation || c.Status != metav1.ConditionTrue || c.Reason == modulecontroller.ReasonFetchFailed {
+				return fmt.Errorf("generation %d, conditions %v, lastError %q", rm.Generation, rm.Status.Conditions, rm.Status.LastError)
+			}
+			return nil
+		})
+		age()
+	}
+	cached := func(ref string) bool {
+		r, err := source.ParseOCIRef(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = os.Stat(filepath.Join(dir, "sha256", strings.TrimPrefix(r.Digest, "sha256:")))
+		return err == nil
+	}
+	// The last write's check runs in the background: wait for its result.
+	testenv.Eventually(t, time.Minute, "the module cache under its bound, the old churn versions gone", func() error {
+		if n := dirSize(t, dir); n > bound {
+			return fmt.Errorf("%d bytes, bound %d", n, bound)
+		}
+		if cached(churn[0]) || cached(churn[1]) {
+			return fmt.Errorf("churn v0 cached %v, v1 %v: want both gone", cached(churn[0]), cached(churn[1]))
+		}
+		return nil
+	})
+	if !cached(serving.String()) || !cached(churn[3]) {
+		t.Errorf("serving module cached %v, churn v3 (named now) %v: want both kept", cached(serving.String()), cached(churn[3]))
+	}
+	// The serving module's layer stayed too: with the registry gone it
+	// still fetches from the cache alone.
+	reg.Close()
+	keepOpts := loopback
+	if keepOpts.BlobCache, err = source.NewBlobCache(dir, source.BlobCacheOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := source.OCI(serving.String(), nil, 0, keepOpts).Fetch(ctx); err != nil {
+		t.Errorf("the serving module from the bounded cache, registry gone: %v", err)
+	}
+}
+
+// dirSize is what the files under dir add up to.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	n, err := dirquota.Size(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
