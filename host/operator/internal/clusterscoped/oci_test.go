@@ -3,7 +3,9 @@ package clusterscoped_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,7 +154,8 @@ func TestReconcileModuleFromOCI(t *testing.T) {
 
 // TestModuleCacheKeepsWhatReconcileModulesName bounds --module-cache-dir
 // (Sources.CacheMaxBytes) under a stream of module versions against the
-// real API server and a real registry: the serving module's manifest and
+// real API server and a real registry: a directory left over over the
+// bound is brought under it at start; the serving module's manifest and
 // layer, though least recently used, stay because a ReconcileModule names
 // them; the versions no ReconcileModule names any more go, oldest first,
 // and the directory ends under its bound.
@@ -198,10 +201,38 @@ func TestModuleCacheKeepsWhatReconcileModulesName(t *testing.T) {
 	servingBytes := dirSize(t, probe.Dir())
 	// Room for the serving module and two and a half junk versions.
 	bound := servingBytes + 5<<19
+	// A directory left over from a run with a larger bound: checked at
+	// start, before anything is fetched.
+	var leftover []string
+	for i := range 6 {
+		p := filepath.Join(dir, "sha256", fmt.Sprintf("%064x", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		when := time.Now().Add(-2 * time.Hour)
+		if err := os.Chtimes(p, when, when); err != nil {
+			t.Fatal(err)
+		}
+		leftover = append(leftover, p)
+	}
 	optest.Start(t, e.Cfg, e.OperatorOptions(), operator.Options{
 		ReconcileModules: true,
 		Sources:          operator.SourceOptions{Namespaces: []string{e.NS}, URLAllowPrivate: true, CacheDir: dir, CacheMaxBytes: bound},
 	})
+	testenv.Eventually(t, time.Minute, "the leftover directory brought under its bound at start", func() error {
+		if n := dirSize(t, dir); n > bound {
+			return fmt.Errorf("%d bytes, bound %d", n, bound)
+		}
+		return nil
+	})
+	for _, p := range leftover { // what stays of it would only blur what follows
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+	}
 	optest.CreateModule(t, e.C, "widget", v1alpha1.Source{OCI: &v1alpha1.OCISource{Ref: serving.String()}})
 	optest.ModuleCondition(t, e.C, "widget", "Ready", metav1.ConditionTrue, "Loaded")
 
