@@ -55,6 +55,9 @@ type shardRun struct {
 	rss        []int64         // 20 s after convergence
 	cached     []float64       // Widgets the informers hold then
 	reconciles []float64       // controller_runtime_reconcile_total then
+	// idleCPU is each process's CPU over b.idle right after the RSS was
+	// read, nothing changing: what it costs per second to be there.
+	idleCPU []time.Duration
 	// Catching up (not -shard-alone): every operator stopped and started
 	// again at once on the Widgets that exist, as after an outage; CPU
 	// from each process's start until it has reconciled every Widget it
@@ -282,7 +285,23 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		res.cached = append(res.cached, cached)
 		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
 	}
-	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
+	b.say("%s: RSS %s; Widgets cached %v; reconciles %v; measuring idle CPU for %s", label, fmtMiBs(res.rss), res.cached, res.reconciles, b.idle)
+	idle0 := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		if idle0[i], err = cpuTime(p.pid()); err != nil {
+			return res, err
+		}
+	}
+	if err := sleep(ctx, b.idle); err != nil {
+		return res, err
+	}
+	for i, p := range procs {
+		c, err := cpuTime(p.pid())
+		if err != nil {
+			return res, err
+		}
+		res.idleCPU = append(res.idleCPU, c-idle0[i])
+	}
 	for _, done := range profiled {
 		if err := <-done; err != nil {
 			return res, err
@@ -482,6 +501,9 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			if len(r.catchUpCPU) > 0 {
 				fmt.Fprintf(&sb, "  restarted: caught up in %s, CPU %.2fs\n", r.catchUp.Round(time.Millisecond), r.catchUpCPU[0].Seconds())
 			}
+			if len(r.idleCPU) > 0 {
+				fmt.Fprintf(&sb, "  idle after converging: %.1f ms of CPU per second over %s\n", perSecond(r.idleCPU[0], b.idle), b.idle)
+			}
 			continue
 		}
 		if single == nil {
@@ -496,6 +518,14 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			maxCached, maxCPU, maxRSS = max(maxCached, cached), max(maxCPU, cpu), max(maxRSS, rss)
 			fmt.Fprintf(&sb, "  op-%d: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%), %.0f reconciles\n",
 				i, r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss, r.reconciles[i])
+		}
+		if len(r.idleCPU) > 0 {
+			var per []string
+			for _, c := range r.idleCPU {
+				per = append(per, fmt.Sprintf("%.1f", perSecond(c, b.idle)))
+			}
+			fmt.Fprintf(&sb, "  idle after converging: %s ms of CPU per second over %s (the single operator: %.1f)\n",
+				strings.Join(per, ", "), b.idle, perSecond(single.idleCPU[0], b.idle))
 		}
 		goal := func(v, g float64) string {
 			if mode != "server-side" {
@@ -603,4 +633,12 @@ func fakeMembers(ctx context.Context, cp *controlPlane, n int) (stop func(), err
 		}
 	}()
 	return func() { close(done) }, nil
+}
+
+// perSecond is c spread over d, in milliseconds per second.
+func perSecond(c, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return 1000 * c.Seconds() / d.Seconds()
 }
