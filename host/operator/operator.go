@@ -476,6 +476,7 @@ func (h *Host) Close(ctx context.Context) error {
 		if h.interpreter != nil {
 			errs = append(errs, h.interpreter.Close(ctx))
 		}
+		h.ociOptions.BlobCache.Wait() // a prune a fetch started
 		h.closeErr = errors.Join(errs...)
 	})
 	return h.closeErr

@@ -92,9 +92,17 @@ func (c *BlobCache) Prune() error {
 	if c == nil || c.quota == nil {
 		return nil
 	}
-	c.quota.Wait()
+	c.Wait()
 	_, err := c.quota.Prune()
 	return err
+}
+
+// Wait returns once no check of the bound started by a write runs. A nil
+// cache has none.
+func (c *BlobCache) Wait() {
+	if c != nil && c.quota != nil {
+		c.quota.Wait()
+	}
 }
 
 func (c *BlobCache) path(digest string) string {
