@@ -8,8 +8,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 )
@@ -193,5 +196,24 @@ func TestDeploymentArgsParse(t *testing.T) {
 	err = run(append(args, "--kubeconfig", filepath.Join(t.TempDir(), "none")), &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "loading kubeconfig") {
 		t.Errorf("run(%q) = %v, want it to reach kubeconfig loading", args, err)
+	}
+	// Both bounded cache directories share one emptyDir: their bounds must
+	// add up to less than its sizeLimit, past which the pod is evicted.
+	m := regexp.MustCompile(`emptyDir: \{sizeLimit: (\S+)\}`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no emptyDir sizeLimit in the Deployment")
+	}
+	limit := resource.MustParse(string(m[1]))
+	var bounds int64
+	for _, a := range args {
+		for _, flag := range []string{"--compilation-cache-max-size=", "--module-cache-max-size="} {
+			if v, ok := strings.CutPrefix(a, flag); ok {
+				q := resource.MustParse(v)
+				bounds += q.Value()
+			}
+		}
+	}
+	if bounds == 0 || bounds >= limit.Value() {
+		t.Errorf("the cache bounds add up to %d bytes against the emptyDir's sizeLimit of %s: give both bounds, under it", bounds, m[1])
 	}
 }
