@@ -58,12 +58,9 @@ func (c *compileFlags) register(fs *flag.FlagSet) {
 // the budget is and where it comes from.
 func (c *compileFlags) apply(opts *operator.Options) (string, error) {
 	c.complexity.apply(&opts.Engine.Compile)
-	if v := strings.TrimSpace(c.cacheMax); v != "0" {
-		b, err := quantityFlag("--compilation-cache-max-size", v)
-		if err != nil {
-			return "", fmt.Errorf(`%w, or "0" for no bound`, err)
-		}
-		opts.Engine.CompilationCacheMaxBytes = b
+	var err error
+	if opts.Engine.CompilationCacheMaxBytes, err = boundFlag("--compilation-cache-max-size", c.cacheMax); err != nil {
+		return "", err
 	}
 	if !c.inProcess {
 		w, err := engine.SelfCompileWorker()
@@ -101,6 +98,19 @@ func (c *compileFlags) apply(opts *operator.Options) (string, error) {
 }
 
 // quantityFlag parses a size flag: a Kubernetes quantity of bytes.
+// boundFlag reads the size of a bound flag: a size (quantityFlag), or "0"
+// for no bound, which is 0.
+func boundFlag(name, v string) (int64, error) {
+	if v = strings.TrimSpace(v); v == "0" {
+		return 0, nil
+	}
+	b, err := quantityFlag(name, v)
+	if err != nil {
+		return 0, fmt.Errorf(`%w, or "0" for no bound`, err)
+	}
+	return b, nil
+}
+
 func quantityFlag(name, v string) (int64, error) {
 	q, err := resource.ParseQuantity(v)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"fmt"
 	"strings"
 
 	"github.com/wasmreconcile/wasmreconcile/host/operator"
@@ -34,14 +33,9 @@ func (s *sourceFlags) apply(o *operator.Options) error {
 	}
 	o.Sources.URLAllowedHosts, o.Sources.URLAllowPrivate = p.AllowedHosts, p.AllowPrivate
 	o.Sources.Namespaces = s.namespaces
-	if v := strings.TrimSpace(s.cacheMax); v != "0" {
-		b, err := quantityFlag("--module-cache-max-size", v)
-		if err != nil {
-			return fmt.Errorf(`%w, or "0" for no bound`, err)
-		}
-		o.Sources.CacheMaxBytes = b
-	}
-	return nil
+	var err error
+	o.Sources.CacheMaxBytes, err = boundFlag("--module-cache-max-size", s.cacheMax)
+	return err
 }
 
 // commaList is a repeatable flag of comma-separated values.

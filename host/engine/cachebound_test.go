@@ -165,3 +165,46 @@ func TestUnboundedCacheRemovesNothing(t *testing.T) {
 		t.Error("nothing in the cache directory")
 	}
 }
+
+// TestFailedWakeChecksTheBound: loading a module back checks the bound
+// however it ends, as Load does: a wake that compiles again and then
+// fails may have written to the directory.
+func TestFailedWakeChecksTheBound(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var mu sync.Mutex
+	checks := 0
+	e, err := New(Options{CompilationCacheDir: dir, CompilationCacheMaxBytes: 1 << 30,
+		CompilationCachePruned: func(CachePrune) { mu.Lock(); checks++; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	ctx := context.Background()
+	m, err := e.Load(ctx, "m", readWasm(t, "testdata/echo.wasm"), Limits{IdleModuleTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if !m.unloadIfIdle(time.Now().Add(2 * time.Hour)) {
+		t.Fatal("not unloaded past its idle timeout")
+	}
+	for _, p := range []string{e.originals.path(m.digest), e.rewrites.path(m.digest, e.instrumentOptions(m.limits))} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.quota.Wait()
+	mu.Lock()
+	before := checks
+	mu.Unlock()
+	if _, err := m.ReconcileFresh(ctx, "reconcile a", []byte(`{"object":{"kind":"Gadget"}}`)); err == nil {
+		t.Fatal("woke without its bytes")
+	}
+	e.quota.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if checks == before {
+		t.Errorf("no check of the bound after the failed wake (%d before and after)", checks)
+	}
+}

@@ -220,11 +220,11 @@ func (o originals) get(digest string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirquota.Touch(o.path(digest))
 	sum := sha256.Sum256(b)
 	if want := strings.TrimPrefix(digest, "sha256:"); !bytes.Equal([]byte(hex.EncodeToString(sum[:])), []byte(want)) {
 		return nil, fmt.Errorf("%s holds bytes of sha256:%s, not %s", o.path(digest), hex.EncodeToString(sum[:]), digest)
 	}
+	dirquota.Touch(o.path(digest))
 	return b, nil
 }
 
@@ -242,11 +242,9 @@ func (e *Engine) unloadable(m *Module, wasm []byte) {
 	// A bounded cache directory keeps what reloadCode reads while m is open.
 	m.unpin = e.pin(e.originals.path(digest), e.rewrites.path(digest, e.instrumentOptions(limits)))
 	m.reload = func(ctx context.Context) (*code, error) {
-		c, err := e.reloadCode(ctx, m.name, digest, limits)
-		if err == nil {
-			e.pruneCache()
-		}
-		return c, err
+		// Failed ones too, as Load: compiling again may have written.
+		defer e.pruneCache()
+		return e.reloadCode(ctx, m.name, digest, limits)
 	}
 	m.unloaded, m.reloaded = e.unloaded, e.reloaded
 	m.codeMu.Lock()

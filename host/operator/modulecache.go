@@ -23,11 +23,7 @@ func newModuleCache(mgr manager.Manager, opts Options, m *metrics.Metrics, log l
 		InUse:    ociInUse(mgr, opts.Modules, opts.ReconcileModules),
 		Pruned: func(p source.BlobCachePrune) {
 			m.ObserveModuleCachePrune(p)
-			if p.Removed > 0 || p.Over || p.Err != nil {
-				log.Info("module cache directory over its bound: removed the least recently used modules", "removed", p.Removed, "freedBytes", p.Freed,
-					"leftBytes", p.Bytes-p.Freed, "stillOver", p.Over, "error", p.Err,
-					"fix", "if stillOver stays true, raise --module-cache-max-size (and the volume under it)")
-			}
+			logCachePrune(log, "module cache directory", "--module-cache-max-size", p.Removed, p.Freed, p.Bytes-p.Freed, p.Over, p.Err)
 		},
 	})
 	if err != nil {
@@ -84,4 +80,15 @@ func ociInUse(mgr manager.Manager, modules []string, reconcileModules bool) func
 		}
 		return refs, nil
 	}
+}
+
+// logCachePrune logs a check of a bounded cache directory's size that
+// removed files, left it over its bound (flag), or failed; quiet checks
+// are only metrics.
+func logCachePrune(log logr.Logger, what, flag string, removed int, freed, left int64, over bool, err error) {
+	if removed == 0 && !over && err == nil {
+		return
+	}
+	log.Info(what+" over its bound: removed the least recently used files", "removed", removed, "freedBytes", freed,
+		"leftBytes", left, "stillOver", over, "error", err, "fix", "if stillOver stays true, raise "+flag+" (and the volume under it)")
 }

@@ -139,10 +139,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	if h.engine, err = engine.New(engine.Options{CompilationCacheDir: opts.Engine.CompilationCacheDir, CompilationCacheMaxBytes: opts.Engine.CompilationCacheMaxBytes,
 		CompilationCachePruned: func(p engine.CachePrune) {
 			m.ObserveCachePrune(p)
-			if p.Removed > 0 || p.Over || p.Err != nil {
-				log.Info("compilation cache directory over its bound: removed the least recently used files", "removed", p.Removed, "freedBytes", p.Freed,
-					"leftBytes", p.Bytes-p.Freed, "stillOver", p.Over, "error", p.Err, "fix", "if stillOver stays true, raise --compilation-cache-max-size (and the volume under it)")
-			}
+			logCachePrune(log, "compilation cache directory", "--compilation-cache-max-size", p.Removed, p.Freed, p.Bytes-p.Freed, p.Over, p.Err)
 		},
 		Ceilings: opts.Engine.Ceilings, IdleReleased: m.ObserveIdleRelease,
 		ModuleUnloaded: h.observeUnload, ModuleReloaded: h.observeReload, Compile: opts.Engine.Compile, MemoryBudget: budget,
