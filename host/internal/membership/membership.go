@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +45,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 )
 
 const (
@@ -93,9 +96,9 @@ type Options struct {
 	// as its shadow comparison counts. A key it stops returning is
 	// removed.
 	Annotations func() map[string]string
-	// PeerAnnotation names the annotation Peers reads from the other live
-	// members' Leases. Default: none.
-	PeerAnnotation string
+	// PeerAnnotations name the annotations Peers reads from the other
+	// live members' Leases. Default: none.
+	PeerAnnotations []string
 	// now is the clock, for tests; time.Now by default.
 	now func() time.Time
 }
@@ -162,10 +165,10 @@ type Membership struct {
 	attempts []time.Time // the renewal times it wrote last, oldest first (at most 16)
 	claims   Claims
 	notified *View
-	// peers are the other live members' PeerAnnotation values, by
-	// identity, as last listed; published the keys this replica wrote
-	// from Annotations last.
-	peers     map[string]string
+	// peers are the other live members' PeerAnnotations values, by
+	// annotation and identity, as last listed; published the keys this
+	// replica wrote from Annotations last.
+	peers     map[string]map[string]string
 	published []string
 }
 
@@ -261,16 +264,13 @@ func (m *Membership) Claims() Claims {
 	return c
 }
 
-// Peers are the other live members' values of Options.PeerAnnotation, by
-// identity, as last listed (members without it are left out).
-func (m *Membership) Peers() map[string]string {
+// Peers are the other live members' values of annotation, one of
+// Options.PeerAnnotations, by identity, as last listed (members without
+// it are left out).
+func (m *Membership) Peers(annotation string) map[string]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]string, len(m.peers))
-	for k, v := range m.peers {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(m.peers[annotation])
 }
 
 // ErrStopped is Claim's error once Run has returned.
@@ -508,7 +508,7 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 		m.seen[l.Name] = s
 	}
 	var members []Member
-	peers := map[string]string{}
+	peers := map[string]map[string]string{}
 	for i := range list.Items {
 		l := &list.Items[i]
 		s := m.seen[l.Name]
@@ -524,9 +524,12 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 			continue // expired: not seen to change for its duration
 		}
 		mem := Member{Identity: s.holder, Self: self}
-		if !self && m.opts.PeerAnnotation != "" {
-			if v, ok := l.Annotations[m.opts.PeerAnnotation]; ok {
-				peers[s.holder] = v
+		for _, k := range m.opts.PeerAnnotations {
+			if v, ok := l.Annotations[k]; ok && !self {
+				if peers[k] == nil {
+					peers[k] = map[string]string{}
+				}
+				peers[k][s.holder] = v
 			}
 		}
 		if self {
@@ -591,26 +594,7 @@ func sameView(a, b View) bool {
 
 // FormatClaims writes c as AnnotationClaims holds it.
 func FormatClaims(c Claims) string {
-	var b strings.Builder
-	b.WriteString("g=")
-	b.WriteString(strconv.FormatInt(c.Generation, 10))
-	b.WriteString(";s=")
-	for i := 0; i < len(c.Slots); {
-		j := i + 1
-		for j < len(c.Slots) && c.Slots[j] == c.Slots[j-1]+1 {
-			j++
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(c.Slots[i]))
-		if j-1 > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(c.Slots[j-1]))
-		}
-		i = j
-	}
-	return b.String()
+	return "g=" + strconv.FormatInt(c.Generation, 10) + ";s=" + shard.FormatSlots(c.Slots)
 }
 
 // maxClaimedSlots bounds what ParseClaims expands: shard.MaxSlots.
@@ -630,26 +614,8 @@ func ParseClaims(s string) (Claims, error) {
 	if c.Generation, err = strconv.ParseInt(g, 10, 64); err != nil || c.Generation < 0 {
 		return Claims{}, fmt.Errorf("claims %q: generation %q is not a count", s, g)
 	}
-	if list == "" {
-		return c, nil
-	}
-	for _, part := range strings.Split(list, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 != nil || err2 != nil || a < 0 || b < a || b >= maxClaimedSlots {
-			return Claims{}, fmt.Errorf("claims %q: slots %q: want N or N-M, 0 <= N <= M < %d", s, part, maxClaimedSlots)
-		}
-		if n := len(c.Slots); n > 0 && a <= c.Slots[n-1] {
-			return Claims{}, fmt.Errorf("claims %q: slots not ascending at %q", s, part)
-		}
-		for x := a; x <= b; x++ {
-			c.Slots = append(c.Slots, x)
-		}
+	if c.Slots, err = shard.ParseSlots(list, maxClaimedSlots); err != nil {
+		return Claims{}, fmt.Errorf("claims %q: %w", s, err)
 	}
 	return c, nil
 }

@@ -52,6 +52,11 @@ type Options struct {
 	// OnAssignment, when set, is called with each new assignment and the
 	// slots that moved from the previous one, for metrics and Events.
 	OnAssignment func(a shard.Assignment, moved []int)
+	// Plan, when set, is the balancing plan to follow (shard.Balance): the
+	// assignment is shard.AssignPlanned with it. It is read at every
+	// step (each view and each Retry), so a new plan takes effect within
+	// Retry. Default: none (rendezvous hashing alone).
+	Plan func() shard.Plan
 	// Retry is how often a pending slot (claimed elsewhere) is tried again
 	// without a change of view. Default: membership.DefaultRetryPeriod.
 	Retry time.Duration
@@ -275,10 +280,14 @@ func (c *Coordinator) step(ctx context.Context) error {
 		}
 		return nil
 	}
-	a := shard.Assign(c.opts.Space, view.Identities())
+	var plan shard.Plan
+	if c.opts.Plan != nil {
+		plan = c.opts.Plan()
+	}
+	a := shard.AssignPlanned(c.opts.Space, view.Identities(), plan)
 	c.mu.Lock()
 	prev := c.assignment
-	changed := !slices.Equal(prev.Members(), a.Members())
+	changed := !slices.Equal(prev.Members(), a.Members()) || (len(a.Members()) > 0 && len(prev.Moved(a)) > 0)
 	if changed {
 		c.generation++
 		c.assignment = a

@@ -111,6 +111,13 @@ func start(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger) *r
 // default).
 func startSettling(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger, settle time.Duration) *replica {
 	t.Helper()
+	return startPlanned(t, cs, ns, name, l, settle, nil)
+}
+
+// startPlanned starts a replica that follows the plan plan returns (nil:
+// none).
+func startPlanned(t *testing.T, cs kubernetes.Interface, ns, name string, l *ledger, settle time.Duration, plan func() shard.Plan) *replica {
+	t.Helper()
 	r := &replica{name: name, client: &membershiptest.Breakable{LeasesGetter: cs.CoordinationV1()}}
 	mopts := membership.Options{Client: r.client, Namespace: ns, Group: "wasmreconcile-operator", Identity: name,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
@@ -121,6 +128,7 @@ func startSettling(t *testing.T, cs kubernetes.Interface, ns, name string, l *le
 		OnAssignment: func(_ shard.Assignment, moved []int) { r.moves.Add(int64(len(moved))) },
 		Retry:        200 * time.Millisecond,
 		Settle:       settle,
+		Plan:         plan,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -289,4 +297,74 @@ func clientset(t *testing.T) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// TestPlanMovesSlotsWithoutOverlap: a balancing plan moves slots between
+// two replicas that stay, within a Retry of each seeing it; while only
+// the receiving replica follows it (plans spread through the Leases, so
+// replicas see a new one at different times), it waits for the slots
+// instead of starting them, and the giving replica keeps them until it
+// follows the plan too. No slot ever runs on both.
+func TestPlanMovesSlotsWithoutOverlap(t *testing.T) {
+	cs := clientset(t)
+	ns := namespace(t, cs)
+	l := newLedger(t)
+	var planA, planB atomic.Pointer[shard.Plan]
+	none := shard.Plan{}
+	planA.Store(&none)
+	planB.Store(&none)
+	a := startPlanned(t, cs, ns, "pod-a", l, -1, func() shard.Plan { return *planA.Load() })
+	var bSteps atomic.Int64
+	b := startPlanned(t, cs, ns, "pod-b", l, -1, func() shard.Plan { bSteps.Add(1); return *planB.Load() })
+	testenv.Eventually(t, 2*time.Minute, "pod-a and pod-b to split the slots", complete(l, a, b))
+
+	owned := a.c.Assignment().Owned("pod-a")
+	if len(owned) < 4 {
+		t.Fatalf("pod-a owns %d slots", len(owned))
+	}
+	plan := shard.Plan{Version: 1, Moves: map[int]string{}}
+	for _, s := range owned[:4] {
+		plan.Moves[s] = "pod-b"
+	}
+	movesB := b.moves.Load()
+	planB.Store(&plan) // pod-b first: it may not start what pod-a runs
+	testenv.Eventually(t, time.Minute, "pod-b to follow the plan", func() error {
+		if b.moves.Load() == movesB {
+			return fmt.Errorf("pod-b's assignment did not change")
+		}
+		return nil
+	})
+	// pod-b now owns the slots in its assignment while pod-a runs them:
+	// were it to start one, the ledger fails the test there (an overlap).
+	// Two more steps of pod-b's (each reads the plan once) end the step
+	// that followed the plan and run another.
+	seen := bSteps.Load()
+	testenv.Eventually(t, time.Minute, "pod-b to step twice more with the plan", func() error {
+		if n := bSteps.Load(); n < seen+2 {
+			return fmt.Errorf("%d steps", n-seen)
+		}
+		return nil
+	})
+	owners := l.owners()
+	for _, s := range owned[:4] {
+		if owners[s] != "pod-a" {
+			t.Fatalf("slot %d runs on %q before pod-a follows the plan", s, owners[s])
+		}
+	}
+	planA.Store(&plan)
+	testenv.Eventually(t, time.Minute, "the planned slots to move to pod-b", func() error {
+		if err := complete(l, a, b)(); err != nil {
+			return err
+		}
+		owners := l.owners()
+		for _, s := range owned[:4] {
+			if owners[s] != "pod-b" {
+				return fmt.Errorf("slot %d runs on %s", s, owners[s])
+			}
+		}
+		return nil
+	})
+	if n := l.overlap.Load(); n != 0 {
+		t.Fatalf("%d overlaps", n)
+	}
 }
