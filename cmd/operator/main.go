@@ -24,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -213,6 +214,8 @@ Flags:
 	fs.IntVar(&opts.Sharding.Slots, "shard-slots", operator.DefaultShardSlots, "slots the hash of --shard-key is cut into, a power of two up to 4096; the same on every replica")
 	fs.StringVar(&opts.Sharding.Mode, "shard-mode", operator.ShardModeAuto, "with --sharding: server-side (each replica lists and watches only its share; needs the API server's ShardedListAndWatch feature gate), client-side (every replica caches every object), or auto (server-side when the API server offers it)")
 	fs.DurationVar(&opts.Sharding.Settle, "shard-settle", operator.DefaultShardSettle, "with --sharding: how long a replica that finds no other live replica at start waits for replicas starting with it before it claims every slot (one that finds peers claims its share at once); a negative value: no wait")
+	fs.Float64Var(&opts.Sharding.BalanceTolerance, "shard-balance-tolerance", operator.DefaultShardBalanceTolerance, "with --sharding: how far above the mean load (objects of its slots) a replica may hold, as a fraction, before the elected replica moves slots to balance the replicas (a plan aims at half of it); a negative value: make no plans (plans made by other replicas are still followed)")
+	fs.DurationVar(&opts.Sharding.BalanceInterval, "shard-balance-interval", operator.DefaultShardBalanceInterval, "with --sharding: how often the elected replica checks the replicas' loads against --shard-balance-tolerance")
 	fs.StringVar(&opts.Sharding.Group, "shard-group", operator.DefaultShardGroup, "label value that groups the replicas' shard Leases (in --leader-election-namespace)")
 	fs.BoolVar(&opts.Engine.GuestCodeInMemory, "guest-code-in-memory", false, "keep compiled guest code in anonymous memory instead of mapping it from files in the compilation cache directory, where only the code that runs is resident (default: mapped)")
 	fs.BoolVar(&opts.Engine.InterpreterFirst, "interpreter-first", false, "serve new module bytes from wazero's interpreter (loads ~5x faster, runs ~50x slower) until the compiled code is ready")
@@ -294,6 +297,12 @@ Flags:
 		}
 		if k := opts.Sharding.Key; k != "namespace" && k != "uid" {
 			return fmt.Errorf("--shard-key %q: want namespace or uid", k)
+		}
+		if t := opts.Sharding.BalanceTolerance; t == 0 || math.IsNaN(t) || math.IsInf(t, 0) {
+			return fmt.Errorf("--shard-balance-tolerance %v: want a fraction above 0 (0.1 for 10%%), or a negative value to make no plans", t)
+		}
+		if opts.Sharding.BalanceInterval <= 0 {
+			return fmt.Errorf("--shard-balance-interval %s: want a positive duration", opts.Sharding.BalanceInterval)
 		}
 		if opts.Sharding.Identity == "" {
 			opts.Sharding.Identity = os.Getenv("POD_NAME")

@@ -345,6 +345,17 @@ type ShardingOptions struct {
 	// claims every slot (a replica that finds peers claims its share at
 	// once). Defaults to DefaultShardSettle; negative: no wait.
 	Settle time.Duration
+	// BalanceTolerance is how far above the mean load (the objects of
+	// its slots) a replica may hold before the elected replica moves
+	// slots to balance them, as a fraction (0.1: 10%); a plan then
+	// aims at half of it. Every replica follows the plans it sees,
+	// whatever its own setting. Defaults to DefaultShardBalanceTolerance;
+	// negative: this replica makes no plans and publishes no load.
+	BalanceTolerance float64
+	// BalanceInterval is how often the elected replica checks the loads
+	// (each replica counts its own twice as often). Defaults to
+	// DefaultShardBalanceInterval.
+	BalanceInterval time.Duration
 
 	// agent, set by New, names the replica and its claims' generation in
 	// the User-Agent of the operator's requests.
@@ -358,4 +369,6 @@ const (
 	DefaultShardNamespaceDebounce = time.Second
 	DefaultShardReshardTimeout    = 30 * time.Second
 	DefaultShardSettle            = sharding.DefaultSettle
+	DefaultShardBalanceTolerance  = 0.1
+	DefaultShardBalanceInterval   = 30 * time.Second
 )

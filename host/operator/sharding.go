@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"sync"
@@ -69,6 +70,16 @@ type shards struct {
 	// host serves them (reconcileModules).
 	recorder         events.EventRecorder
 	reconcileModules bool
+	metrics          *metrics.Metrics
+
+	// Balancing by load (balance.go): the plan this replica follows and
+	// publishes, the peers' plans that did not parse (logged once each),
+	// and the load it publishes.
+	balanceMu sync.Mutex
+	plan      shard.Plan
+	badPlan   map[string]string
+	load      string
+
 	// admitted and refused, when set (tests, through testhooks), see the
 	// key of every reconcile the gate admits, and refuses.
 	admitted, refused atomic.Pointer[func(types.NamespacedName)]
@@ -108,6 +119,15 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	if o.ReshardTimeout <= 0 {
 		o.ReshardTimeout = DefaultShardReshardTimeout
 	}
+	if o.BalanceTolerance == 0 {
+		o.BalanceTolerance = DefaultShardBalanceTolerance
+	}
+	if o.BalanceInterval <= 0 {
+		o.BalanceInterval = DefaultShardBalanceInterval
+	}
+	if math.IsNaN(o.BalanceTolerance) || math.IsInf(o.BalanceTolerance, 0) {
+		return nil, fmt.Errorf("sharding: balance tolerance %v: want a fraction (0.1 for 10%%), or a negative one to make no plans", o.BalanceTolerance)
+	}
 	s := &shards{space: space, key: key, gate: sharding.NewGate(space), opts: o,
 		recorder: mgr.GetEventRecorder("wasmreconcile"), reconcileModules: reconcileModules,
 		leading: func() bool {
@@ -118,7 +138,8 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 				return false
 			}
 		},
-		namespaces: map[string]struct{}{}, pending: map[int]bool{}, nsChanged: make(chan struct{}, 1), cache: mgr.GetCache()}
+		namespaces: map[string]struct{}{}, pending: map[int]bool{}, nsChanged: make(chan struct{}, 1), cache: mgr.GetCache(),
+		metrics: m, badPlan: map[string]string{}}
 	s.probe = func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 		return cs.CoordinationV1().Leases(o.Namespace).List(ctx, lo)
 	}
@@ -131,16 +152,18 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	// given to it, for wasmreconcile_shard_handover_seconds.
 	var mu sync.Mutex
 	given := map[int]time.Time{}
+	var members []string // of the previous assignment
 	s.coord, err = sharding.New(membership.Options{
 		Client: cs.CoordinationV1(), Namespace: o.Namespace, Group: o.Group, Identity: o.Identity,
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		OnLost:         func(err error) { log.Error(err, "every slot's work stopped") },
-		Annotations:    s.publishShadowCounts,
-		PeerAnnotation: AnnotationShadowCounts,
+		OnLost:          func(err error) { log.Error(err, "every slot's work stopped") },
+		Annotations:     s.publish,
+		PeerAnnotations: []string{AnnotationShadowCounts, AnnotationShardLoad, AnnotationShardPlan},
 	}, sharding.Options{
 		Space:  space,
 		Settle: o.Settle,
 		Log:    log,
+		Plan:   s.followPlan,
 		Acquire: func(slots []int) {
 			s.cacheShare(slots)
 			s.gate.Acquire(slots)
@@ -175,12 +198,14 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 					delete(given, slot) // given elsewhere before it started here
 				}
 			}
+			byLoad := slices.Equal(members, a.Members())
+			members = a.Members()
 			mu.Unlock()
 			m.ShardMembers.Set(float64(len(a.Members())))
 			m.ShardMoves.Add(float64(len(moved)))
-			log.Info("assignment", "members", a.Members(), "slots", a.String(), "moved", len(moved), "mine", len(mine))
+			log.Info("assignment", "members", a.Members(), "slots", a.String(), "moved", len(moved), "mine", len(mine), "byLoad", byLoad)
 			if len(moved) > 0 {
-				go s.rebalanced(a, len(moved))
+				go s.rebalanced(a, len(moved), byLoad)
 			}
 		},
 	})
@@ -254,7 +279,7 @@ func (s *shards) publishShadowCounts() map[string]string {
 // counts of module's candidate digest (the modulecontroller adds its own).
 func (s *shards) peerShadowStats(module, digest string) shadow.Stats {
 	var sum shadow.Stats
-	for id, v := range s.coord.Membership().Peers() {
+	for id, v := range s.coord.Membership().Peers(AnnotationShadowCounts) {
 		var counts map[string]shadowCount
 		if err := json.Unmarshal([]byte(v), &counts); err != nil {
 			s.log.Info("ignoring shadow counts that do not decode", "replica", id, "error", err.Error())
@@ -275,8 +300,9 @@ func (s *shards) peerShadowStats(module, digest string) shadow.Stats {
 const ReasonRebalanced = "Rebalanced"
 
 // rebalanced, on the elected replica, records a ReasonRebalanced Event on
-// every ReconcileModule: the members and how many slots moved.
-func (s *shards) rebalanced(a shard.Assignment, moved int) {
+// every ReconcileModule: the members and how many slots moved, and
+// whether a plan moved them for load (the members unchanged).
+func (s *shards) rebalanced(a shard.Assignment, moved int, byLoad bool) {
 	if !s.leading() || !s.reconcileModules {
 		return
 	}
@@ -287,8 +313,12 @@ func (s *shards) rebalanced(a shard.Assignment, moved int) {
 		return // no ReconcileModules served (--reconcile-modules off)
 	}
 	for i := range list.Items {
+		how := "rebalanced"
+		if byLoad {
+			how = "balanced by load"
+		}
 		s.recorder.Eventf(&list.Items[i], nil, corev1.EventTypeNormal, ReasonRebalanced, "Shard",
-			"shard group %s rebalanced: %d of %d slots moved; %s", s.opts.Group, moved, s.space.Slots(), a)
+			"shard group %s %s: %d of %d slots moved; %s", s.opts.Group, how, moved, s.space.Slots(), a)
 	}
 }
 
@@ -557,7 +587,7 @@ func (s *shards) ready() error {
 // report is /readyz/modules' sharding line.
 func (s *shards) report() string {
 	a := s.coord.Assignment()
-	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s\n", s.mode, s.opts.Identity, s.gate.ActiveCount(), s.space.Slots(), a)
+	return fmt.Sprintf("sharding %s as %s: %d of %d slots worked on here; %s; %s\n", s.mode, s.opts.Identity, s.gate.ActiveCount(), s.space.Slots(), a, s.planSummary())
 }
 
 // Start runs the coordinator in every replica (a manager runnable);
@@ -568,6 +598,7 @@ func (s *shards) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	go s.runBalance(ctx)
 	if err := s.coord.Run(ctx); err != nil {
 		return err // the Lease was lost: the manager stops, the pod restarts
 	}

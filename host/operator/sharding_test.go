@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -330,4 +331,119 @@ func byUIDPair(t *testing.T, e optest.Env, group string, slots int, opts operato
 		optest.ShardRefused(ops[id], refused.Hook(id))
 	}
 	return ops, admitted, refused
+}
+
+// TestShardsBalanceByLoad: two replicas whose rendezvous owners give op-a
+// six times op-b's Widgets balance them by load: the elected replica
+// moves slots of op-a's to op-b until neither holds more than the mean by
+// the tolerance, both follow the plan (the slots worked on are disjoint
+// and cover every slot), and a Widget of a namespace that moved is
+// reconciled by op-b afterwards. It fails when no plan is made (with
+// BalanceTolerance negative).
+func TestShardsBalanceByLoad(t *testing.T) {
+	t.Parallel()
+	e := optest.NewEnv(t)
+	const slots = 16
+	a := optest.ShardPair(t, slots)
+	namespaces, byMember := optest.ShardNamespaces(t, e, a, "l", 2)
+	count := map[string]int{}
+	for _, ns := range namespaces {
+		n := 1
+		if a.OwnerOf(shard.ByNamespace, ns) == "op-a" {
+			n = 6
+		}
+		count[ns] = n
+		for i := range n {
+			if err := e.C.Create(context.Background(), optest.Widget(ns, fmt.Sprintf("w%d", i), 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	total := 0
+	for _, n := range count {
+		total += n
+	}
+	module := testwasm.BuildFile(t, "./widget")
+	regs := map[string]*prometheus.Registry{}
+	ops := map[string]*operator.Operator{}
+	admitted := optest.NewSeen(optest.ByNamespace)
+	for _, id := range []string{"op-a", "op-b"} {
+		mo := e.OperatorOptions()
+		mo.Namespaces = append([]string{e.NS}, namespaces...)
+		sharding := optest.Sharded(e, &mo, "balance", id, slots)
+		sharding.BalanceTolerance, sharding.BalanceInterval = 0.1, time.Second
+		regs[id] = prometheus.NewRegistry()
+		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{module}, Registerer: regs[id], Sharding: sharding})
+		optest.ShardAdmitted(ops[id], admitted.Hook(id))
+	}
+	loads := func() (map[string]float64, error) {
+		out := map[string]float64{}
+		sum := 0.0
+		for id, reg := range regs {
+			out[id] = optest.Gather(t, reg, "wasmreconcile_shard_load", nil)
+			sum += out[id]
+		}
+		if sum != float64(total) {
+			return out, fmt.Errorf("loads %v add up to %v of %d Widgets", out, sum, total)
+		}
+		return out, nil
+	}
+	testenv.Eventually(t, 2*time.Minute, "the replicas' loads within 10% of the mean, every slot worked on once", func() error {
+		l, err := loads()
+		if err != nil {
+			return err
+		}
+		mean := float64(total) / 2
+		if l["op-a"] > mean*1.1 || l["op-b"] > mean*1.1 {
+			return fmt.Errorf("loads %v, mean %v", l, mean)
+		}
+		var all []int
+		for _, op := range ops {
+			active, _ := optest.ShardActive(op)
+			all = append(all, active...)
+		}
+		slices.Sort(all)
+		if len(all) != slots || len(slices.Compact(all)) != slots {
+			return fmt.Errorf("slots worked on: %v", all)
+		}
+		return nil
+	})
+	moves := optest.Gather(t, regs["op-a"], "wasmreconcile_shard_balance_moves_total", nil) + optest.Gather(t, regs["op-b"], "wasmreconcile_shard_balance_moves_total", nil)
+	if moves < 1 {
+		t.Errorf("wasmreconcile_shard_balance_moves_total adds up to %v", moves)
+	}
+	for id, op := range ops {
+		if r := optest.ShardReport(op); !strings.Contains(r, "for load") || strings.Contains(r, "no slots moved for load") {
+			t.Errorf("%s's /readyz/modules does not name the plan: %s", id, r)
+		}
+	}
+	// A namespace of op-a's that op-b now works on: its Widget changes,
+	// and op-b reconciles it.
+	activeB, _ := optest.ShardActive(ops["op-b"])
+	var moved string
+	for _, ns := range byMember["op-a"] {
+		if slices.Contains(activeB, a.Space().SlotOf(shard.ByNamespace, ns)) {
+			moved = ns
+		}
+	}
+	if moved == "" {
+		t.Fatalf("op-b works on none of op-a's namespaces %v (slots %v)", byMember["op-a"], activeB)
+	}
+	admitted.Clear()
+	if err := e.C.Patch(context.Background(), optest.Widget(moved, "w0", 0), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"size":7}}`))); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the moved namespace's Widget to converge", func() error {
+		w := optest.Widget(moved, "w0", 0)
+		if err := e.C.Get(context.Background(), client.ObjectKey{Namespace: moved, Name: "w0"}, w); err != nil {
+			return err
+		}
+		if s, _, _ := unstructured.NestedString(w.Object, "status", "summary"); !strings.HasPrefix(s, "7 x") {
+			return fmt.Errorf("summary %q", s)
+		}
+		return nil
+	})
+	if got := admitted.In(moved); !got["op-b"] || got["op-a"] {
+		t.Errorf("%s, moved to op-b, reconciled by %v", moved, got)
+	}
 }

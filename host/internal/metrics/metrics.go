@@ -95,6 +95,12 @@ type Metrics struct {
 	// time from the assignment to the slot's work starting here (the old
 	// owner stopping included).
 	ShardHandoverSeconds prometheus.Histogram
+	// ShardLoad is the objects of the slots this replica works on, as it
+	// last counted them for balancing by load; ShardBalanceMoves counts
+	// the slots moved by the balancing plans this replica made (as the
+	// elected one).
+	ShardLoad         prometheus.Gauge
+	ShardBalanceMoves prometheus.Counter
 	// CompilationCacheBytes is what the files under the compilation cache
 	// directory added up to at the last check of its bound.
 	CompilationCacheBytes prometheus.Gauge
@@ -247,6 +253,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Per slot given to this replica: from the assignment to the slot's work starting here, the old owner stopping included, with --sharding.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120},
 		}),
+		ShardLoad: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wasmreconcile_shard_load",
+			Help: "Objects of the slots this replica works on (every module's kind), as last counted for balancing by load, with --sharding.",
+		}),
+		ShardBalanceMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "wasmreconcile_shard_balance_moves_total",
+			Help: "Slots moved by the balancing plans this replica made as the elected one, with --sharding.",
+		}),
 		CompilationCacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "wasmreconcile_compilation_cache_bytes",
 			Help: "What the files under --compilation-cache-dir added up to at the last check of --compilation-cache-max-size.",
@@ -301,6 +315,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.ShardMembers = promreg.Register(reg, m.ShardMembers, &err)
 	m.ShardMoves = promreg.Register(reg, m.ShardMoves, &err)
 	m.ShardHandoverSeconds = promreg.Register(reg, m.ShardHandoverSeconds, &err)
+	m.ShardLoad = promreg.Register(reg, m.ShardLoad, &err)
+	m.ShardBalanceMoves = promreg.Register(reg, m.ShardBalanceMoves, &err)
 	m.CompilationCacheBytes = promreg.Register(reg, m.CompilationCacheBytes, &err)
 	m.CompilationCacheRemoved = promreg.Register(reg, m.CompilationCacheRemoved, &err)
 	m.CompilationCacheOver = promreg.Register(reg, m.CompilationCacheOver, &err)
@@ -320,7 +336,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ReconcileTotal, m.GuestDuration, m.FuelUsed, m.Preemptions, m.StatusWrites,
 		m.ChildOperations, m.ApplyFailures, m.InstancesRecycled, m.StormsDetected, m.Damped, m.Unchanged, m.Reloads, m.CompileSeconds, m.GuestLogDropped, m.EventsDropped, m.Shadow, m.MemoryWaits, m.HostPanics, m.TriggerDamped, m.TriggerFanOutDropped, m.ModuleUnloads, m.ModuleWakeSeconds,
-		m.ShardSlots, m.ShardMembers, m.ShardMoves, m.ShardHandoverSeconds,
+		m.ShardSlots, m.ShardMembers, m.ShardMoves, m.ShardHandoverSeconds, m.ShardLoad, m.ShardBalanceMoves,
 		m.CompilationCacheBytes, m.CompilationCacheRemoved, m.CompilationCacheOver,
 		m.ModuleCacheBytes, m.ModuleCacheRemoved, m.ModuleCacheOver, m.modules, m.budget}
 }

@@ -172,6 +172,33 @@ func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.Generi
 	return nil
 }
 
+// EachStored calls fn with the namespace and uid of every object of the
+// module's kind in the cache (this replica's share, with server-side
+// sharding), and reports whether it could list them: false when the
+// informer has not synced by ctx's end. It reads the informer's store
+// without a copy when it can reach it, and lists through the client
+// (decoding a copy of each object) when it cannot (a cache over several
+// namespaces).
+func (r *Reconciler) EachStored(ctx context.Context, fn func(namespace string, uid types.UID)) bool {
+	if objs, ok := r.stored(ctx); ok {
+		for _, o := range objs {
+			if obj, ok := o.(metav1.Object); ok {
+				fn(obj.GetNamespace(), obj.GetUID())
+			}
+		}
+		return true
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
+	if err := r.opts.Client.List(ctx, list); err != nil {
+		return false
+	}
+	for i := range list.Items {
+		fn(list.Items[i].GetNamespace(), list.Items[i].GetUID())
+	}
+	return true
+}
+
 // admitting queues only the events whose object place places where admits
 // accepts (Options.Admits); deletes always pass. An update passes when
 // either its old or its new object is admitted, as the handler it wraps

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/wasmreconcile/wasmreconcile/host/abi"
@@ -112,6 +113,27 @@ func (s *Supervisor) RequeueEvery() {
 	for _, r := range s.modules {
 		s.requeueAll(r)
 	}
+}
+
+// EachStored calls fn with the namespace and uid of every object of
+// every running module controller's kind in the cache (Reconciler's
+// EachStored), and reports whether it reached every one's store.
+func (s *Supervisor) EachStored(ctx context.Context, fn func(namespace string, uid types.UID)) bool {
+	s.mu.Lock()
+	var recs []*reconciler.Reconciler
+	for _, r := range s.modules {
+		if r.cancel != nil {
+			recs = append(recs, r.rec)
+		}
+	}
+	s.mu.Unlock()
+	all := true
+	for _, rec := range recs {
+		if !rec.EachStored(ctx, fn) {
+			all = false
+		}
+	}
+	return all
 }
 
 // requeueAll requeues every object of r into its running controller, in

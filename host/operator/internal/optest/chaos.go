@@ -28,6 +28,7 @@ import (
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/testenv"
+	"github.com/wasmreconcile/wasmreconcile/host/operator"
 	"github.com/wasmreconcile/wasmreconcile/internal/testshare"
 	"github.com/wasmreconcile/wasmreconcile/internal/testwasm"
 	"github.com/wasmreconcile/wasmreconcile/internal/testworker"
@@ -59,6 +60,11 @@ const (
 	chaosGroup   = "chaos"
 	chaosPerNS   = 3
 	chaosNSCount = 8
+	// chaosBalance is --shard-balance-interval: the elected replica
+	// balances by load every 2 s, so that plans move slots between the
+	// membership changes too (3 Widgets per namespace hashed into 16
+	// slots are rarely within the 10% tolerance).
+	chaosBalance = 2 * time.Second
 )
 
 // Chaos is issue 27's test of sharding across operator processes, run
@@ -71,7 +77,8 @@ const (
 // It starts the run build of the operator as processes, each with
 // --sharding and its own identity, over Widgets in chaosNSCount
 // namespaces; every Widget converges with 1, 2 and 3 replicas (each step
-// changes every Widget). Then, while a goroutine keeps changing Widgets,
+// changes every Widget). The elected replica balances by load every
+// chaosBalance, so slots also move between replicas that stay. Then, while a goroutine keeps changing Widgets,
 // it kills one replica with SIGKILL, adds one, stops one gracefully, adds
 // one and kills one more; after each kill it changes a Widget of each
 // namespace (or each Widget, by uid) the killed replica owned and times
@@ -226,7 +233,7 @@ func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 			"--leader-elect-lease-duration", chaosLease.String(), "--leader-elect-renew-deadline", chaosRenew.String(),
 			"--leader-elect-retry-period", chaosRetry.String(),
 			"--sharding", "--shard-identity", id, "--shard-slots", strconv.Itoa(chaosSlots), "--shard-group", chaosGroup, "--shard-mode", mode,
-			"--shard-key", by.Short())
+			"--shard-key", by.Short(), "--shard-balance-interval", chaosBalance.String())
 		r.cmd.Stdout, r.cmd.Stderr = f, f
 		r.cmd.Env = testworker.Environ() // the binary compiles in itself
 		r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -265,11 +272,35 @@ func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 		live = slices.DeleteFunc(live, func(x string) bool { return x == id })
 		return at
 	}
+	// planned is the assignment of the live replicas under the newest
+	// balancing plan their Leases publish (balancing by load, every
+	// chaosBalance).
+	planned := func(leases []coordinationv1.Lease) shard.Assignment {
+		var plan shard.Plan
+		for _, l := range leases {
+			if !slices.Contains(live, strings.TrimPrefix(l.Name, chaosGroup+"-")) {
+				continue
+			}
+			if p, err := shard.ParsePlan(l.Annotations[operator.AnnotationShardPlan], chaosSlots); err == nil && p.Newer(plan) {
+				plan = p
+			}
+		}
+		return shard.AssignPlanned(space, live, plan)
+	}
+	current := func() shard.Assignment {
+		t.Helper()
+		var leases coordinationv1.LeaseList
+		if err := e.C.List(ctx, &leases, client.InNamespace(e.NS), client.MatchingLabels{membership.LabelGroup: chaosGroup}); err != nil {
+			t.Fatal(err)
+		}
+		return planned(leases.Items)
+	}
 	// settled waits until the live replicas' Leases claim every slot once
-	// between them, and returns the assignment.
+	// between them, as the newest plan they publish assigns them, and
+	// returns the assignment.
 	settled := func(what string) shard.Assignment {
 		t.Helper()
-		a := shard.Assign(space, live)
+		var a shard.Assignment
 		testenv.Eventually(t, 2*time.Minute, what, func() error {
 			for id, r := range replicas {
 				select {
@@ -284,6 +315,7 @@ func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 			if err := e.C.List(ctx, &leases, client.InNamespace(e.NS), client.MatchingLabels{membership.LabelGroup: chaosGroup}); err != nil {
 				return err
 			}
+			a = planned(leases.Items)
 			claimed := map[int]string{}
 			for _, l := range leases.Items {
 				id := strings.TrimPrefix(l.Name, chaosGroup+"-")
@@ -348,7 +380,7 @@ func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 	// kill kills the live replica that owns the most Widgets.
 	kill := func() {
 		t.Helper()
-		before := shard.Assign(space, live)
+		before := current()
 		owns := map[string]int{}
 		for _, w := range widgets {
 			owns[before.OwnerOf(by, placed(w))]++
@@ -417,6 +449,15 @@ func Chaos(t *testing.T, e Env, auditLog, mode string, by shard.Key) {
 		t.Fatalf("%d membership changes; the test needs at least 5 after the first three", changes-3)
 	}
 	t.Logf("%d membership changes; takeovers after a kill: %v (Lease %s)", changes, takeovers, chaosLease)
+	var leases coordinationv1.LeaseList
+	if err := e.C.List(ctx, &leases, client.InNamespace(e.NS), client.MatchingLabels{membership.LabelGroup: chaosGroup}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases.Items {
+		if v, ok := l.Annotations[operator.AnnotationShardPlan]; ok {
+			t.Logf("%s follows balancing plan %s", l.Name, v)
+		}
+	}
 
 	// The audit.
 	for _, id := range slices.Clone(live) {

@@ -381,8 +381,10 @@ func Sharded(e Env, mo *operator.ManagerOptions, group, id string, slots int) op
 	const lease, renew, retry = 4 * time.Second, 3 * time.Second, 250 * time.Millisecond
 	mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, group+"-"+e.NS, e.NS
 	mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = lease, renew, retry
+	// No balancing by load: the tests that place objects by ShardPair
+	// expect rendezvous owners (TestShardsBalanceByLoad turns it on).
 	return operator.ShardingOptions{Enabled: true, Identity: id, Slots: slots, Group: group,
-		LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry}
+		LeaseDuration: lease, RenewDeadline: renew, RetryPeriod: retry, BalanceTolerance: -1}
 }
 
 // ShardPair is the assignment of slots slots to the two replicas op-a and
