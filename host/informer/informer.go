@@ -297,12 +297,12 @@ type listWatcher struct {
 	// Sharding (shard.go).
 	sharding   *Sharding // the Informers' when the informer was built; nil: off
 	shardOnce  sync.Once
-	sharded    bool                // the kind lists and watches with the selector
-	listed     selection           // the selection the last list used
-	watchedGen uint64              // the selection of the open watch
-	runCtx     context.Context     // the reflector's, from its last call
-	keys       map[string]struct{} // of the objects the informer holds (sharded kinds)
-	example    runtime.Object      // the informer's example object
+	sharded    bool              // the kind lists and watches with the selector
+	listed     selection         // the selection the last list used
+	watchedGen uint64            // the selection of the open watch
+	runCtx     context.Context   // the reflector's, from its last call
+	keys       map[string]string // key to resourceVersion of the objects the informer holds (sharded kinds)
+	example    runtime.Object    // the informer's example object
 }
 
 // countObjects counts objects a watch added (+1) or deleted (-1).

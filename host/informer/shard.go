@@ -26,9 +26,11 @@ import (
 // A sharded informer lists with the selector current when its list
 // starts, and watches with that same selector. When the selector changes,
 // its open watch lists the new share itself and hands the reflector the
-// difference as watch events: ADDED or MODIFIED for each object listed,
-// DELETED for each object it held that the list lacks (a stub with the
-// object's namespace and name), and a BOOKMARK at the list's
+// difference as watch events: ADDED or MODIFIED for each object listed
+// that the informer does not hold at the listed resourceVersion (one it
+// holds unchanged sends nothing, so its handlers see no update and queue
+// nothing), DELETED for each object it held that the list lacks (a stub
+// with the object's namespace and name), and a BOOKMARK at the list's
 // resourceVersion; then it watches on from there with the new selector
 // (restart reason "resharded"). The reflector never restarts, so a move
 // costs no reflector backoff. If that list or watch fails, the watch ends
@@ -266,15 +268,18 @@ func (c *countingWatch) reshard(ctx context.Context, w *listWatcher, opts metav1
 			return errStopped
 		}
 	}
-	now := map[string]struct{}{}
+	now := map[string]string{}
 	err = meta.EachListItem(list, func(obj runtime.Object) error {
-		k, err := objectKey(obj)
+		k, v, err := objectKey(obj)
 		if err != nil {
 			return err
 		}
-		now[k] = struct{}{}
+		now[k] = v
 		typ := watch.Added
-		if _, ok := held[k]; ok {
+		if had, ok := held[k]; ok {
+			if had == v {
+				return nil // held unchanged
+			}
 			typ = watch.Modified
 		}
 		return send(watch.Event{Type: typ, Object: obj})
@@ -328,19 +333,19 @@ func (w *listWatcher) track(ev watch.Event) {
 	if !w.isSharded() || (ev.Type != watch.Added && ev.Type != watch.Modified && ev.Type != watch.Deleted) {
 		return
 	}
-	k, err := objectKey(ev.Object)
+	k, v, err := objectKey(ev.Object)
 	if err != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.keys == nil {
-		w.keys = map[string]struct{}{}
+		w.keys = map[string]string{}
 	}
 	if ev.Type == watch.Deleted {
 		delete(w.keys, k)
 	} else {
-		w.keys[k] = struct{}{}
+		w.keys[k] = v
 	}
 }
 
@@ -366,24 +371,25 @@ func (w *listWatcher) stub(namespace, name, rv string) runtime.Object {
 	return o
 }
 
-// listKeys are the keys of a list's objects.
-func listKeys(list runtime.Object) (map[string]struct{}, error) {
-	keys := map[string]struct{}{}
+// listKeys are the keys of a list's objects, with their
+// resourceVersions.
+func listKeys(list runtime.Object) (map[string]string, error) {
+	keys := map[string]string{}
 	err := meta.EachListItem(list, func(obj runtime.Object) error {
-		k, err := objectKey(obj)
-		keys[k] = struct{}{}
+		k, v, err := objectKey(obj)
+		keys[k] = v
 		return err
 	})
 	return keys, err
 }
 
-// objectKey is "namespace/name".
-func objectKey(obj runtime.Object) (string, error) {
+// objectKey is "namespace/name", and the object's resourceVersion.
+func objectKey(obj runtime.Object) (key, resourceVersion string, err error) {
 	a, err := meta.Accessor(obj)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return a.GetNamespace() + "/" + a.GetName(), nil
+	return a.GetNamespace() + "/" + a.GetName(), a.GetResourceVersion(), nil
 }
 
 // listResourceVersion is a list's resourceVersion.

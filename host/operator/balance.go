@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,9 +161,11 @@ func (s *shards) countLoad(ctx context.Context) {
 
 // balance, on the elected replica, makes a new plan when a replica holds
 // more than the mean load by BalanceTolerance, and follows it. It does
-// nothing while slots change hands: every live replica's published load
+// nothing while slots change hands (every live replica's published load
 // must have been counted under its claims now, and those claims must be
-// what the plan in force gives it.
+// what the plan in force gives it), nor while the loads' total moves by
+// more than a quarter of BalanceTolerance between two checks. runBalance
+// alone calls it.
 func (s *shards) balance() (moved int, why string) {
 	view := s.coord.Membership().View()
 	plan := s.followPlan()
@@ -173,6 +176,7 @@ func (s *shards) balance() (moved int, why string) {
 	own := s.load
 	s.balanceMu.Unlock()
 	loads := make([]int64, s.space.Slots())
+	var total int64
 	for _, m := range view.Members {
 		v, ok := peers[m.Identity]
 		if m.Self {
@@ -193,7 +197,18 @@ func (s *shards) balance() (moved int, why string) {
 		}
 		for slot, n := range l.counts {
 			loads[slot] = n
+			total += n
 		}
+	}
+	// Replicas count at their own times, up to half an interval and a
+	// renewal apart: while objects arrive or leave in bulk their counts
+	// disagree by more than the imbalance, and a plan on them would be
+	// undone by the next. Plan only on loads that held still since the
+	// last check.
+	prev := s.balanceTotal
+	s.balanceTotal = total
+	if prev == 0 || math.Abs(float64(total-prev)) > float64(prev)*s.opts.BalanceTolerance/4 {
+		return 0, fmt.Sprintf("the loads are moving (%d objects, %d at the last check)", total, prev)
 	}
 	next, ok := shard.Balance(s.space, ids, plan, loads, s.opts.BalanceTolerance, max(1, s.space.Slots()/8))
 	if !ok {

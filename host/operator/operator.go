@@ -24,6 +24,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -173,7 +174,7 @@ func Setup(mgr manager.Manager, opts Options) (*Host, error) {
 	}
 	var sopts supervisor.Options
 	if opts.Sharding.Enabled {
-		if h.shards, err = newShards(mgr, m, opts.Sharding, opts.Informers, opts.ReconcileModules, func() { h.supervisor.RequeueEvery() }); err != nil {
+		if h.shards, err = newShards(mgr, m, opts.Sharding, opts.Informers, opts.ReconcileModules, func(keep func(string, types.UID) bool) { h.supervisor.RequeueEvery(keep) }); err != nil {
 			return nil, err
 		}
 		sopts.Shard, sopts.Leading, sopts.ShardByUID, sopts.Admits = h.shards.admit, h.shards.leading, h.shards.byUID(), h.shards.admits

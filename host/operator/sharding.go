@@ -79,6 +79,9 @@ type shards struct {
 	plan      shard.Plan
 	badPlan   map[string]string
 	load      string
+	// balanceTotal is the loads' total at the elected replica's last
+	// check (runBalance's own).
+	balanceTotal int64
 
 	// admitted and refused, when set (tests, through testhooks), see the
 	// key of every reconcile the gate admits, and refuses.
@@ -87,9 +90,10 @@ type shards struct {
 
 // newShards checks o, decides the mode (asking the API server whether it
 // filters by shard) and builds the gate and the coordinator; acquired is
-// called after slots are acquired (the host requeues its objects).
+// called after slots are acquired, with what places an object in them
+// (the host requeues those objects).
 // informers are the cache's (nil: the client-side mode only).
-func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, informers *informer.Informers, reconcileModules bool, acquired func()) (*shards, error) {
+func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, informers *informer.Informers, reconcileModules bool, acquired func(keep func(namespace string, uid types.UID) bool)) (*shards, error) {
 	if o.Identity == "" || o.Namespace == "" {
 		return nil, errors.New("sharding: Identity (the pod's name) and Namespace are required")
 	}
@@ -177,7 +181,11 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 			}
 			mu.Unlock()
 			m.ShardSlots.Set(float64(s.gate.ActiveCount()))
-			acquired()
+			in := make(map[int]bool, len(slots))
+			for _, slot := range slots {
+				in[slot] = true
+			}
+			acquired(func(namespace string, uid types.UID) bool { return in[s.slotOf(namespace, uid)] })
 		},
 		Release: func(ctx context.Context, slots []int) {
 			_ = s.gate.Release(ctx, slots)

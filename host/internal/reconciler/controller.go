@@ -143,10 +143,17 @@ func (r *Reconciler) NewController(mgr ctrl.Manager, opts ControllerOptions) (cr
 // requeue, which sharding does on each acquisition of slots and a reload
 // on each new version.
 func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.GenericEvent) error {
+	return r.RequeueWhere(ctx, requeue, nil)
+}
+
+// RequeueWhere is RequeueAll for the objects whose namespace and uid keep
+// accepts (nil: every object); with sharding, those of the slots a
+// replica just acquired, whose other objects are queued already.
+func (r *Reconciler) RequeueWhere(ctx context.Context, requeue chan<- event.GenericEvent, keep func(namespace string, uid types.UID) bool) error {
 	if objs, ok := r.stored(ctx); ok {
 		for _, o := range objs {
 			obj, ok := o.(client.Object)
-			if !ok {
+			if !ok || (keep != nil && !keep(obj.GetNamespace(), obj.GetUID())) {
 				continue
 			}
 			select {
@@ -163,6 +170,9 @@ func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.Generi
 		return fmt.Errorf("module[%s]: listing %s to requeue: %w", r.name, r.gvk.Kind, err)
 	}
 	for i := range list.Items {
+		if keep != nil && !keep(list.Items[i].GetNamespace(), list.Items[i].GetUID()) {
+			continue
+		}
 		select {
 		case requeue <- event.GenericEvent{Object: &list.Items[i]}:
 		case <-ctx.Done():

@@ -104,14 +104,15 @@ func (s *Supervisor) serve(r *running, spec Spec, version *versionslot.Version, 
 	return result, nil
 }
 
-// RequeueEvery requeues every object of every running module controller
-// into it, in the background: with Options.Shard, after this replica
-// acquired slots, so that their objects are reconciled here.
-func (s *Supervisor) RequeueEvery() {
+// RequeueEvery requeues the objects keep accepts (by namespace and uid;
+// nil: every object) of every running module controller into it, in the
+// background: with Options.Shard, after this replica acquired slots, so
+// that their objects are reconciled here.
+func (s *Supervisor) RequeueEvery(keep func(namespace string, uid types.UID) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.modules {
-		s.requeueAll(r)
+		s.requeueWhere(r, keep)
 	}
 }
 
@@ -139,7 +140,10 @@ func (s *Supervisor) EachStored(ctx context.Context, fn func(namespace string, u
 // requeueAll requeues every object of r into its running controller, in
 // the background; nothing when the controller does not run (a standby: a
 // new leader's controllers list every object anyway). s.mu is held.
-func (s *Supervisor) requeueAll(r *running) {
+func (s *Supervisor) requeueAll(r *running) { s.requeueWhere(r, nil) }
+
+// requeueWhere is requeueAll for the objects keep accepts. s.mu is held.
+func (s *Supervisor) requeueWhere(r *running, keep func(namespace string, uid types.UID) bool) {
 	if r.cancel == nil {
 		return
 	}
@@ -157,7 +161,7 @@ func (s *Supervisor) requeueAll(r *running) {
 	go func() {
 		defer s.goroutines.Done()
 		defer cancel()
-		if err := rec.RequeueAll(ctx, ch); err != nil && ctx.Err() == nil {
+		if err := rec.RequeueWhere(ctx, ch, keep); err != nil && ctx.Err() == nil {
 			s.opts.Log.Info("requeue after reload failed; objects are reconciled on their next event", "module", rec.Name(), "error", err.Error())
 		}
 	}()
