@@ -24,7 +24,11 @@ import (
 // or off (the client-side mode). Per replica it measures the Widgets its
 // informers hold (wasmreconcile_informer_objects), its CPU to converge and
 // its RSS 20 s after convergence, as fractions of the single operator's;
-// then a replica joins and one leaves, and it counts the slots that moved
+// then it waits for the elected replica to balance the replicas by load
+// (their plans wait for the Widgets to stop arriving) and reads the
+// Widgets and RSS again, 20 s after; then every operator restarts at
+// once (catching up, following the plan they left off with); then a
+// replica joins and one leaves, and it counts the slots that moved
 // (wasmreconcile_shard_slot_moves_total of a replica that stays).
 //
 // Each operator identity keeps its compilation cache directory for the
@@ -40,7 +44,13 @@ const (
 	shardGoalRSS    = 0.45        // of the single operator's RSS
 	shardGoalJoin   = 0.25 + 0.05 // of the slots, when a 4th replica joins
 	shardSlots      = 256         // the operator's default --shard-slots
-	shardWidgetKind = `kind="Widget.examples.wasmreconcile.io"`
+	// shardBalanceTolerance is the operator's default
+	// --shard-balance-tolerance; shardBalanceWait bounds the wait for
+	// its plans once the replicas converged (two 30 s checks of loads
+	// that held still, and the handover).
+	shardBalanceTolerance = 0.1
+	shardBalanceWait      = 3 * time.Minute
+	shardWidgetKind       = `kind="Widget.examples.wasmreconcile.io"`
 	// widgetsCached is the scrape key of the Widgets an operator's
 	// informers hold.
 	widgetsCached = "wasmreconcile_informer_objects|" + shardWidgetKind
@@ -55,6 +65,16 @@ type shardRun struct {
 	rss        []int64         // 20 s after convergence
 	cached     []float64       // Widgets the informers hold then
 	reconciles []float64       // controller_runtime_reconcile_total then
+	// Balancing by load (sharded runs, not -shard-alone): after the RSS
+	// above, how long until no replica held more Widgets than the mean by
+	// the operator's default tolerance (0: none did), whether that came
+	// within shardBalanceWait, the slots the plans moved, and each
+	// replica's Widgets and RSS 20 s after.
+	balanceWait    time.Duration
+	balanced       bool
+	balanceMoved   float64
+	cachedBalanced []float64
+	rssBalanced    []int64
 	// idleCPU is each process's CPU over b.idle right after the RSS was
 	// read, nothing changing: what it costs per second to be there.
 	idleCPU []time.Duration
@@ -285,7 +305,13 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		res.cached = append(res.cached, cached)
 		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
 	}
-	b.say("%s: RSS %s; Widgets cached %v; reconciles %v; measuring idle CPU for %s", label, fmtMiBs(res.rss), res.cached, res.reconciles, b.idle)
+	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
+	if replicas > 0 && !b.shardAlone {
+		if err := b.waitBalanced(ctx, label, procs, replicas, objects, &res); err != nil {
+			return res, err
+		}
+	}
+	b.say("%s: measuring idle CPU for %s", label, b.idle)
 	idle0 := make([]time.Duration, len(procs))
 	for i, p := range procs {
 		if idle0[i], err = cpuTime(p.pid()); err != nil {
@@ -452,6 +478,71 @@ func (b *bench) waitCaughtUp(ctx context.Context, procs []*proc, replicas, objec
 	}
 }
 
+// waitBalanced waits until no replica of procs holds more Widgets than
+// the mean by shardBalanceTolerance, every slot worked on and every
+// replica seeing the others (up to shardBalanceWait), then 20 s more,
+// and reads each replica's Widgets and RSS again into res.
+func (b *bench) waitBalanced(ctx context.Context, label string, procs []*proc, replicas, objects int, res *shardRun) error {
+	t0 := time.Now()
+	mean := float64(objects) / float64(replicas)
+	for {
+		var slots, moved, most, total float64
+		agree := true
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				return err
+			}
+			m, err := p.scrape(widgetsCached, "wasmreconcile_shard_slots", "wasmreconcile_shard_members", "wasmreconcile_shard_balance_moves_total")
+			if err != nil {
+				agree = false
+				continue
+			}
+			slots += m["wasmreconcile_shard_slots"]
+			moved += m["wasmreconcile_shard_balance_moves_total"]
+			most = max(most, m[widgetsCached])
+			total += m[widgetsCached]
+			if int(m["wasmreconcile_shard_members"]) != replicas {
+				agree = false
+			}
+		}
+		res.balanceMoved = moved
+		if agree && slots == shardSlots && int(total) == objects && most <= mean*(1+shardBalanceTolerance) {
+			res.balanced = true
+			break
+		}
+		if time.Since(t0) > shardBalanceWait {
+			b.say("%s: not balanced by load within %s (largest share %.0f of a mean %.0f)", label, shardBalanceWait, most, mean)
+			break
+		}
+		if err := sleep(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	res.balanceWait = time.Since(t0)
+	if res.balanceMoved == 0 {
+		res.cachedBalanced, res.rssBalanced = res.cached, res.rss
+		return nil
+	}
+	b.say("%s: balanced by load after %s (%.0f slots moved); RSS in %s", label, res.balanceWait.Round(time.Second), res.balanceMoved, rssAfter)
+	if err := sleep(ctx, rssAfter); err != nil {
+		return err
+	}
+	for _, p := range procs {
+		rss, _, err := memory(p.pid())
+		if err != nil {
+			return err
+		}
+		cached, err := p.scrapeSeries("wasmreconcile_informer_objects", shardWidgetKind)
+		if err != nil {
+			return err
+		}
+		res.rssBalanced = append(res.rssBalanced, rss)
+		res.cachedBalanced = append(res.cachedBalanced, cached)
+	}
+	b.say("%s: after balancing: RSS %s; Widgets cached %v", label, fmtMiBs(res.rssBalanced), res.cachedBalanced)
+	return nil
+}
+
 // waitMembers waits until every process of procs sees members members
 // and their slots add up to every slot, each worked on by one (with fake
 // members, -shard-alone, to the real replicas' share).
@@ -538,6 +629,26 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 		}
 		fmt.Fprintf(&sb, "  largest share: cached %.1f%% %s; CPU %.1f%% %s; RSS %.1f%% %s\n",
 			100*maxCached, goal(maxCached, shardGoalCached), 100*maxCPU, goal(maxCPU, shardGoalCPU), 100*maxRSS, goal(maxRSS, shardGoalRSS))
+		if len(r.cachedBalanced) > 0 {
+			var maxCached, maxRSS float64
+			var per []string
+			for i := range r.cachedBalanced {
+				cached := r.cachedBalanced[i] / float64(objects)
+				rss := ratio(float64(r.rssBalanced[i]), float64(single.rss[0]))
+				maxCached, maxRSS = max(maxCached, cached), max(maxRSS, rss)
+				per = append(per, fmt.Sprintf("op-%d %.0f (%.1f%%), %.1f MiB (%.1f%%)", i, r.cachedBalanced[i], 100*cached, mib(r.rssBalanced[i]), 100*rss))
+			}
+			how := fmt.Sprintf("after %s, %.0f slots moved", r.balanceWait.Round(time.Second), r.balanceMoved)
+			switch {
+			case !r.balanced:
+				how = fmt.Sprintf("not within %s (%.0f slots moved)", shardBalanceWait, r.balanceMoved)
+			case r.balanceMoved == 0:
+				how = "within the tolerance already"
+			}
+			fmt.Fprintf(&sb, "  balanced by load (%s): Widgets cached and RSS 20 s later: %s\n", how, strings.Join(per, "; "))
+			fmt.Fprintf(&sb, "  largest share after balancing: cached %.1f%% %s; RSS %.1f%% %s\n",
+				100*maxCached, goal(maxCached, shardGoalCached), 100*maxRSS, goal(maxRSS, shardGoalRSS))
+		}
 		if len(r.catchUpCPU) > 0 && len(single.catchUpCPU) > 0 {
 			var maxCatchUp float64
 			for i, c := range r.catchUpCPU {

@@ -82,9 +82,12 @@ func parseLoad(s string, slots int) (load, error) {
 }
 
 // followPlan is the plan this replica follows: the newest of its own and
-// the live peers' published plans (shard.Plan.Newer), kept as its own.
+// the plans published in the group's Leases (shard.Plan.Newer), kept as
+// its own. Released and expired Leases count too, so that replicas that
+// all restart at once (an outage, a rollout of a StatefulSet) follow the
+// plan they left off with; moves to replicas not live are ignored.
 func (s *shards) followPlan() shard.Plan {
-	peers := s.coord.Membership().Peers(AnnotationShardPlan)
+	peers := s.coord.Membership().Kept(AnnotationShardPlan)
 	s.balanceMu.Lock()
 	defer s.balanceMu.Unlock()
 	for _, id := range slices.Sorted(maps.Keys(peers)) {
@@ -93,7 +96,7 @@ func (s *shards) followPlan() shard.Plan {
 		if err != nil {
 			if s.badPlan[id] != v {
 				s.badPlan[id] = v
-				s.log.Info("ignoring a balancing plan that does not parse", "replica", id, "error", err.Error())
+				s.log.Info("ignoring a balancing plan that does not parse", "lease", id, "error", err.Error())
 			}
 			continue
 		}

@@ -73,8 +73,8 @@ type shards struct {
 	metrics          *metrics.Metrics
 
 	// Balancing by load (balance.go): the plan this replica follows and
-	// publishes, the peers' plans that did not parse (logged once each),
-	// and the load it publishes.
+	// publishes, the Leases' plans that did not parse (logged once each,
+	// by Lease name), and the load it publishes.
 	balanceMu sync.Mutex
 	plan      shard.Plan
 	badPlan   map[string]string
@@ -162,7 +162,8 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 		LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 		OnLost:          func(err error) { log.Error(err, "every slot's work stopped") },
 		Annotations:     s.publish,
-		PeerAnnotations: []string{AnnotationShadowCounts, AnnotationShardLoad, AnnotationShardPlan},
+		PeerAnnotations: []string{AnnotationShadowCounts, AnnotationShardLoad},
+		KeptAnnotations: []string{AnnotationShardPlan},
 	}, sharding.Options{
 		Space:  space,
 		Settle: o.Settle,

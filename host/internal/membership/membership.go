@@ -99,6 +99,11 @@ type Options struct {
 	// PeerAnnotations name the annotations Peers reads from the other
 	// live members' Leases. Default: none.
 	PeerAnnotations []string
+	// KeptAnnotations name the annotations Kept reads from every Lease of
+	// the group, live or not (a released Lease keeps its annotations but
+	// its claims): what outlives the replicas, such as the balancing
+	// plan across a restart of them all. Default: none.
+	KeptAnnotations []string
 	// now is the clock, for tests; time.Now by default.
 	now func() time.Time
 }
@@ -170,6 +175,9 @@ type Membership struct {
 	// replica wrote from Annotations last.
 	peers     map[string]map[string]string
 	published []string
+	// kept are the KeptAnnotations values of every Lease of the group, by
+	// annotation and Lease name, as last listed.
+	kept map[string]map[string]string
 }
 
 type seen struct {
@@ -271,6 +279,14 @@ func (m *Membership) Peers(annotation string) map[string]string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.peers[annotation])
+}
+
+// Kept are the values of annotation, one of Options.KeptAnnotations, in
+// every Lease of the group, live or not, by Lease name, as last listed.
+func (m *Membership) Kept(annotation string) map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.kept[annotation])
 }
 
 // ErrStopped is Claim's error once Run has returned.
@@ -493,9 +509,18 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 	m.mu.Lock()
 	now := m.opts.now()
 	present := map[string]bool{}
+	kept := map[string]map[string]string{}
 	for i := range list.Items {
 		l := &list.Items[i]
 		present[l.Name] = true
+		for _, k := range m.opts.KeptAnnotations {
+			if v, ok := l.Annotations[k]; ok {
+				if kept[k] == nil {
+					kept[k] = map[string]string{}
+				}
+				kept[k][l.Name] = v
+			}
+		}
 		s := seen{holder: ptr.Deref(l.Spec.HolderIdentity, ""), claims: l.Annotations[AnnotationClaims]}
 		if l.Spec.RenewTime != nil {
 			s.renew = l.Spec.RenewTime.Format(time.RFC3339Nano)
@@ -549,6 +574,7 @@ func (m *Membership) list(ctx context.Context) (View, error) {
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Identity, b.Identity) })
 	m.view = View{Members: members}
 	m.peers = peers
+	m.kept = kept
 	v := cloneView(m.view)
 	m.notifyLocked()
 	return v, nil

@@ -113,9 +113,18 @@ var timing = Options{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Sec
 
 func start(t *testing.T, cs kubernetes.Interface, ns, identity string) *replica {
 	t.Helper()
+	return startWith(t, cs, ns, identity, nil)
+}
+
+// startWith starts a replica whose options set changes (nil: none).
+func startWith(t *testing.T, cs kubernetes.Interface, ns, identity string, set func(*Options)) *replica {
+	t.Helper()
 	r := &replica{client: &membershiptest.Breakable{LeasesGetter: cs.CoordinationV1()}, done: make(chan error, 1)}
 	opts := timing
 	opts.Client, opts.Namespace, opts.Group, opts.Identity = r.client, ns, "wasmreconcile-operator", identity
+	if set != nil {
+		set(&opts)
+	}
 	opts.OnChange = func(v View) {
 		r.mu.Lock()
 		r.views = append(r.views, timedView{time.Now(), v})
@@ -216,6 +225,46 @@ func TestJoinClaimAndLeave(t *testing.T) {
 	}
 	waitFor(t, "a to drop c", members(a, "pod-a", "pod-b"))
 	waitFor(t, "b to drop c", members(b, "pod-a", "pod-b"))
+}
+
+// TestKeptAnnotationsOutliveTheirReplica: an annotation a replica
+// publishes is among the others' Peers while it lives, and among their
+// Kept (for a KeptAnnotations key) after it stopped and released its
+// Lease, as long as the Lease exists.
+func TestKeptAnnotationsOutliveTheirReplica(t *testing.T) {
+	t.Parallel()
+	cs, ns := clientset(t)
+	const key = "wasmreconcile.io/test-plan"
+	set := func(value string) func(*Options) {
+		return func(o *Options) {
+			if value != "" {
+				o.Annotations = func() map[string]string { return map[string]string{key: value} }
+			}
+			o.PeerAnnotations, o.KeptAnnotations = []string{key}, []string{key}
+		}
+	}
+	a, b := startWith(t, cs, ns, "pod-a", set("v=3")), startWith(t, cs, ns, "pod-b", set(""))
+	waitFor(t, "b to see a's annotation", func() error {
+		if got := b.m.Peers(key)["pod-a"]; got != "v=3" {
+			return fmt.Errorf("peers %v", b.m.Peers(key))
+		}
+		if got := b.m.Kept(key)[a.m.LeaseName()]; got != "v=3" {
+			return fmt.Errorf("kept %v", b.m.Kept(key))
+		}
+		return nil
+	})
+	a.cancel()
+	if err := <-a.done; err != nil {
+		t.Fatalf("a's Run: %v", err)
+	}
+	a.done <- nil // for the cleanup
+	waitFor(t, "b to drop a", members(b, "pod-b"))
+	if got := b.m.Peers(key); len(got) != 0 {
+		t.Errorf("a released its Lease, and b's Peers still hold %v", got)
+	}
+	if got := b.m.Kept(key)[a.m.LeaseName()]; got != "v=3" {
+		t.Errorf("a released its Lease: b's Kept %v, want a's v=3", b.m.Kept(key))
+	}
 }
 
 // TestCutOffReplicaStopsBeforeOthersTakeOver: a replica that cannot reach
