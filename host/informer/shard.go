@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/pager"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/packed"
 )
@@ -249,14 +252,6 @@ func (c *countingWatch) reshard(ctx context.Context, w *listWatcher, opts metav1
 	c.mu.Unlock()
 	sel, _ := w.informers.currentSelection()
 	lo := metav1.ListOptions{LabelSelector: opts.LabelSelector, FieldSelector: opts.FieldSelector, ShardSelector: sel.selector}
-	list, err := w.fullList(ctx, lo)
-	if err != nil {
-		return nil, nil, err
-	}
-	rv, err := listResourceVersion(list)
-	if err != nil {
-		return nil, nil, err
-	}
 	w.mu.Lock()
 	held := w.keys
 	w.mu.Unlock()
@@ -268,8 +263,32 @@ func (c *countingWatch) reshard(ctx context.Context, w *listWatcher, opts metav1
 			return errStopped
 		}
 	}
+	// Page by page: the objects held unchanged are dropped with their
+	// page, so the share is never decoded whole at once (a replica
+	// holding 10,000 objects kept ~20 MiB more resident after each
+	// reshard when it was).
 	now := map[string]string{}
-	err = meta.EachListItem(list, func(obj runtime.Object) error {
+	var rvMu sync.Mutex
+	var rv string // of the list: its first page's (the pager may start over)
+	p := pager.New(func(ctx context.Context, po metav1.ListOptions) (runtime.Object, error) {
+		list, err := w.page(ctx, po)
+		if err == nil && po.Continue == "" {
+			v, err := listResourceVersion(list)
+			if err != nil {
+				return nil, err
+			}
+			rvMu.Lock()
+			rv = v
+			rvMu.Unlock()
+		}
+		return list, err
+	})
+	// No list in full when a continue token expires: the events of the
+	// pages sent would mix with those of a second list. The reshard
+	// fails instead, and the reflector lists again itself.
+	p.PageSize, p.PageBufferSize, p.FullListIfExpired = w.opts.PageSize, 0, false
+	start := time.Now()
+	err := p.EachListItemWithAlloc(ctx, lo, func(obj runtime.Object) error {
 		k, v, err := objectKey(obj)
 		if err != nil {
 			return err
@@ -284,9 +303,12 @@ func (c *countingWatch) reshard(ctx context.Context, w *listWatcher, opts metav1
 		}
 		return send(watch.Event{Type: typ, Object: obj})
 	})
+	w.m.ListDuration.WithLabelValues(w.kind).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, nil, err
 	}
+	rvMu.Lock()
+	defer rvMu.Unlock()
 	for k := range held {
 		if _, ok := now[k]; !ok {
 			ns, name, _ := strings.Cut(k, "/")

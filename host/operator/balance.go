@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 )
 
@@ -212,6 +213,14 @@ func (s *shards) balance() (moved int, why string) {
 	s.balanceTotal = total
 	if prev == 0 || math.Abs(float64(total-prev)) > float64(prev)*s.opts.BalanceTolerance/4 {
 		return 0, fmt.Sprintf("the loads are moving (%d objects, %d at the last check)", total, prev)
+	}
+	if plan.Version >= shard.MaxPlanVersion {
+		why := fmt.Sprintf("the plan followed has the largest version, %d: no newer plan can follow it; delete the group's Leases (label %s=%s) to start over", plan.Version, membership.LabelGroup, s.opts.Group)
+		if !s.stuckLogged {
+			s.stuckLogged = true
+			s.log.Info("not balancing by load", "why", why)
+		}
+		return 0, why
 	}
 	next, ok := shard.Balance(s.space, ids, plan, loads, s.opts.BalanceTolerance, max(1, s.space.Slots()/8))
 	if !ok {

@@ -80,8 +80,10 @@ type shards struct {
 	badPlan   map[string]string
 	load      string
 	// balanceTotal is the loads' total at the elected replica's last
-	// check (runBalance's own).
+	// check, and stuckLogged whether it logged a plan it cannot follow
+	// with a newer one (runBalance's own).
 	balanceTotal int64
+	stuckLogged  bool
 
 	// admitted and refused, when set (tests, through testhooks), see the
 	// key of every reconcile the gate admits, and refuses.

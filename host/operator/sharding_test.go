@@ -345,9 +345,24 @@ func TestShardsBalanceByLoad(t *testing.T) {
 	e := optest.NewEnv(t)
 	const slots = 16
 	a := optest.ShardPair(t, slots)
-	namespaces, byMember := optest.ShardNamespaces(t, e, a, "l", 2)
+	namespaces, all := optest.ShardNamespaces(t, e, a, "l", 4)
+	// Two namespaces of each, in slots of their own: 6 Widgets in each of
+	// op-a's and 1 in each of op-b's, which one plan balances to 7 and 7
+	// whatever the namespaces' names hash to.
+	byMember := map[string][]string{}
+	for id, nss := range all {
+		for _, ns := range nss {
+			slot := a.Space().SlotOf(shard.ByNamespace, ns)
+			if len(byMember[id]) < 2 && !slices.ContainsFunc(byMember[id], func(o string) bool { return a.Space().SlotOf(shard.ByNamespace, o) == slot }) {
+				byMember[id] = append(byMember[id], ns)
+			}
+		}
+		if len(byMember[id]) < 2 {
+			t.Fatalf("%s's namespaces %v are not in two slots", id, nss)
+		}
+	}
 	count := map[string]int{}
-	for _, ns := range namespaces {
+	for _, ns := range append(slices.Clone(byMember["op-a"]), byMember["op-b"]...) {
 		n := 1
 		if a.OwnerOf(shard.ByNamespace, ns) == "op-a" {
 			n = 6
@@ -366,16 +381,20 @@ func TestShardsBalanceByLoad(t *testing.T) {
 	module := testwasm.BuildFile(t, "./widget")
 	regs := map[string]*prometheus.Registry{}
 	ops := map[string]*operator.Operator{}
+	stops := map[string]func(){}
 	admitted := optest.NewSeen(optest.ByNamespace)
-	for _, id := range []string{"op-a", "op-b"} {
-		mo := e.OperatorOptions()
-		mo.Namespaces = append([]string{e.NS}, namespaces...)
-		sharding := optest.Sharded(e, &mo, "balance", id, slots)
-		sharding.BalanceTolerance, sharding.BalanceInterval = 0.1, time.Second
-		regs[id] = prometheus.NewRegistry()
-		ops[id] = optest.Start(t, e.Cfg, mo, operator.Options{Modules: []string{module}, Registerer: regs[id], Sharding: sharding})
-		optest.ShardAdmitted(ops[id], admitted.Hook(id))
+	start := func(interval time.Duration) {
+		for _, id := range []string{"op-a", "op-b"} {
+			mo := e.OperatorOptions()
+			mo.Namespaces = append([]string{e.NS}, namespaces...)
+			sharding := optest.Sharded(e, &mo, "balance", id, slots)
+			sharding.BalanceTolerance, sharding.BalanceInterval = 0.1, interval
+			regs[id] = prometheus.NewRegistry()
+			ops[id], stops[id] = optest.StartStoppable(t, e.Cfg, mo, operator.Options{Modules: []string{module}, Registerer: regs[id], Sharding: sharding})
+			optest.ShardAdmitted(ops[id], admitted.Hook(id))
+		}
 	}
+	start(time.Second)
 	loads := func() (map[string]float64, error) {
 		out := map[string]float64{}
 		sum := 0.0
@@ -388,7 +407,7 @@ func TestShardsBalanceByLoad(t *testing.T) {
 		}
 		return out, nil
 	}
-	testenv.Eventually(t, 2*time.Minute, "the replicas' loads within 10% of the mean, every slot worked on once", func() error {
+	balanced := func() error {
 		l, err := loads()
 		if err != nil {
 			return err
@@ -407,7 +426,8 @@ func TestShardsBalanceByLoad(t *testing.T) {
 			return fmt.Errorf("slots worked on: %v", all)
 		}
 		return nil
-	})
+	}
+	testenv.Eventually(t, 2*time.Minute, "the replicas' loads within 10% of the mean, every slot worked on once", balanced)
 	moves := optest.Gather(t, regs["op-a"], "wasmreconcile_shard_balance_moves_total", nil) + optest.Gather(t, regs["op-b"], "wasmreconcile_shard_balance_moves_total", nil)
 	if moves < 1 {
 		t.Errorf("wasmreconcile_shard_balance_moves_total adds up to %v", moves)
@@ -445,5 +465,25 @@ func TestShardsBalanceByLoad(t *testing.T) {
 	})
 	if got := admitted.In(moved); !got["op-b"] || got["op-a"] {
 		t.Errorf("%s, moved to op-b, reconciled by %v", moved, got)
+	}
+
+	// Both stop and start again, checking loads only once an hour: they
+	// follow the plan they left off with (their Leases, released, keep
+	// it), balanced from the start with no plan of their own.
+	for _, id := range []string{"op-a", "op-b"} {
+		stops[id]()
+	}
+	start(time.Hour)
+	testenv.Eventually(t, 2*time.Minute, "the restarted replicas to follow the plan they left off with", func() error {
+		active, _ := optest.ShardActive(ops["op-b"])
+		if !slices.Contains(active, a.Space().SlotOf(shard.ByNamespace, moved)) {
+			return fmt.Errorf("op-b works on slots %v, not %s's", active, moved)
+		}
+		return nil
+	})
+	for id, reg := range regs {
+		if n := optest.Gather(t, reg, "wasmreconcile_shard_balance_moves_total", nil); n != 0 {
+			t.Errorf("restarted %s made plans moving %v slots", id, n)
+		}
 	}
 }

@@ -29,7 +29,8 @@ import (
 // shardedCache is a controller-runtime cache whose ConfigMap informers
 // come from package informer with sharding on, over 4 ConfigMaps (label
 // run) in each of namespaces, at least 3 of which each of replica-0 and
-// replica-1 owns under a (16 slots). Nothing is selected yet.
+// replica-1 owns under a (16 slots), listed in pages of 5. Nothing is
+// selected yet.
 type shardedCache struct {
 	cs         kubernetes.Interface
 	a          shard.Assignment
@@ -65,7 +66,8 @@ func newShardedCache(t *testing.T, ctx context.Context) *shardedCache {
 		owner := f.a.OwnerOf(shard.ByNamespace, ns)
 		f.byMember[owner] = append(f.byMember[owner], ns)
 	}
-	if f.infs, err = informer.New(informer.Options{Registerer: prometheus.NewRegistry()}); err != nil {
+	// Pages of 5 objects: every list, and every reshard's, takes several.
+	if f.infs, err = informer.New(informer.Options{Registerer: prometheus.NewRegistry(), PageSize: 5}); err != nil {
 		t.Fatal(err)
 	}
 	configMaps := schema.GroupKind{Kind: "ConfigMap"}
