@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -79,6 +80,12 @@ type shards struct {
 	plan      shard.Plan
 	badPlan   map[string]string
 	load      string
+	// freeAfter's: the newest selection to wait for, and whether a
+	// goroutine waits.
+	freeMu  sync.Mutex
+	freeGen uint64
+	freeing bool
+
 	// balanceTotal is the loads' total at the elected replica's last
 	// check, and stuckLogged whether it logged a plan it cannot follow
 	// with a newer one (runBalance's own).
@@ -457,6 +464,7 @@ func (s *shards) cacheShare(slots []int) {
 	}
 	gen := s.informers.Shard(s.selectionLocked())
 	s.mu.Unlock()
+	defer s.freeAfter(gen)
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReshardTimeout)
 	defer cancel()
 	start := time.Now()
@@ -479,8 +487,48 @@ func (s *shards) reselect() {
 		return
 	}
 	s.mu.Lock()
-	s.informers.Shard(s.selectionLocked())
+	gen := s.informers.Shard(s.selectionLocked())
 	s.mu.Unlock()
+	s.freeAfter(gen)
+}
+
+// freeAfter, server-side, returns the memory a reshard's lists left
+// behind to the OS (debug.FreeOSMemory) once every informer listed with
+// selection gen, or a later one, in the background; calls made while one
+// waits coalesce into one more. A reshard decodes the replica's whole
+// share, page by page, to find the few objects that joined or changed:
+// garbage as large as the share, which Go would otherwise hand back over
+// minutes (measured: the two replicas of a plan moving 2 of 256 slots
+// were 14 MiB more resident 20 s later).
+func (s *shards) freeAfter(gen uint64) {
+	s.freeMu.Lock()
+	s.freeGen = gen
+	if s.freeing {
+		s.freeMu.Unlock()
+		return
+	}
+	s.freeing = true
+	s.freeMu.Unlock()
+	go func() {
+		for {
+			s.freeMu.Lock()
+			g := s.freeGen
+			s.freeMu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), s.opts.ReshardTimeout)
+			err := s.informers.Resharded(ctx, g)
+			cancel()
+			if err == nil {
+				debug.FreeOSMemory()
+			}
+			s.freeMu.Lock()
+			if s.freeGen == g {
+				s.freeing = false
+				s.freeMu.Unlock()
+				return
+			}
+			s.freeMu.Unlock()
+		}
+	}()
 }
 
 // watchNamespaces, server-side, keeps the set of namespaces the selection
