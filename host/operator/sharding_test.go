@@ -338,8 +338,9 @@ func byUIDPair(t *testing.T, e optest.Env, group string, slots int, opts operato
 // moves slots of op-a's to op-b until neither holds more than the mean by
 // the tolerance, both follow the plan (the slots worked on are disjoint
 // and cover every slot), and a Widget of a namespace that moved is
-// reconciled by op-b afterwards. It fails when no plan is made (with
-// BalanceTolerance negative).
+// reconciled by op-b afterwards; restarted with no balancing of their
+// own, both follow the plan their Leases kept. It fails when no plan is
+// made (with BalanceTolerance negative).
 func TestShardsBalanceByLoad(t *testing.T) {
 	t.Parallel()
 	e := optest.NewEnv(t)
