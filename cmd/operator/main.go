@@ -301,8 +301,8 @@ Flags:
 		if t := opts.Sharding.BalanceTolerance; t == 0 || math.IsNaN(t) || math.IsInf(t, 0) {
 			return fmt.Errorf("--shard-balance-tolerance %v: want a fraction above 0 (0.1 for 10%%), or a negative value to make no plans", t)
 		}
-		if opts.Sharding.BalanceInterval <= 0 {
-			return fmt.Errorf("--shard-balance-interval %s: want a positive duration", opts.Sharding.BalanceInterval)
+		if opts.Sharding.BalanceInterval < time.Second {
+			return fmt.Errorf("--shard-balance-interval %s: want at least 1s", opts.Sharding.BalanceInterval)
 		}
 		if opts.Sharding.Identity == "" {
 			opts.Sharding.Identity = os.Getenv("POD_NAME")

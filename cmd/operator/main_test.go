@@ -33,7 +33,7 @@ func TestCLI(t *testing.T) {
 		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-key", "name"}, wantErr: `--shard-key "name": want namespace or uid`},
 		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-tolerance", "0"}, wantErr: "--shard-balance-tolerance 0: want a fraction above 0"},
 		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-tolerance", "NaN"}, wantErr: "--shard-balance-tolerance NaN"},
-		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-interval", "0s"}, wantErr: "--shard-balance-interval 0s: want a positive duration"},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-interval", "500ms"}, wantErr: "--shard-balance-interval 500ms: want at least 1s"},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "nameonly"}, wantErr: `--module-config "nameonly": want NAME=FILE`},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "m=/no/such.yaml"}, wantErr: "--module-config m: open /no/such.yaml"},
 	}

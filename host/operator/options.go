@@ -353,8 +353,8 @@ type ShardingOptions struct {
 	// negative: this replica makes no plans and publishes no load.
 	BalanceTolerance float64
 	// BalanceInterval is how often the elected replica checks the loads
-	// (each replica counts its own twice as often). Defaults to
-	// DefaultShardBalanceInterval.
+	// (each replica counts its own twice as often), at least a second.
+	// Defaults to DefaultShardBalanceInterval.
 	BalanceInterval time.Duration
 
 	// agent, set by New, names the replica and its claims' generation in

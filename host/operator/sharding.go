@@ -138,6 +138,9 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	if o.BalanceInterval <= 0 {
 		o.BalanceInterval = DefaultShardBalanceInterval
 	}
+	if o.BalanceInterval < time.Second {
+		return nil, fmt.Errorf("sharding: balance interval %s: want at least 1s (the replicas count their loads every half of it)", o.BalanceInterval)
+	}
 	if math.IsNaN(o.BalanceTolerance) || math.IsInf(o.BalanceTolerance, 0) {
 		return nil, fmt.Errorf("sharding: balance tolerance %v: want a fraction (0.1 for 10%%), or a negative one to make no plans", o.BalanceTolerance)
 	}
