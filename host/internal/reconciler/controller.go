@@ -150,36 +150,21 @@ func (r *Reconciler) RequeueAll(ctx context.Context, requeue chan<- event.Generi
 // accepts (nil: every object); with sharding, those of the slots a
 // replica just acquired, whose other objects are queued already.
 func (r *Reconciler) RequeueWhere(ctx context.Context, requeue chan<- event.GenericEvent, keep func(namespace string, uid types.UID) bool) error {
-	if objs, ok := r.stored(ctx); ok {
-		for _, o := range objs {
-			obj, ok := o.(client.Object)
-			if !ok || (keep != nil && !keep(obj.GetNamespace(), obj.GetUID())) {
-				continue
-			}
-			select {
-			case requeue <- event.GenericEvent{Object: obj}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
-	if err := r.opts.Client.List(ctx, list); err != nil {
-		return fmt.Errorf("module[%s]: listing %s to requeue: %w", r.name, r.gvk.Kind, err)
-	}
-	for i := range list.Items {
-		if keep != nil && !keep(list.Items[i].GetNamespace(), list.Items[i].GetUID()) {
-			continue
+	err := r.eachObject(ctx, func(obj client.Object) error {
+		if keep != nil && !keep(obj.GetNamespace(), obj.GetUID()) {
+			return nil
 		}
 		select {
-		case requeue <- event.GenericEvent{Object: &list.Items[i]}:
+		case requeue <- event.GenericEvent{Object: obj}:
+			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("module[%s]: listing %s to requeue: %w", r.name, r.gvk.Kind, err)
 	}
-	return nil
+	return err
 }
 
 // EachStored calls fn with the namespace and uid of every object of the
@@ -190,23 +175,38 @@ func (r *Reconciler) RequeueWhere(ctx context.Context, requeue chan<- event.Gene
 // (decoding a copy of each object) when it cannot (a cache over several
 // namespaces).
 func (r *Reconciler) EachStored(ctx context.Context, fn func(namespace string, uid types.UID)) bool {
+	return r.eachObject(ctx, func(obj client.Object) error {
+		fn(obj.GetNamespace(), obj.GetUID())
+		return nil
+	}) == nil
+}
+
+// eachObject calls fn with every object of the module's kind in the
+// cache until fn fails: the informer store's own objects when it can
+// reach the store (stored), else a list through the client. It returns
+// fn's error or the list's.
+func (r *Reconciler) eachObject(ctx context.Context, fn func(client.Object) error) error {
 	if objs, ok := r.stored(ctx); ok {
 		for _, o := range objs {
-			if obj, ok := o.(metav1.Object); ok {
-				fn(obj.GetNamespace(), obj.GetUID())
+			if obj, ok := o.(client.Object); ok {
+				if err := fn(obj); err != nil {
+					return err
+				}
 			}
 		}
-		return true
+		return nil
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(r.gvk.GroupVersion().WithKind(r.gvk.Kind + "List"))
 	if err := r.opts.Client.List(ctx, list); err != nil {
-		return false
+		return err
 	}
 	for i := range list.Items {
-		fn(list.Items[i].GetNamespace(), list.Items[i].GetUID())
+		if err := fn(&list.Items[i]); err != nil {
+			return err
+		}
 	}
-	return true
+	return nil
 }
 
 // admitting queues only the events whose object place places where admits
