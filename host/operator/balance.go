@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,18 +16,22 @@ import (
 )
 
 // Balancing by load (docs/scaling.md, "Balancing by load"): every
-// replica counts the objects of the slots it works on and publishes the
-// counts in its shard Lease; the elected replica, every
-// ShardingOptions.BalanceInterval, moves slots from the most to the least
-// loaded replicas when one holds more than the mean by BalanceTolerance
-// (shard.Balance), and publishes the plan in its Lease; every replica
+// replica counts the objects of the slots it works on at the same
+// moments (every half ShardingOptions.BalanceInterval, on the wall
+// clock's multiples of it) and publishes the counts, with their moment,
+// in its shard Lease; the elected replica, at most once a BalanceInterval,
+// moves slots from the most to the least loaded replicas when, in the
+// newest moment every replica counted at, one held more than the mean by
+// BalanceTolerance (shard.Balance), and publishes the plan in its Lease; every replica
 // follows the newest plan it sees in any live Lease and publishes it in
 // its own, so that a plan outlives the replica that made it. A slot moved
 // by a plan changes hands as any other: by claims (package sharding).
 const (
 	// AnnotationShardLoad holds the objects of the slots a replica works
-	// on: "g=GENERATION;s=SLOTS;c=SLOT:COUNT,…", GENERATION and SLOTS its
-	// claims' when it counted (slots without objects left out of c).
+	// on: "g=GENERATION;s=SLOTS;t=MOMENT;c=SLOT:COUNT,…", GENERATION and
+	// SLOTS its claims' when it counted, MOMENT when (Unix milliseconds,
+	// a multiple of half the balance interval), slots without objects left
+	// out of c.
 	AnnotationShardLoad = "wasmreconcile.io/shard-load"
 	// AnnotationShardPlan holds the balancing plan a replica follows
 	// (shard.FormatPlan): "v=VERSION;MEMBER=SLOTS;…".
@@ -39,12 +42,13 @@ const (
 type load struct {
 	generation int64
 	slots      []int         // the slots counted: its claims then
+	at         int64         // the moment counted at, Unix milliseconds
 	counts     map[int]int64 // objects per slot, slots without any left out
 }
 
 func formatLoad(l load) string {
 	var b strings.Builder
-	b.WriteString("g=" + strconv.FormatInt(l.generation, 10) + ";s=" + shard.FormatSlots(l.slots) + ";c=")
+	b.WriteString("g=" + strconv.FormatInt(l.generation, 10) + ";s=" + shard.FormatSlots(l.slots) + ";t=" + strconv.FormatInt(l.at, 10) + ";c=")
 	for i, slot := range slices.Sorted(maps.Keys(l.counts)) {
 		if i > 0 {
 			b.WriteByte(',')
@@ -57,8 +61,8 @@ func formatLoad(l load) string {
 func parseLoad(s string, slots int) (load, error) {
 	var l load
 	parts := strings.Split(s, ";")
-	if len(parts) != 3 || !strings.HasPrefix(parts[0], "g=") || !strings.HasPrefix(parts[1], "s=") || !strings.HasPrefix(parts[2], "c=") {
-		return l, fmt.Errorf("load %q: want g=GENERATION;s=SLOTS;c=SLOT:COUNT,…", s)
+	if len(parts) != 4 || !strings.HasPrefix(parts[0], "g=") || !strings.HasPrefix(parts[1], "s=") || !strings.HasPrefix(parts[2], "t=") || !strings.HasPrefix(parts[3], "c=") {
+		return l, fmt.Errorf("load %q: want g=GENERATION;s=SLOTS;t=MOMENT;c=SLOT:COUNT,…", s)
 	}
 	var err error
 	if l.generation, err = strconv.ParseInt(parts[0][2:], 10, 64); err != nil || l.generation < 0 {
@@ -67,8 +71,11 @@ func parseLoad(s string, slots int) (load, error) {
 	if l.slots, err = shard.ParseSlots(parts[1][2:], slots); err != nil {
 		return load{}, fmt.Errorf("load %q: %w", s, err)
 	}
+	if l.at, err = strconv.ParseInt(parts[2][2:], 10, 64); err != nil || l.at < 0 {
+		return load{}, fmt.Errorf("load %q: moment is not Unix milliseconds", s)
+	}
 	l.counts = map[int]int64{}
-	if c := parts[2][2:]; c != "" {
+	if c := parts[3][2:]; c != "" {
 		for _, kv := range strings.Split(c, ",") {
 			k, v, ok := strings.Cut(kv, ":")
 			slot, err1 := strconv.Atoi(k)
@@ -129,17 +136,90 @@ func (s *shards) publish() map[string]string {
 	return out
 }
 
+// keepLoads is how many of each replica's newest loads the elected
+// replica keeps, to find a moment every replica counted at.
+const keepLoads = 4
+
+// loadHistory is the loads seen, by identity and by the moment counted
+// at, the newest keepLoads of each identity; runBalance's own.
+type loadHistory struct {
+	loads map[string]map[int64]load
+	bad   map[string]string // why an identity's published load did not parse
+}
+
+func (h *loadHistory) add(id string, l load) {
+	if h.loads == nil {
+		h.loads = map[string]map[int64]load{}
+	}
+	m := h.loads[id]
+	if m == nil {
+		m = map[int64]load{}
+		h.loads[id] = m
+	}
+	m[l.at] = l
+	for len(m) > keepLoads {
+		delete(m, slices.Min(slices.Collect(maps.Keys(m))))
+	}
+}
+
+// loadsAt are the objects per slot of the slots' space, as every member
+// of view counted them at the newest moment all of them counted at, and
+// that moment; why says, when there are none, why: a member's claims or
+// load do not parse, a member has not counted at a moment the others
+// did, or slots are changing hands (a member's load at that moment was
+// not counted under the claims it has now, or those claims are not what
+// owned, the plan in force, gives it).
+func (h *loadHistory) loadsAt(view membership.View, owned func(id string) []int, slots int) (loads []int64, at int64, why string) {
+	var moments []int64
+	for i, m := range view.Members {
+		if m.All {
+			return nil, 0, fmt.Sprintf("%s's claims do not parse", m.Identity)
+		}
+		mine := h.loads[m.Identity]
+		if len(mine) == 0 {
+			if bad := h.bad[m.Identity]; bad != "" {
+				return nil, 0, fmt.Sprintf("%s's load: %s", m.Identity, bad)
+			}
+			return nil, 0, fmt.Sprintf("%s has not published its load", m.Identity)
+		}
+		if i == 0 {
+			moments = slices.Sorted(maps.Keys(mine))
+			continue
+		}
+		moments = slices.DeleteFunc(moments, func(t int64) bool { _, ok := mine[t]; return !ok })
+	}
+	if len(moments) == 0 {
+		return nil, 0, "the replicas have not counted at one moment yet"
+	}
+	at = moments[len(moments)-1]
+	loads = make([]int64, slots)
+	for _, m := range view.Members {
+		l := h.loads[m.Identity][at]
+		if l.generation != m.Claims.Generation || !slices.Equal(l.slots, m.Claims.Slots) || !slices.Equal(m.Claims.Slots, owned(m.Identity)) {
+			return nil, 0, fmt.Sprintf("slots are changing hands (%s)", m.Identity)
+		}
+		for slot, n := range l.counts {
+			loads[slot] = n
+		}
+	}
+	return loads, at, ""
+}
+
 // countLoad counts the objects of every running module's kind in the
-// slots this replica works on, for publish, when its claims are the
-// slots it runs (not while slots change hands) and every module's store
-// could be read.
-func (s *shards) countLoad(ctx context.Context) {
+// slots this replica works on, as counted at moment at, for publish (and
+// into h), when its claims are the slots it runs (not while slots change
+// hands, nor while the cache lists slots acquired) and every module's
+// store could be read.
+func (s *shards) countLoad(ctx context.Context, at time.Time, h *loadHistory) {
 	if s.supervisor == nil {
 		return
 	}
 	claims := s.coord.Membership().Claims()
 	active := s.coord.Active()
-	if !slices.Equal(claims.Slots, active) {
+	s.mu.Lock()
+	listing := len(s.pending) > 0
+	s.mu.Unlock()
+	if listing || !slices.Equal(claims.Slots, active) {
 		return
 	}
 	counts := map[int]int64{}
@@ -157,62 +237,51 @@ func (s *shards) countLoad(ctx context.Context) {
 	if !slices.Equal(active, s.coord.Active()) {
 		return // slots moved while counting
 	}
+	l := load{generation: claims.Generation, slots: active, at: at.UnixMilli(), counts: counts}
+	h.add(s.opts.Identity, l)
 	s.balanceMu.Lock()
-	s.load = formatLoad(load{generation: claims.Generation, slots: active, counts: counts})
+	s.load = formatLoad(l)
 	s.balanceMu.Unlock()
 	s.metrics.ShardLoad.Set(float64(total))
 }
 
-// balance, on the elected replica, makes a new plan when a replica holds
-// more than the mean load by BalanceTolerance, and follows it. It does
-// nothing while slots change hands (every live replica's published load
-// must have been counted under its claims now, and those claims must be
-// what the plan in force gives it), nor while the loads' total moves by
-// more than a quarter of BalanceTolerance between two checks. runBalance
-// alone calls it.
-func (s *shards) balance() (moved int, why string) {
+// recordLoads adds the other live replicas' published loads to h, and
+// forgets the loads of replicas no longer live.
+func (s *shards) recordLoads(h *loadHistory) {
+	h.bad = map[string]string{}
+	peers := s.coord.Membership().Peers(AnnotationShardLoad)
+	for id := range h.loads {
+		if _, live := peers[id]; !live && id != s.opts.Identity {
+			delete(h.loads, id)
+		}
+	}
+	for id, v := range peers {
+		l, err := parseLoad(v, s.space.Slots())
+		if err != nil {
+			h.bad[id] = err.Error()
+			continue
+		}
+		h.add(id, l)
+	}
+}
+
+// balance, on the elected replica, makes a new plan when a replica held
+// more than the mean load by BalanceTolerance at the newest moment every
+// live replica counted at (loadHistory.loadsAt), and follows it. It does
+// nothing while slots change hands. runBalance alone calls it.
+//
+// The replicas count at the same moments by their clocks, so that their
+// counts add up to one picture while objects arrive or leave in bulk
+// (counts taken a renewal apart disagree, then, by more than the
+// imbalance, and a plan on them is undone by the next).
+func (s *shards) balance(h *loadHistory) (moved int, why string) {
 	view := s.coord.Membership().View()
 	plan := s.followPlan()
 	ids := view.Identities()
 	a := shard.AssignPlanned(s.space, ids, plan)
-	peers := s.coord.Membership().Peers(AnnotationShardLoad)
-	s.balanceMu.Lock()
-	own := s.load
-	s.balanceMu.Unlock()
-	loads := make([]int64, s.space.Slots())
-	var total int64
-	for _, m := range view.Members {
-		v, ok := peers[m.Identity]
-		if m.Self {
-			v, ok = own, own != ""
-		}
-		switch {
-		case m.All:
-			return 0, fmt.Sprintf("%s's claims do not parse", m.Identity)
-		case !ok:
-			return 0, fmt.Sprintf("%s has not published its load", m.Identity)
-		}
-		l, err := parseLoad(v, s.space.Slots())
-		if err != nil {
-			return 0, fmt.Sprintf("%s's load: %v", m.Identity, err)
-		}
-		if l.generation != m.Claims.Generation || !slices.Equal(l.slots, m.Claims.Slots) || !slices.Equal(m.Claims.Slots, a.Owned(m.Identity)) {
-			return 0, fmt.Sprintf("slots are changing hands (%s)", m.Identity)
-		}
-		for slot, n := range l.counts {
-			loads[slot] = n
-			total += n
-		}
-	}
-	// Replicas count at their own times, up to half an interval and a
-	// renewal apart: while objects arrive or leave in bulk their counts
-	// disagree by more than the imbalance, and a plan on them would be
-	// undone by the next. Plan only on loads that held still since the
-	// last check.
-	prev := s.balanceTotal
-	s.balanceTotal = total
-	if prev == 0 || math.Abs(float64(total-prev)) > float64(prev)*s.opts.BalanceTolerance/4 {
-		return 0, fmt.Sprintf("the loads are moving (%d objects, %d at the last check)", total, prev)
+	loads, _, why := h.loadsAt(view, a.Owned, s.space.Slots())
+	if why != "" {
+		return 0, why
 	}
 	if plan.Version >= shard.MaxPlanVersion {
 		why := fmt.Sprintf("the plan followed has the largest version, %d: no newer plan can follow it; delete the group's Leases (label %s=%s) to start over", plan.Version, membership.LabelGroup, s.opts.Group)
@@ -241,30 +310,48 @@ func (s *shards) balance() (moved int, why string) {
 	return moved, ""
 }
 
-// runBalance counts this replica's load every half BalanceInterval and,
-// on the elected replica, balances every BalanceInterval, until ctx ends.
-// With a negative BalanceTolerance it does neither (plans made elsewhere
-// are still followed).
+// runBalance, until ctx ends, counts this replica's load every half
+// BalanceInterval, at the wall clock's multiples of it (the moments every
+// replica counts at), and on the elected replica, a quarter interval
+// after each (time for the others' counts to reach their Leases),
+// records the loads published and balances, making at most one plan an
+// interval. With a negative BalanceTolerance it does none of this (plans
+// made elsewhere are still followed).
 func (s *shards) runBalance(ctx context.Context) {
 	if s.opts.BalanceTolerance < 0 {
 		return
 	}
-	tick := time.NewTicker(s.opts.BalanceInterval / 2)
-	defer tick.Stop()
-	var last time.Time
+	quarter := int64(s.opts.BalanceInterval / 4)
+	var h loadHistory
+	var lastPlan time.Time
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
+		next := (time.Now().UnixNano()/quarter + 1) * quarter
+		timer.Reset(time.Until(time.Unix(0, next)))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
-		s.countLoad(ctx)
-		if !s.leading() || time.Since(last) < s.opts.BalanceInterval {
-			continue
-		}
-		last = time.Now()
-		if _, why := s.balance(); why != "" && why != "balanced" {
-			s.log.V(1).Info("not balancing by load now", "why", why)
+		switch (next / quarter) % 2 {
+		case 0:
+			s.countLoad(ctx, time.Unix(0, next), &h)
+		case 1:
+			if !s.leading() {
+				continue
+			}
+			s.recordLoads(&h)
+			if time.Since(lastPlan) < s.opts.BalanceInterval {
+				continue
+			}
+			moved, why := s.balance(&h)
+			if moved > 0 {
+				lastPlan = time.Now()
+			}
+			if why != "" && why != "balanced" {
+				s.log.V(1).Info("not balancing by load now", "why", why)
+			}
 		}
 	}
 }

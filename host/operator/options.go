@@ -352,9 +352,12 @@ type ShardingOptions struct {
 	// whatever its own setting. Defaults to DefaultShardBalanceTolerance;
 	// negative: this replica makes no plans and publishes no load.
 	BalanceTolerance float64
-	// BalanceInterval is how often the elected replica checks the loads
-	// (each replica counts its own twice as often), at least a second.
-	// Defaults to DefaultShardBalanceInterval.
+	// BalanceInterval paces balancing, at least a second: every replica
+	// counts its load every half interval, at the wall clock's multiples
+	// of it (the same moments in every replica), and the elected replica
+	// compares the counts of one moment a quarter interval after each,
+	// making at most one plan an interval. Defaults to
+	// DefaultShardBalanceInterval.
 	BalanceInterval time.Duration
 
 	// agent, set by New, names the replica and its claims' generation in

@@ -86,11 +86,9 @@ type shards struct {
 	freeGen uint64
 	freeing bool
 
-	// balanceTotal is the loads' total at the elected replica's last
-	// check, and stuckLogged whether it logged a plan it cannot follow
-	// with a newer one (runBalance's own).
-	balanceTotal int64
-	stuckLogged  bool
+	// stuckLogged is whether the elected replica logged a plan it cannot
+	// follow with a newer one (runBalance's own).
+	stuckLogged bool
 
 	// admitted and refused, when set (tests, through testhooks), see the
 	// key of every reconcile the gate admits, and refuses.
