@@ -23,10 +23,12 @@ import (
 // plane with the ShardedListAndWatch feature gate on (the server-side mode)
 // or off (the client-side mode). Per replica it measures the Widgets its
 // informers hold (wasmreconcile_informer_objects), its CPU to converge and
-// its RSS 20 s after convergence, as fractions of the single operator's;
-// then it waits for the elected replica to balance the replicas by load
-// (their plans wait for the Widgets to stop arriving) and reads the
-// Widgets and RSS again, 20 s after; then every operator restarts at
+// its RSS 20 s after convergence, as fractions of the single operator's,
+// and the guest's work per reconcile (fuel) with the time it took (the
+// same instructions cost more when processes share the cores); then it
+// waits until the elected replica has balanced the replicas by load (a
+// plan usually comes while the Widgets arrive) and, if a plan moved
+// slots, reads the Widgets and RSS again, 20 s after; then every operator restarts at
 // once (catching up, following the plan they left off with); then a
 // replica joins and one leaves, and it counts the slots that moved
 // (wasmreconcile_shard_slot_moves_total of a replica that stays).
@@ -46,14 +48,18 @@ const (
 	shardSlots      = 256         // the operator's default --shard-slots
 	// shardBalanceTolerance is the operator's default
 	// --shard-balance-tolerance; shardBalanceWait bounds the wait for
-	// its plans once the replicas converged (two 30 s checks of loads
-	// that held still, and the handover).
+	// its plans once the replicas converged (a few 30 s intervals and the
+	// handover).
 	shardBalanceTolerance = 0.1
 	shardBalanceWait      = 3 * time.Minute
 	shardWidgetKind       = `kind="Widget.examples.wasmreconcile.io"`
 	// widgetsCached is the scrape key of the Widgets an operator's
 	// informers hold.
 	widgetsCached = "wasmreconcile_informer_objects|" + shardWidgetKind
+	// The guest instances closed and made again, by reason.
+	recycledIdle   = `wasmreconcile_instances_recycled_total|reason="idle"`
+	recycledCalls  = `wasmreconcile_instances_recycled_total|reason="calls"`
+	recycledMemory = `wasmreconcile_instances_recycled_total|reason="memory"`
 )
 
 // shardRun is what one run of the sharding case measured, per replica.
@@ -65,6 +71,15 @@ type shardRun struct {
 	rss        []int64         // 20 s after convergence
 	cached     []float64       // Widgets the informers hold then
 	reconciles []float64       // controller_runtime_reconcile_total then
+	// fuel and guestSeconds are the sums of wasmreconcile_fuel_used and
+	// wasmreconcile_guest_duration_seconds then: the guest's work (one
+	// unit per wasm instruction, the same per call in every process) and
+	// the wall-clock time it took, whose ratio shows what sharing the
+	// cores costs the same instructions.
+	fuel, guestSeconds []float64
+	// recycled is wasmreconcile_instances_recycled_total then, by reason:
+	// instances closed and made again (each a guest start).
+	recycled []map[string]float64
 	// Balancing by load (sharded runs, not -shard-alone): after the RSS
 	// above, how long until no replica held more Widgets than the mean by
 	// the operator's default tolerance (0: none did), whether that came
@@ -297,13 +312,17 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		if err != nil {
 			return res, err
 		}
-		m, err := p.scrape("controller_runtime_reconcile_total")
+		m, err := p.scrape("controller_runtime_reconcile_total", "wasmreconcile_fuel_used_sum", "wasmreconcile_guest_duration_seconds_sum",
+			recycledIdle, recycledCalls, recycledMemory)
 		if err != nil {
 			return res, err
 		}
 		res.rss = append(res.rss, rss)
 		res.cached = append(res.cached, cached)
 		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
+		res.fuel = append(res.fuel, m["wasmreconcile_fuel_used_sum"])
+		res.guestSeconds = append(res.guestSeconds, m["wasmreconcile_guest_duration_seconds_sum"])
+		res.recycled = append(res.recycled, map[string]float64{"idle": m[recycledIdle], "calls": m[recycledCalls], "memory": m[recycledMemory]})
 	}
 	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
 	if replicas > 0 && !b.shardAlone {
@@ -595,6 +614,8 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			if len(r.idleCPU) > 0 {
 				fmt.Fprintf(&sb, "  idle after converging: %.1f ms of CPU per second over %s\n", perSecond(r.idleCPU[0], b.idle), b.idle)
 			}
+			fmt.Fprintf(&sb, "  guest: %s fuel per reconcile, %.0f ms in the guest per 10⁹ fuel; instances recycled %s\n",
+				thousands(int(ratio(r.fuel[0], r.reconciles[0]))), 1000*ratio(r.guestSeconds[0], r.fuel[0]/1e9), fmtRecycled(r.recycled[0]))
 			continue
 		}
 		if single == nil {
@@ -610,6 +631,13 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			fmt.Fprintf(&sb, "  op-%d: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%), %.0f reconciles\n",
 				i, r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss, r.reconciles[i])
 		}
+		var guest []string
+		perFuel := ratio(single.guestSeconds[0], single.fuel[0])
+		for i := range r.fuel {
+			guest = append(guest, fmt.Sprintf("%s fuel per reconcile, %.0f ms per 10⁹ fuel (%.2f×), recycled %s", thousands(int(ratio(r.fuel[i], r.reconciles[i]))),
+				1000*ratio(r.guestSeconds[i], r.fuel[i]/1e9), ratio(ratio(r.guestSeconds[i], r.fuel[i]), perFuel), fmtRecycled(r.recycled[i])))
+		}
+		fmt.Fprintf(&sb, "  guest: %s (of the single operator's time per fuel: the same instructions on shared cores)\n", strings.Join(guest, "; "))
 		if len(r.idleCPU) > 0 {
 			var per []string
 			for _, c := range r.idleCPU {
@@ -752,4 +780,9 @@ func perSecond(c, d time.Duration) float64 {
 		return 0
 	}
 	return 1000 * c.Seconds() / d.Seconds()
+}
+
+// fmtRecycled is a process's instances recycled, by reason.
+func fmtRecycled(m map[string]float64) string {
+	return fmt.Sprintf("%.0f idle, %.0f after calls, %.0f for memory", m["idle"], m["calls"], m["memory"])
 }
