@@ -105,8 +105,9 @@ type bench struct {
 	// shardEnv is added to the sharding case's operators' environment
 	// (-shard-gomaxprocs).
 	shardEnv []string
-	// shardAlone: the sharding case runs one real replica among fake
-	// members (-shard-alone).
+	// shardAlone: after each sharded run, the sharding case runs one real
+	// replica among fake members, as the sharded run balanced them
+	// (-shard-alone).
 	shardAlone bool
 	// shardKey is the sharded replicas' --shard-key (-shard-key).
 	shardKey string
@@ -133,7 +134,7 @@ func run() error {
 		shardNS       = flag.Int("shard-namespaces", 300, "namespaces the sharding case spreads its Widgets over")
 		shardReplicas = flag.Int("shard-replicas", 3, "sharded replicas of the sharding case, against one operator without sharding")
 		shardProcs    = flag.Int("shard-gomaxprocs", 0, "GOMAXPROCS of every operator of the sharding case, the single one too (0: the Go default, the machine's cores)")
-		shardAlone    = flag.Bool("shard-alone", false, "run one real sharded replica, the other members being Leases the driver renews, to measure a replica's share without other operator processes beside it (server-side mode; no joins or leaves)")
+		shardAlone    = flag.Bool("shard-alone", false, "after each sharded run, run one more: one real sharded replica, with the identity of the replica that held the most Widgets once balanced, the other members being Leases the driver renews that carry the plan the replicas made, to measure a balanced replica's share without other operator processes beside it, as on a node of its own (server-side mode; no joins or leaves)")
 		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
 		shardKey      = flag.String("shard-key", "namespace", "the sharded replicas' --shard-key: namespace, or uid (which runs client-side only: use -shard-modes client-side)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")

@@ -64,8 +64,15 @@ const (
 
 // shardRun is what one run of the sharding case measured, per replica.
 type shardRun struct {
-	replicas   int  // 0: the single operator, without --sharding
-	alone      bool // one real replica among fake members (-shard-alone)
+	replicas int  // 0: the single operator, without --sharding
+	alone    bool // one real replica among fake members (-shard-alone)
+	// identities are the replicas' --shard-identity, in the order of
+	// the figures below.
+	identities []string
+	// balancedAs (sharded runs, not -shard-alone): once balanced, the
+	// identity of the replica that held the most Widgets, the slots it
+	// worked on and the plan it followed, for the -shard-alone run.
+	balancedAs *aloneAs
 	converge   time.Duration
 	cpu        []time.Duration // over converge
 	rss        []int64         // 20 s after convergence
@@ -104,8 +111,19 @@ type shardRun struct {
 	joinMoved, leaveMoved, leaverHad float64
 }
 
+// aloneAs is the replica a -shard-alone run starts: its identity, the
+// slots it is to work on (0: any) and the balancing plan the fake
+// members' Leases carry ("": none).
+type aloneAs struct {
+	identity string
+	slots    float64
+	plan     string
+}
+
 // shardCase runs the sharding case with the gate on or off, rounds blocks
-// of (single, sharded), and returns its report.
+// of (single, sharded), each followed with -shard-alone by one real
+// replica among fake members as the sharded run balanced them, and
+// returns its report.
 func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, replicas int) (string, error) {
 	mode := "client-side"
 	if gate {
@@ -117,13 +135,26 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 		title += ", " + strings.Join(b.shardEnv, " ")
 	}
 	if b.shardAlone {
-		title += ", one real replica"
+		title += ", then one real replica alone"
 	}
 	var runs []shardRun
+	perRound := 2
+	if b.shardAlone {
+		perRound = 3
+	}
 	for r := range rounds {
-		for i, n := range []int{0, replicas} {
-			label := fmt.Sprintf("%s: run %d of %d (%s)", title, 2*r+i+1, 2*rounds, map[bool]string{true: "single", false: fmt.Sprintf("%d replicas", n)}[n == 0])
-			run, err := b.shardRunOnce(ctx, label, gate, mode, objects, n)
+		for i := range perRound {
+			n, what := 0, "single"
+			var alone *aloneAs
+			switch i {
+			case 1:
+				n, what = replicas, fmt.Sprintf("%d replicas", replicas)
+			case 2:
+				alone = runs[len(runs)-1].balancedAs
+				n, what = replicas, fmt.Sprintf("%s alone among %d fake members, as balanced", alone.identity, replicas-1)
+			}
+			label := fmt.Sprintf("%s: run %d of %d (%s)", title, perRound*r+i+1, perRound*rounds, what)
+			run, err := b.shardRunOnce(ctx, label, gate, mode, objects, n, alone)
 			if err != nil {
 				return "", fmt.Errorf("%s: %w", label, err)
 			}
@@ -134,9 +165,10 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 }
 
 // shardRunOnce runs one operator without sharding (replicas 0) or
-// replicas operators with it, on a fresh control plane.
-func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode string, objects, replicas int) (res shardRun, err error) {
-	res.replicas, res.alone = replicas, replicas > 0 && b.shardAlone
+// replicas operators with it, on a fresh control plane; with alone, one
+// of them, the others fake members.
+func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode string, objects, replicas int, alone *aloneAs) (res shardRun, err error) {
+	res.replicas, res.alone = replicas, alone != nil
 	b.say("%s: starting a control plane (load average %s)", label, loadavg())
 	crds, err := crdsFor(b.crdFile, []kind{exampleWidget})
 	if err != nil {
@@ -168,6 +200,9 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	pprofAddrs := map[*proc]string{} // with -cpu-profile or -heap-profiles
 	start := func(i int, logSuffix string) (*proc, error) {
 		id := fmt.Sprintf("op-%d", i)
+		if alone != nil {
+			id = alone.identity
+		}
 		var pprofAddr string
 		if b.cpuProfile > 0 || b.heapProfiles {
 			var err error
@@ -198,12 +233,19 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		return p, nil
 	}
 	n := max(replicas, 1)
-	if replicas > 0 && b.shardAlone {
-		// One real replica; the others are Leases the driver renews, so
-		// that the replica works on its share with no other operator
-		// process beside it (their shares are reconciled by no one).
+	if alone != nil {
+		// One real replica; the others are Leases the driver renews,
+		// carrying the plan the real replicas made, so that the replica
+		// works on the share it held balanced with no other operator
+		// process beside it (the other shares are reconciled by no one).
 		n = 1
-		stopFakes, err := fakeMembers(ctx, cp, replicas-1)
+		var fakes []string
+		for i := range replicas {
+			if id := fmt.Sprintf("op-%d", i); id != alone.identity {
+				fakes = append(fakes, id)
+			}
+		}
+		stopFakes, err := fakeMembers(ctx, cp, fakes, alone.plan)
 		if err != nil {
 			return res, err
 		}
@@ -224,6 +266,14 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		if err := b.waitMembers(ctx, procs, replicas); err != nil {
 			return res, err
 		}
+	}
+	if alone != nil && alone.slots > 0 {
+		if err := waitSlots(ctx, procs[0], alone.slots); err != nil {
+			return res, err
+		}
+	}
+	for _, p := range procs {
+		res.identities = append(res.identities, p.name)
 	}
 	if err := sleep(ctx, 2*time.Second); err != nil { // let start-up work settle
 		return res, err
@@ -259,7 +309,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 			go func() { done <- saveCPUProfile(pprofAddrs[p], b.cpuProfile, path) }()
 		}
 	}
-	if replicas > 0 && b.shardAlone {
+	if alone != nil {
 		// Converged: every Widget of the replica's share Ready, once all
 		// are created (its informers hold exactly its share).
 		if err := <-created; err != nil {
@@ -325,8 +375,11 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		res.recycled = append(res.recycled, map[string]float64{"idle": m[recycledIdle], "calls": m[recycledCalls], "memory": m[recycledMemory]})
 	}
 	b.say("%s: RSS %s; Widgets cached %v; reconciles %v", label, fmtMiBs(res.rss), res.cached, res.reconciles)
-	if replicas > 0 && !b.shardAlone {
+	if replicas > 0 && alone == nil {
 		if err := b.waitBalanced(ctx, label, procs, replicas, objects, &res); err != nil {
+			return res, err
+		}
+		if res.balancedAs, err = balancedAs(ctx, cp, procs, res.cachedBalanced); err != nil {
 			return res, err
 		}
 	}
@@ -364,7 +417,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		}
 		b.say("%s: heap profiles in %s", label, runDir)
 	}
-	if b.shardAlone {
+	if alone != nil {
 		return res, nil
 	}
 
@@ -628,8 +681,8 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 			cpu := ratio(r.cpu[i].Seconds(), single.cpu[0].Seconds())
 			rss := ratio(float64(r.rss[i]), float64(single.rss[0]))
 			maxCached, maxCPU, maxRSS = max(maxCached, cached), max(maxCPU, cpu), max(maxRSS, rss)
-			fmt.Fprintf(&sb, "  op-%d: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%), %.0f reconciles\n",
-				i, r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss, r.reconciles[i])
+			fmt.Fprintf(&sb, "  %s: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%), %.0f reconciles\n",
+				r.identities[i], r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss, r.reconciles[i])
 		}
 		var guest []string
 		perFuel := ratio(single.guestSeconds[0], single.fuel[0])
@@ -689,7 +742,7 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 				100*maxCatchUp, goal(maxCatchUp, shardGoalCPU))
 		}
 		if r.alone {
-			fmt.Fprintf(&sb, "  (one real replica, the other %d members fake: no joins or leaves measured)\n", r.replicas-1)
+			fmt.Fprintf(&sb, "  (one real replica, %s, the other %d members fake, their Leases carrying the plan the replicas made: no joins or leaves measured)\n", r.identities[0], r.replicas-1)
 			continue
 		}
 		join := r.joinMoved / shardSlots
@@ -726,14 +779,13 @@ func fmtMiBs(bs []int64) string {
 // fakeMembers writes n Leases of the operator's shard group that claim no
 // slot, and renews them every 2 s until stop: members that take their
 // share of the slots and do no work (-shard-alone).
-func fakeMembers(ctx context.Context, cp *controlPlane, n int) (stop func(), err error) {
+func fakeMembers(ctx context.Context, cp *controlPlane, ids []string, plan string) (stop func(), err error) {
 	cs, err := kubernetes.NewForConfig(cp.config)
 	if err != nil {
 		return nil, err
 	}
 	leases := cs.CoordinationV1().Leases(namespace)
-	write := func(i int) error {
-		id := fmt.Sprintf("fake-%d", i)
+	write := func(id string) error {
 		name := "wasmreconcile-operator-" + id
 		now := metav1.NewMicroTime(time.Now())
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -744,6 +796,9 @@ func fakeMembers(ctx context.Context, cp *controlPlane, n int) (stop func(), err
 		}
 		l.Labels = map[string]string{"wasmreconcile.io/shard-group": "wasmreconcile-operator"}
 		l.Annotations = map[string]string{"wasmreconcile.io/shard-claims": "g=1;s="}
+		if plan != "" {
+			l.Annotations[annotationShardPlan] = plan
+		}
 		l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds = &id, ptr.To(int32(15))
 		l.Spec.AcquireTime, l.Spec.RenewTime = &now, &now
 		if l.ResourceVersion == "" {
@@ -753,8 +808,8 @@ func fakeMembers(ctx context.Context, cp *controlPlane, n int) (stop func(), err
 		}
 		return err
 	}
-	for i := range n {
-		if err := write(i); err != nil {
+	for _, id := range ids {
+		if err := write(id); err != nil {
 			return nil, fmt.Errorf("writing a fake member's Lease: %w", err)
 		}
 	}
@@ -766,8 +821,8 @@ func fakeMembers(ctx context.Context, cp *controlPlane, n int) (stop func(), err
 				return
 			case <-time.After(2 * time.Second):
 			}
-			for i := range n {
-				_ = write(i)
+			for _, id := range ids {
+				_ = write(id)
 			}
 		}
 	}()
@@ -785,4 +840,51 @@ func perSecond(c, d time.Duration) float64 {
 // fmtRecycled is a process's instances recycled, by reason.
 func fmtRecycled(m map[string]float64) string {
 	return fmt.Sprintf("%.0f idle, %.0f after calls, %.0f for memory", m["idle"], m["calls"], m["memory"])
+}
+
+// annotationShardPlan is operator.AnnotationShardPlan: the balancing plan
+// a replica follows, in its Lease.
+const annotationShardPlan = "wasmreconcile.io/shard-plan"
+
+// balancedAs is the replica of procs that held the most Widgets once
+// balanced (cached, in procs' order), with the slots it worked on and the
+// plan its Lease carries.
+func balancedAs(ctx context.Context, cp *controlPlane, procs []*proc, cached []float64) (*aloneAs, error) {
+	most := 0
+	for i := range cached {
+		if cached[i] > cached[most] {
+			most = i
+		}
+	}
+	p := procs[most]
+	m, err := p.scrape("wasmreconcile_shard_slots")
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cp.config)
+	if err != nil {
+		return nil, err
+	}
+	l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, "wasmreconcile-operator-"+p.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading %s's Lease: %w", p.name, err)
+	}
+	return &aloneAs{identity: p.name, slots: m["wasmreconcile_shard_slots"], plan: l.Annotations[annotationShardPlan]}, nil
+}
+
+// waitSlots waits (up to 2 min) until p works on slots slots.
+func waitSlots(ctx context.Context, p *proc, slots float64) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		m, err := p.scrape("wasmreconcile_shard_slots")
+		if err == nil && m["wasmreconcile_shard_slots"] == slots {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s works on %v slots after 2 min, not the %v it worked on balanced", p.name, m["wasmreconcile_shard_slots"], slots)
+		}
+		if err := sleep(ctx, 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
