@@ -136,6 +136,10 @@ func (s *shards) publish() map[string]string {
 	return out
 }
 
+// noMoment begins loadsAt's why when the replicas' counts share no
+// moment.
+const noMoment = "the replicas have not counted at one moment yet"
+
 // keepLoads is how many of each replica's newest loads the elected
 // replica keeps, to find a moment every replica counted at.
 const keepLoads = 4
@@ -189,7 +193,12 @@ func (h *loadHistory) loadsAt(view membership.View, owned func(id string) []int,
 		moments = slices.DeleteFunc(moments, func(t int64) bool { _, ok := mine[t]; return !ok })
 	}
 	if len(moments) == 0 {
-		return nil, 0, "the replicas have not counted at one moment yet"
+		var newest []string
+		for _, m := range view.Members {
+			t := slices.Max(slices.Collect(maps.Keys(h.loads[m.Identity])))
+			newest = append(newest, m.Identity+" "+time.UnixMilli(t).UTC().Format(time.RFC3339))
+		}
+		return nil, 0, noMoment + " (newest counts: " + strings.Join(newest, ", ") + "; replicas count at the wall clock's multiples of half the balance interval: are their clocks within a minute of each other?)"
 	}
 	at = moments[len(moments)-1]
 	loads = make([]int64, slots)
@@ -324,6 +333,7 @@ func (s *shards) runBalance(ctx context.Context) {
 	quarter := int64(s.opts.BalanceInterval / 4)
 	var h loadHistory
 	var lastPlan time.Time
+	apart, apartLogged := 0, false // checks in a row whose counts shared no moment
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -349,7 +359,19 @@ func (s *shards) runBalance(ctx context.Context) {
 			if moved > 0 {
 				lastPlan = time.Now()
 			}
-			if why != "" && why != "balanced" {
+			// Counts that share no moment for longer than the elected
+			// replica keeps them are clocks apart, not counts in flight:
+			// said once, until balancing resumes.
+			if strings.HasPrefix(why, noMoment) {
+				apart++
+			} else {
+				apart, apartLogged = 0, false
+			}
+			switch {
+			case apart > keepLoads && !apartLogged:
+				apartLogged = true
+				s.log.Info("not balancing by load", "why", why)
+			case why != "" && why != "balanced":
 				s.log.V(1).Info("not balancing by load now", "why", why)
 			}
 		}
