@@ -776,9 +776,10 @@ func fmtMiBs(bs []int64) string {
 	return strings.Join(parts, " ")
 }
 
-// fakeMembers writes n Leases of the operator's shard group that claim no
-// slot, and renews them every 2 s until stop: members that take their
-// share of the slots and do no work (-shard-alone).
+// fakeMembers writes a Lease of the operator's shard group for each of
+// ids, claiming no slot and carrying plan as the balancing plan they
+// follow ("": none), and renews them every 2 s until stop: members that
+// take their share of the slots and do no work (-shard-alone).
 func fakeMembers(ctx context.Context, cp *controlPlane, ids []string, plan string) (stop func(), err error) {
 	cs, err := kubernetes.NewForConfig(cp.config)
 	if err != nil {

@@ -22,10 +22,11 @@ import (
 // in its shard Lease; the elected replica, at most once a BalanceInterval,
 // moves slots from the most to the least loaded replicas when, in the
 // newest moment every replica counted at, one held more than the mean by
-// BalanceTolerance (shard.Balance), and publishes the plan in its Lease; every replica
-// follows the newest plan it sees in any live Lease and publishes it in
-// its own, so that a plan outlives the replica that made it. A slot moved
-// by a plan changes hands as any other: by claims (package sharding).
+// BalanceTolerance (shard.Balance), and publishes the plan in its Lease;
+// every replica follows the newest plan it sees in any Lease of the
+// group, live or not, and publishes it in its own, so that a plan
+// outlives the replica that made it. A slot moved by a plan changes hands
+// as any other: by claims (package sharding).
 const (
 	// AnnotationShardLoad holds the objects of the slots a replica works
 	// on: "g=GENERATION;s=SLOTS;t=MOMENT;c=SLOT:COUNT,…", GENERATION and
