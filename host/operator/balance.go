@@ -152,6 +152,10 @@ type loadHistory struct {
 	bad   map[string]string // why an identity's published load did not parse
 }
 
+// add records l as id's load at its moment. Loads of id at later moments
+// are dropped: a count is always of id's newest moment, so those are of
+// a moment its clock named before it went back (kept, the newest first,
+// they would crowd out every count after it).
 func (h *loadHistory) add(id string, l load) {
 	if h.loads == nil {
 		h.loads = map[string]map[int64]load{}
@@ -161,6 +165,7 @@ func (h *loadHistory) add(id string, l load) {
 		m = map[int64]load{}
 		h.loads[id] = m
 	}
+	maps.DeleteFunc(m, func(at int64, _ load) bool { return at > l.at })
 	m[l.at] = l
 	for len(m) > keepLoads {
 		delete(m, slices.Min(slices.Collect(maps.Keys(m))))

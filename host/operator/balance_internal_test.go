@@ -95,4 +95,16 @@ func TestLoadsAtOneMoment(t *testing.T) {
 	if _, ok := h.loads["a"][10000+keepLoads+1]; !ok {
 		t.Error("a's newest load was not kept")
 	}
+	// A clock that went back: the counts of the moments it named before
+	// are dropped, and the counts after it are kept (they would
+	// otherwise be the oldest, trimmed at once, and no moment would ever
+	// be shared again).
+	h.add("a", load{generation: 3, slots: []int{0, 1}, at: 500, counts: map[int]int64{0: 7}})
+	h.add("b", load{generation: 5, slots: []int{2, 3}, at: 500, counts: map[int]int64{2: 9}})
+	if got := slices.Sorted(maps.Keys(h.loads["a"])); !slices.Equal(got, []int64{500}) {
+		t.Errorf("a's moments after its clock went back: %v, want [500]", got)
+	}
+	if loads, at, why := h.loadsAt(view, ownedBy, slots); why != "" || at != 500 || !slices.Equal(loads, []int64{7, 0, 9, 0}) {
+		t.Errorf("after the clocks went back: loadsAt = %v at %d, %q; want [7 0 9 0] at 500", loads, at, why)
+	}
 }
