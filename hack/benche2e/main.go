@@ -56,6 +56,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"k8s.io/client-go/dynamic"
 )
 
@@ -109,6 +111,10 @@ type bench struct {
 	// replica among fake members, as the sharded run balanced them
 	// (-shard-alone).
 	shardAlone bool
+	// pinCPU >= 0: every operator of the sharding case runs on this CPU
+	// alone, and the driver, the control plane and the creators on the
+	// others (-pin-cpu).
+	pinCPU int
 	// shardKey is the sharded replicas' --shard-key (-shard-key).
 	shardKey string
 }
@@ -134,9 +140,11 @@ func run() error {
 		shardNS       = flag.Int("shard-namespaces", 300, "namespaces the sharding case spreads its Widgets over")
 		shardReplicas = flag.Int("shard-replicas", 3, "sharded replicas of the sharding case, against one operator without sharding")
 		shardProcs    = flag.Int("shard-gomaxprocs", 0, "GOMAXPROCS of every operator of the sharding case, the single one too (0: the Go default, the machine's cores)")
-		shardAlone    = flag.Bool("shard-alone", false, "after each sharded run, run one more: one real sharded replica, with the identity of the replica that held the most Widgets once balanced, the other members being Leases the driver renews that carry the plan the replicas made, to measure a balanced replica's share without other operator processes beside it, as on a node of its own (server-side mode; no joins or leaves)")
+		shardAlone    = flag.Bool("shard-alone", false, "after each sharded run, run each replica once more alone, the one that held the most Widgets once balanced first: one real sharded replica with its identity, the other members being Leases the driver renews that carry the plan the replicas made, to measure each balanced replica's share without other operator processes beside it, as on a node of its own (server-side mode; no joins or leaves)")
+		pinCPU        = flag.Int("pin-cpu", -1, "run every operator of the sharding case on this CPU alone (with taskset; the Go runtime then sizes GOMAXPROCS to 1), and the driver, the control plane and the creators on the other CPUs, so that no other process shares the operators' core and its caches, as on a node of their own; with -shard-alone, the single operator and each replica alone have the core to themselves (-1: no pinning)")
 		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
 		shardKey      = flag.String("shard-key", "namespace", "the sharded replicas' --shard-key: namespace, or uid (which runs client-side only: use -shard-modes client-side)")
+		createRate    = flag.Float64("create-rate", 0, "objects created a second at most, by all the creators together (0: as fast as they go)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
 		workDir       = flag.String("work", "", "directory for the builds and the controllers' logs (default: a temporary directory, removed at the end unless a run failed)")
 	)
@@ -154,7 +162,16 @@ func run() error {
 	if *active < 0 || (*modules > 0 && *active > *modules) || *idleModules < 0 {
 		return errors.New("-active-modules must be within 0..-modules, and -idle-module-timeout not negative")
 	}
-	b := &bench{repo: ".", workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
+	if *createRate < 0 {
+		return errors.New("-create-rate must not be negative")
+	}
+	if *createRate > 0 {
+		createLimit = rate.NewLimiter(rate.Limit(*createRate), 1)
+	}
+	if *pinCPU >= 0 && *shardObjects == 0 {
+		return errors.New("-pin-cpu pins the sharding case's operators: give -shard-objects too")
+	}
+	b := &bench{repo: ".", pinCPU: -1, workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
 		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile, idleProfile: *idleProfile, idleTrace: *idleTrace}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
@@ -209,6 +226,11 @@ func run() error {
 		}
 		spread = *shardNS
 		b.shardAlone = *shardAlone
+		if b.pinCPU = *pinCPU; b.pinCPU >= 0 {
+			if err := pinDriver(b.pinCPU); err != nil {
+				return err
+			}
+		}
 		switch b.shardKey = *shardKey; b.shardKey {
 		case "namespace":
 		case "uid":

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +57,7 @@ const (
 	// widgetsCached is the scrape key of the Widgets an operator's
 	// informers hold.
 	widgetsCached = "wasmreconcile_informer_objects|" + shardWidgetKind
+	widgetEvents  = "wasmreconcile_informer_events_total|" + shardWidgetKind
 	// The guest instances closed and made again, by reason.
 	recycledIdle   = `wasmreconcile_instances_recycled_total|reason="idle"`
 	recycledCalls  = `wasmreconcile_instances_recycled_total|reason="calls"`
@@ -69,10 +71,11 @@ type shardRun struct {
 	// identities are the replicas' --shard-identity, in the order of
 	// the figures below.
 	identities []string
-	// balancedAs (sharded runs, not -shard-alone): once balanced, the
-	// identity of the replica that held the most Widgets, the slots it
-	// worked on and the plan it followed, for the -shard-alone run.
-	balancedAs *aloneAs
+	// balancedAs (sharded runs, not -shard-alone): once balanced, each
+	// replica's identity, the slots it worked on and the plan it
+	// followed, the one that held the most Widgets first, for the
+	// -shard-alone runs.
+	balancedAs []*aloneAs
 	converge   time.Duration
 	cpu        []time.Duration // over converge
 	rss        []int64         // 20 s after convergence
@@ -84,6 +87,9 @@ type shardRun struct {
 	// the wall-clock time it took, whose ratio shows what sharing the
 	// cores costs the same instructions.
 	fuel, guestSeconds []float64
+	// events is wasmreconcile_informer_events_total for the Widget kind
+	// then: the watch events the process decoded.
+	events []float64
 	// recycled is wasmreconcile_instances_recycled_total then, by reason:
 	// instances closed and made again (each a guest start).
 	recycled []map[string]float64
@@ -121,9 +127,10 @@ type aloneAs struct {
 }
 
 // shardCase runs the sharding case with the gate on or off, rounds blocks
-// of (single, sharded), each followed with -shard-alone by one real
-// replica among fake members as the sharded run balanced them, and
-// returns its report.
+// of (single, sharded), each sharded run followed with -shard-alone by
+// one run per replica, alone among fake members as the sharded run
+// balanced them (the one that held the most first), and returns its
+// report.
 func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, replicas int) (string, error) {
 	mode := "client-side"
 	if gate {
@@ -134,31 +141,43 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 	if len(b.shardEnv) > 0 {
 		title += ", " + strings.Join(b.shardEnv, " ")
 	}
+	if b.pinCPU >= 0 {
+		title += fmt.Sprintf(", every operator on CPU %d and the control plane and driver on the others", b.pinCPU)
+	}
 	if b.shardAlone {
-		title += ", then one real replica alone"
+		title += ", then each replica alone"
 	}
 	var runs []shardRun
 	perRound := 2
 	if b.shardAlone {
-		perRound = 3
+		perRound += replicas
 	}
-	for r := range rounds {
-		for i := range perRound {
-			n, what := 0, "single"
-			var alone *aloneAs
-			switch i {
-			case 1:
-				n, what = replicas, fmt.Sprintf("%d replicas", replicas)
-			case 2:
-				alone = runs[len(runs)-1].balancedAs
-				n, what = replicas, fmt.Sprintf("%s alone among %d fake members, as balanced", alone.identity, replicas-1)
+	n := 0
+	once := func(what string, replicas int, alone *aloneAs) (shardRun, error) {
+		n++
+		label := fmt.Sprintf("%s: run %d of %d (%s)", title, n, perRound*rounds, what)
+		run, err := b.shardRunOnce(ctx, label, gate, mode, objects, replicas, alone)
+		if err != nil {
+			return run, fmt.Errorf("%s: %w", label, err)
+		}
+		runs = append(runs, run)
+		return run, nil
+	}
+	for range rounds {
+		if _, err := once("single", 0, nil); err != nil {
+			return "", err
+		}
+		sharded, err := once(fmt.Sprintf("%d replicas", replicas), replicas, nil)
+		if err != nil {
+			return "", err
+		}
+		if !b.shardAlone {
+			continue
+		}
+		for _, alone := range sharded.balancedAs {
+			if _, err := once(fmt.Sprintf("%s alone among %d fake members, as balanced", alone.identity, replicas-1), replicas, alone); err != nil {
+				return "", err
 			}
-			label := fmt.Sprintf("%s: run %d of %d (%s)", title, perRound*r+i+1, perRound*rounds, what)
-			run, err := b.shardRunOnce(ctx, label, gate, mode, objects, n, alone)
-			if err != nil {
-				return "", fmt.Errorf("%s: %w", label, err)
-			}
-			runs = append(runs, run)
 		}
 	}
 	return b.reportShard(title, mode, objects, runs), nil
@@ -210,7 +229,8 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 				return nil, err
 			}
 		}
-		p, err := startProc(id, b.operatorBin, func(metrics, probe string) []string {
+		bin, pin := pinned(b.pinCPU, b.operatorBin, nil)
+		p, err := startProc(id, bin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
 				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm,
 				"--compilation-cache-dir", filepath.Join(runDir, id+"-cache")}
@@ -221,7 +241,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 				args = append(args, "--leader-elect", "--leader-election-namespace", namespace,
 					"--sharding", "--shard-mode", mode, "--shard-identity", id, "--shard-key", b.shardKey)
 			}
-			return args
+			return append(pin, args...)
 		}, filepath.Join(runDir, id+logSuffix+".log"), b.shardEnv...)
 		if err != nil {
 			return nil, err
@@ -363,7 +383,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 			return res, err
 		}
 		m, err := p.scrape("controller_runtime_reconcile_total", "wasmreconcile_fuel_used_sum", "wasmreconcile_guest_duration_seconds_sum",
-			recycledIdle, recycledCalls, recycledMemory)
+			recycledIdle, recycledCalls, recycledMemory, widgetEvents)
 		if err != nil {
 			return res, err
 		}
@@ -371,6 +391,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		res.cached = append(res.cached, cached)
 		res.reconciles = append(res.reconciles, m["controller_runtime_reconcile_total"])
 		res.fuel = append(res.fuel, m["wasmreconcile_fuel_used_sum"])
+		res.events = append(res.events, m[widgetEvents])
 		res.guestSeconds = append(res.guestSeconds, m["wasmreconcile_guest_duration_seconds_sum"])
 		res.recycled = append(res.recycled, map[string]float64{"idle": m[recycledIdle], "calls": m[recycledCalls], "memory": m[recycledMemory]})
 	}
@@ -655,12 +676,16 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\n== %s\n", title)
 	var single *shardRun
+	// The largest figures over the alone runs that follow a sharded run.
+	var aloneCached, aloneCPU, aloneRSS float64
+	alones := 0
 	for i := range runs {
 		r := &runs[i]
 		if r.replicas == 0 {
 			single = r
-			fmt.Fprintf(&sb, "single operator: converged in %s, CPU %.2fs, RSS %.1f MiB, Widgets cached %.0f, %.0f reconciles\n",
-				r.converge.Round(time.Millisecond), r.cpu[0].Seconds(), mib(r.rss[0]), r.cached[0], r.reconciles[0])
+			fmt.Fprintf(&sb, "single operator: converged in %s, CPU %.2fs (%.0f µs per reconcile), RSS %.1f MiB, Widgets cached %.0f, %.0f reconciles (%.0f a second), %.0f watch events\n",
+				r.converge.Round(time.Millisecond), r.cpu[0].Seconds(), 1e6*ratio(r.cpu[0].Seconds(), r.reconciles[0]), mib(r.rss[0]), r.cached[0], r.reconciles[0],
+				ratio(r.reconciles[0], r.converge.Seconds()), r.events[0])
 			if len(r.catchUpCPU) > 0 {
 				fmt.Fprintf(&sb, "  restarted: caught up in %s, CPU %.2fs\n", r.catchUp.Round(time.Millisecond), r.catchUpCPU[0].Seconds())
 			}
@@ -674,15 +699,20 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 		if single == nil {
 			continue
 		}
-		fmt.Fprintf(&sb, "%d replicas: converged in %s (%.2f× the single operator's time)\n", r.replicas, r.converge.Round(time.Millisecond), ratio(r.converge.Seconds(), single.converge.Seconds()))
+		who := fmt.Sprintf("%d replicas", r.replicas)
+		if r.alone {
+			who = fmt.Sprintf("%s alone among %d fake members", r.identities[0], r.replicas-1)
+		}
+		fmt.Fprintf(&sb, "%s: converged in %s (%.2f× the single operator's time)\n", who, r.converge.Round(time.Millisecond), ratio(r.converge.Seconds(), single.converge.Seconds()))
 		var maxCached, maxCPU, maxRSS float64
 		for i := range r.cpu {
 			cached := r.cached[i] / float64(objects)
 			cpu := ratio(r.cpu[i].Seconds(), single.cpu[0].Seconds())
 			rss := ratio(float64(r.rss[i]), float64(single.rss[0]))
 			maxCached, maxCPU, maxRSS = max(maxCached, cached), max(maxCPU, cpu), max(maxRSS, rss)
-			fmt.Fprintf(&sb, "  %s: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%), RSS %.1f MiB (%.1f%%), %.0f reconciles\n",
-				r.identities[i], r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, mib(r.rss[i]), 100*rss, r.reconciles[i])
+			fmt.Fprintf(&sb, "  %s: Widgets cached %.0f (%.1f%%), CPU %.2fs (%.1f%%; %.0f µs per reconcile), RSS %.1f MiB (%.1f%%), %.0f reconciles (%.0f a second), %.0f watch events\n",
+				r.identities[i], r.cached[i], 100*cached, r.cpu[i].Seconds(), 100*cpu, 1e6*ratio(r.cpu[i].Seconds(), r.reconciles[i]), mib(r.rss[i]), 100*rss,
+				r.reconciles[i], ratio(r.reconciles[i], r.converge.Seconds()), r.events[i])
 		}
 		var guest []string
 		perFuel := ratio(single.guestSeconds[0], single.fuel[0])
@@ -743,6 +773,13 @@ func (b *bench) reportShard(title, mode string, objects int, runs []shardRun) st
 		}
 		if r.alone {
 			fmt.Fprintf(&sb, "  (one real replica, %s, the other %d members fake, their Leases carrying the plan the replicas made: no joins or leaves measured)\n", r.identities[0], r.replicas-1)
+			aloneCached, aloneCPU, aloneRSS = max(aloneCached, maxCached), max(aloneCPU, maxCPU), max(aloneRSS, maxRSS)
+			alones++
+			if i+1 == len(runs) || !runs[i+1].alone {
+				fmt.Fprintf(&sb, "each of %d replicas alone, as balanced: largest cached %.1f%% %s; CPU %.1f%% %s; RSS %.1f%% %s\n", alones,
+					100*aloneCached, goal(aloneCached, shardGoalCached), 100*aloneCPU, goal(aloneCPU, shardGoalCPU), 100*aloneRSS, goal(aloneRSS, shardGoalRSS))
+				aloneCached, aloneCPU, aloneRSS, alones = 0, 0, 0, 0
+			}
 			continue
 		}
 		join := r.joinMoved / shardSlots
@@ -847,30 +884,33 @@ func fmtRecycled(m map[string]float64) string {
 // a replica follows, in its Lease.
 const annotationShardPlan = "wasmreconcile.io/shard-plan"
 
-// balancedAs is the replica of procs that held the most Widgets once
-// balanced (cached, in procs' order), with the slots it worked on and the
-// plan its Lease carries.
-func balancedAs(ctx context.Context, cp *controlPlane, procs []*proc, cached []float64) (*aloneAs, error) {
-	most := 0
-	for i := range cached {
-		if cached[i] > cached[most] {
-			most = i
-		}
-	}
-	p := procs[most]
-	m, err := p.scrape("wasmreconcile_shard_slots")
-	if err != nil {
-		return nil, err
-	}
+// balancedAs is every replica of procs once balanced (cached, in procs'
+// order, the Widgets each held), the one that held the most first, each
+// with the slots it worked on and the plan its Lease carries.
+func balancedAs(ctx context.Context, cp *controlPlane, procs []*proc, cached []float64) ([]*aloneAs, error) {
 	cs, err := kubernetes.NewForConfig(cp.config)
 	if err != nil {
 		return nil, err
 	}
-	l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, "wasmreconcile-operator-"+p.name, metav1.GetOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("reading %s's Lease: %w", p.name, err)
+	order := make([]int, len(procs))
+	for i := range order {
+		order[i] = i
 	}
-	return &aloneAs{identity: p.name, slots: m["wasmreconcile_shard_slots"], plan: l.Annotations[annotationShardPlan]}, nil
+	sort.SliceStable(order, func(a, b int) bool { return cached[order[a]] > cached[order[b]] })
+	var out []*aloneAs
+	for _, i := range order {
+		p := procs[i]
+		m, err := p.scrape("wasmreconcile_shard_slots")
+		if err != nil {
+			return nil, err
+		}
+		l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, "wasmreconcile-operator-"+p.name, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("reading %s's Lease: %w", p.name, err)
+		}
+		out = append(out, &aloneAs{identity: p.name, slots: m["wasmreconcile_shard_slots"], plan: l.Annotations[annotationShardPlan]})
+	}
+	return out, nil
 }
 
 // waitSlots waits (up to 2 min) until p works on slots slots.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/time/rate"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,6 +75,9 @@ func createNamespace(ctx context.Context, cfg *rest.Config) error {
 
 // createWidgets creates perKind objects of each kind, from creators
 // goroutines, with valid specs of varied sizes and colors.
+// createLimit, when set, paces createWidgets (-create-rate).
+var createLimit *rate.Limiter
+
 func createWidgets(ctx context.Context, dyn dynamic.Interface, kinds []kind, perKind, creators int) error {
 	type job struct {
 		k kind
@@ -101,6 +106,11 @@ func createWidgets(ctx context.Context, dyn dynamic.Interface, kinds []kind, per
 feed:
 	for i := range perKind {
 		for _, k := range kinds { // interleave the kinds
+			if createLimit != nil {
+				if err = createLimit.Wait(ctx); err != nil {
+					break feed
+				}
+			}
 			select {
 			case jobs <- job{k, i}:
 			case err = <-errs:
