@@ -58,12 +58,12 @@ func pinDriver(cpu int) error {
 	}
 }
 
-// pinned returns the command that runs bin with args on cpu alone (taskset
-// execs bin, so the process keeps taskset's pid), or bin and args as they
-// are when cpu is negative.
-func pinned(cpu int, bin string, args []string) (string, []string) {
+// pinned returns the command that starts bin on cpu alone: taskset and
+// the arguments to put before bin's own (taskset execs bin, so the process
+// keeps taskset's pid), or bin and no arguments when cpu is negative.
+func pinned(cpu int, bin string) (string, []string) {
 	if cpu < 0 {
-		return bin, args
+		return bin, nil
 	}
-	return "taskset", append([]string{"--cpu-list", strconv.Itoa(cpu), bin}, args...)
+	return "taskset", []string{"--cpu-list", strconv.Itoa(cpu), bin}
 }

@@ -229,7 +229,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 				return nil, err
 			}
 		}
-		bin, pin := pinned(b.pinCPU, b.operatorBin, nil)
+		bin, pin := pinned(b.pinCPU, b.operatorBin)
 		p, err := startProc(id, bin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
 				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm,
