@@ -117,6 +117,11 @@ type bench struct {
 	pinCPU int
 	// shardKey is the sharded replicas' --shard-key (-shard-key).
 	shardKey string
+	// shardWork > 0: the sharding case's widget runs this many rounds of
+	// work in each reconcile (-shard-work), built into shardWasm; else
+	// shardWasm is the widget of the other cases.
+	shardWork int
+	shardWasm string
 }
 
 func run() error {
@@ -143,6 +148,7 @@ func run() error {
 		shardAlone    = flag.Bool("shard-alone", false, "after each sharded run, run each replica once more alone, the one that held the most Widgets once balanced first: one real sharded replica with its identity, the other members being Leases the driver renews that carry the plan the replicas made, to measure each balanced replica's share without other operator processes beside it, as on a node of its own (server-side mode; no joins or leaves)")
 		pinCPU        = flag.Int("pin-cpu", -1, "run every operator of the sharding case on this CPU alone (with taskset; the Go runtime then sizes GOMAXPROCS to 1), and the driver, the control plane and the creators on the other CPUs, so that no other process shares the operators' core and its caches, as on a node of their own; with -shard-alone, the single operator and each replica alone have the core to themselves (-1: no pinning)")
 		shardModes    = flag.String("shard-modes", "server-side,client-side", "modes of the sharding case, each on control planes with ShardedListAndWatch on (server-side) or off (client-side)")
+		shardWork     = flag.Int("shard-work", 0, "rounds of a 64-bit hash the sharding case's widget runs in each reconcile (built with -ldflags \"-X main.Work=N\"), to measure a module whose reconcile costs CPU; 100000 rounds are ~1.9 million fuel, ~0.25 ms of guest code here (0: the example widget as it is)")
 		shardKey      = flag.String("shard-key", "namespace", "the sharded replicas' --shard-key: namespace, or uid (which runs client-side only: use -shard-modes client-side)")
 		createRate    = flag.Float64("create-rate", 0, "objects created a second at most, by all the creators together (0: as fast as they go)")
 		operatorBin   = flag.String("operator", "", "a prebuilt operator binary (default: build ./cmd/operator)")
@@ -171,7 +177,10 @@ func run() error {
 	if *pinCPU >= 0 && *shardObjects == 0 {
 		return errors.New("-pin-cpu pins the sharding case's operators: give -shard-objects too")
 	}
-	b := &bench{repo: ".", pinCPU: -1, workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
+	if *shardWork < 0 || (*shardWork > 0 && *shardObjects == 0) {
+		return errors.New("-shard-work is a number of rounds, for the sharding case: give -shard-objects too")
+	}
+	b := &bench{repo: ".", pinCPU: -1, shardWork: *shardWork, workers: *workers, creators: *creators, idle: *idle, timeout: *timeout, start: time.Now(), out: os.Stdout,
 		idleModules: *idleModules, active: *active, heapProfiles: *heapProfiles, cpuProfile: *cpuProfile, idleProfile: *idleProfile, idleTrace: *idleTrace}
 	if _, err := os.Stat(filepath.Join(b.repo, "cmd", "operator")); err != nil {
 		return fmt.Errorf("run benche2e from the repository's root (make bench-e2e does): %w", err)
@@ -351,6 +360,18 @@ func (b *bench) build(ctx context.Context, operatorBin string, kinds []kind) err
 	if err := gobuild(modules, wasm, "-buildmode=c-shared", "-o", b.widgetWasm, "./widget"); err != nil {
 		return err
 	}
+	b.shardWasm = b.widgetWasm
+	if b.shardWork > 0 {
+		b.shardWasm = filepath.Join(b.work, "widget-work.wasm")
+		work := strconv.Itoa(b.shardWork)
+		b.say("building the widget module with %s rounds of work per reconcile, for the sharding case", work)
+		if err := gobuild(modules, wasm, "-buildmode=c-shared", "-ldflags", "-X main.Work="+work, "-o", b.shardWasm, "./widget"); err != nil {
+			return err
+		}
+		if err := holdsString(b.shardWasm, work, "main.Work="+work); err != nil {
+			return fmt.Errorf("%w: modules/widget has no main.Work to set with -ldflags -X", err)
+		}
+	}
 	for i := range kinds {
 		k := &kinds[i]
 		k.Wasm = filepath.Join(b.work, k.Module+".wasm")
@@ -361,14 +382,24 @@ func (b *bench) build(ctx context.Context, operatorBin string, kinds []kind) err
 		if err := gobuild(modules, wasm, "-buildmode=c-shared", "-ldflags", ldflags, "-o", k.Wasm, "./widget"); err != nil {
 			return err
 		}
-		// The linker ignores -X for a variable that does not exist: check
-		// that the build holds its group as a string of its own, besides
-		// the -ldflags recorded in its build information.
-		if data, err := os.ReadFile(k.Wasm); err != nil {
-			return err
-		} else if bytes.Count(data, []byte(k.Group)) <= bytes.Count(data, []byte("main.Group="+k.Group)) {
-			return fmt.Errorf("%s does not hold %q: modules/widget has no main.Name, main.Group and main.Kind to set with -ldflags -X", k.Wasm, k.Group)
+		if err := holdsString(k.Wasm, k.Group, "main.Group="+k.Group); err != nil {
+			return fmt.Errorf("%w: modules/widget has no main.Name, main.Group and main.Kind to set with -ldflags -X", err)
 		}
+	}
+	return nil
+}
+
+// holdsString checks that the module at path holds s more often than the
+// -ldflags recorded in its build information (flag) do: the linker ignores
+// -X for a variable that does not exist, so a build that set one holds its
+// value as a string of its own besides.
+func holdsString(path, s, flag string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if bytes.Count(data, []byte(s)) <= bytes.Count(data, []byte(flag)) {
+		return fmt.Errorf("%s does not hold %q", path, s)
 	}
 	return nil
 }

@@ -147,6 +147,9 @@ func (b *bench) shardCase(ctx context.Context, gate bool, rounds, objects, repli
 	if b.shardAlone {
 		title += ", then each replica alone"
 	}
+	if b.shardWork > 0 {
+		title += fmt.Sprintf(", the widget working %s rounds per reconcile", thousands(b.shardWork))
+	}
 	var runs []shardRun
 	perRound := 2
 	if b.shardAlone {
@@ -232,7 +235,7 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 		bin, pin := pinned(b.pinCPU, b.operatorBin)
 		p, err := startProc(id, bin, func(metrics, probe string) []string {
 			args := []string{"run", "--kubeconfig", cp.Kubeconfig(), "--max-instances", strconv.Itoa(b.workers),
-				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", exampleWidget.Wasm,
+				"--metrics-bind-address", metrics, "--health-probe-bind-address", probe, "--module", b.shardWasm,
 				"--compilation-cache-dir", filepath.Join(runDir, id+"-cache")}
 			if pprofAddr != "" {
 				args = append(args, "--pprof-bind-address", pprofAddr)

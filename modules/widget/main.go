@@ -32,6 +32,15 @@ var Version = "1"
 // rolled back. Never set it otherwise.
 var Bug = ""
 
+// Work, set with -ldflags "-X main.Work=N" (N a whole number), makes each
+// Reconcile first run N rounds of a 64-bit hash: the stand-in for a module
+// whose reconcile costs CPU, which hack/benche2e's -shard-work builds to
+// measure how sharding splits such work. Leave it unset otherwise.
+var Work = ""
+
+// workRounds is Work parsed at start.
+var workRounds int
+
 // Name is the module's name, and Group and Kind the kind it reconciles (at
 // version v1alpha1). The end-to-end benchmark (hack/benche2e) builds twenty
 // copies of this module for twenty kinds of the Widget's schema, with
@@ -44,6 +53,13 @@ var (
 )
 
 func init() {
+	if Work != "" {
+		n, err := strconv.Atoi(Work)
+		if err != nil || n < 0 {
+			panic("widget: main.Work=" + strconv.Quote(Work) + " is not a whole number of rounds; build with -ldflags \"-X main.Work=N\"")
+		}
+		workRounds = n
+	}
 	handle(guest.Manifest{Name: Name, For: guest.GVK(Group, "v1alpha1", Kind)})
 }
 
@@ -52,6 +68,9 @@ func Reconcile(req *guest.LazyRequest) *guest.Response {
 		//lint:ignore SA5002 the spinning build of the widget, for the engine's deadline tests
 		for {
 		}
+	}
+	if workRounds > 0 && spin(workRounds) == 0 {
+		guest.Warn("the work's hash came to zero") // uses the result, so that the loop stays
 	}
 	obj := req.Object()
 	meta := obj.Meta()
@@ -88,3 +107,14 @@ func Reconcile(req *guest.LazyRequest) *guest.Response {
 }
 
 func main() {}
+
+// spin runs n rounds of 64-bit FNV-1a over the round numbers: CPU work
+// whose instructions (and so fuel) grow as n.
+func spin(n int) uint64 {
+	h := uint64(14695981039346656037)
+	for i := range n {
+		h ^= uint64(i)
+		h *= 1099511628211
+	}
+	return h
+}

@@ -67,3 +67,22 @@ func TestReconcileInvalidIsTerminal(t *testing.T) {
 		t.Errorf("expected a warning log line")
 	}
 }
+
+// spin is FNV-1a over the round numbers: each round changes the hash, so
+// that the work -X main.Work sets cannot be skipped.
+func TestSpinHashesEachRound(t *testing.T) {
+	const offset, prime = uint64(14695981039346656037), uint64(1099511628211)
+	if got := spin(0); got != offset {
+		t.Errorf("spin(0) = %d, want the offset basis %d", got, offset)
+	}
+	want := offset
+	for i := range 3 {
+		want = (want ^ uint64(i)) * prime
+	}
+	if got := spin(3); got != want {
+		t.Errorf("spin(3) = %d, want %d", got, want)
+	}
+	if spin(1000) == spin(1001) {
+		t.Error("spin(1000) = spin(1001): a round changed nothing")
+	}
+}
