@@ -108,8 +108,9 @@ func Reconcile(req *guest.LazyRequest) *guest.Response {
 
 func main() {}
 
-// spin runs n rounds of 64-bit FNV-1a over the round numbers: CPU work
-// whose instructions (and so fuel) grow as n.
+// spin runs n rounds of FNV-1a's xor-and-multiply step, each over a whole
+// 64-bit round number (not its bytes): CPU work whose instructions (and
+// so fuel, ~9.6 a round) grow as n.
 func spin(n int) uint64 {
 	h := uint64(14695981039346656037)
 	for i := range n {

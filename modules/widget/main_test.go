@@ -68,7 +68,7 @@ func TestReconcileInvalidIsTerminal(t *testing.T) {
 	}
 }
 
-// spin is FNV-1a over the round numbers: each round changes the hash, so
+// spin is FNV-1a's step over the round numbers: each round changes the hash, so
 // that the work -X main.Work sets cannot be skipped.
 func TestSpinHashesEachRound(t *testing.T) {
 	const offset, prime = uint64(14695981039346656037), uint64(1099511628211)
