@@ -295,9 +295,6 @@ Flags:
 		if !mo.LeaderElection {
 			return errors.New("--sharding needs --leader-elect: module-level work (ReconcileModule status, finalizer drains) has one writer, the elected replica")
 		}
-		if k := opts.Sharding.Key; k != "namespace" && k != "uid" {
-			return fmt.Errorf("--shard-key %q: want namespace or uid", k)
-		}
 		if t := opts.Sharding.BalanceTolerance; t == 0 || math.IsNaN(t) || math.IsInf(t, 0) {
 			return fmt.Errorf("--shard-balance-tolerance %v: want a fraction above 0 (0.1 for 10%%), or a negative value to make no plans", t)
 		}
@@ -315,6 +312,9 @@ Flags:
 			opts.Sharding.Identity = host
 		}
 		opts.Sharding.LeaseDuration, opts.Sharding.RenewDeadline, opts.Sharding.RetryPeriod = mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod
+		if err := opts.Sharding.Validate(); err != nil {
+			return shardFlagError(err)
+		}
 	}
 	opts.Policy.Limits.MemoryLimitPages = uint32(memLimit)
 	if err := guestLimits.apply(&opts.Policy.Limits); err != nil {
@@ -435,4 +435,23 @@ func version() string {
 		v = bi.Main.Version
 	}
 	return "wasmreconcile operator " + v
+}
+
+// shardFlags name the flag of each ShardingOptions field main sets.
+var shardFlags = map[string]string{
+	"Slots": "--shard-slots", "Mode": "--shard-mode", "Key": "--shard-key", "Group": "--shard-group",
+	"Identity": "--shard-identity", "BalanceTolerance": "--shard-balance-tolerance", "BalanceInterval": "--shard-balance-interval",
+}
+
+// shardFlagError names the flag behind a *operator.ShardingOptionError.
+func shardFlagError(err error) error {
+	var fe *operator.ShardingOptionError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	name := shardFlags[fe.Field]
+	if fe.Field == "Identity" {
+		name += " (default: $POD_NAME, else the host name)"
+	}
+	return fmt.Errorf("%s %q: %s", name, fe.Value, fe.Want)
 }

@@ -34,6 +34,13 @@ func TestCLI(t *testing.T) {
 		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-tolerance", "0"}, wantErr: "--shard-balance-tolerance 0: want a fraction above 0"},
 		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-tolerance", "NaN"}, wantErr: "--shard-balance-tolerance NaN"},
 		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-balance-interval", "500ms"}, wantErr: "--shard-balance-interval 500ms: want at least 1s"},
+		// Refused before the kubeconfig is loaded (none here): a bad flag is named first.
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-slots", "3"}, wantErr: `--shard-slots "3": want a power of two from 1 to 4096`},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-slots", "8192"}, wantErr: `--shard-slots "8192": want a power of two`},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-mode", "serverside"}, wantErr: `--shard-mode "serverside": want auto, server-side or client-side`},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-group", "a/b"}, wantErr: `--shard-group "a/b": want a label value`},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-identity", "Pod_1"}, wantErr: `--shard-identity (default: $POD_NAME, else the host name) "Pod_1": the replica's Lease is named wasmreconcile-operator-IDENTITY`},
+		{args: []string{"run", "--module", "m.wasm", "--sharding", "--leader-elect", "--shard-identity", strings.Repeat("a", 240)}, wantErr: "must be no more than 253 characters"},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "nameonly"}, wantErr: `--module-config "nameonly": want NAME=FILE`},
 		{args: []string{"run", "--module", "m.wasm", "--module-config", "m=/no/such.yaml"}, wantErr: "--module-config m: open /no/such.yaml"},
 	}

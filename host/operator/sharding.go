@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -104,6 +103,9 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	if o.Identity == "" || o.Namespace == "" {
 		return nil, errors.New("sharding: Identity (the pod's name) and Namespace are required")
 	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	if o.Group == "" {
 		o.Group = DefaultShardGroup
 	}
@@ -135,12 +137,6 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 	}
 	if o.BalanceInterval <= 0 {
 		o.BalanceInterval = DefaultShardBalanceInterval
-	}
-	if o.BalanceInterval < time.Second {
-		return nil, fmt.Errorf("sharding: balance interval %s: want at least 1s (the replicas count their loads every half of it)", o.BalanceInterval)
-	}
-	if math.IsNaN(o.BalanceTolerance) || math.IsInf(o.BalanceTolerance, 0) {
-		return nil, fmt.Errorf("sharding: balance tolerance %v: want a fraction (0.1 for 10%%), or a negative one to make no plans", o.BalanceTolerance)
 	}
 	s := &shards{space: space, key: key, gate: sharding.NewGate(space), opts: o,
 		recorder: mgr.GetEventRecorder("wasmreconcile"), reconcileModules: reconcileModules,
@@ -349,16 +345,12 @@ const (
 )
 
 // chooseMode asks the API server whether it filters lists and watches by
-// shard (shard.Probe) and picks the mode ShardingOptions.Mode asks for.
+// shard (shard.Probe) and picks the mode ShardingOptions.Mode asks for
+// (checked by Validate).
 func (s *shards) chooseMode(mgr manager.Manager, informers *informer.Informers) error {
 	want := s.opts.Mode
 	if want == "" {
 		want = ShardModeAuto
-	}
-	switch want {
-	case ShardModeAuto, ShardModeServerSide, ShardModeClientSide:
-	default:
-		return fmt.Errorf("sharding: mode %q: want %s, %s or %s", want, ShardModeAuto, ShardModeServerSide, ShardModeClientSide)
 	}
 	var why string // why not server-side
 	switch {
