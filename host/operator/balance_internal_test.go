@@ -2,11 +2,13 @@ package operator
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
+	"github.com/wasmreconcile/wasmreconcile/host/internal/shadow"
 )
 
 func TestLoadFormatAndParse(t *testing.T) {
@@ -106,5 +108,40 @@ func TestLoadsAtOneMoment(t *testing.T) {
 	}
 	if loads, at, why := h.loadsAt(view, ownedBy, slots); why != "" || at != 500 || !slices.Equal(loads, []int64{7, 0, 9, 0}) {
 		t.Errorf("after the clocks went back: loadsAt = %v at %d, %q; want [7 0 9 0] at 500", loads, at, why)
+	}
+}
+
+// TestShadowCountsCannotOffsetDifferences: the elected replica promotes a
+// candidate on the sum of every replica's shadow counts, so a replica's
+// published counts must never take away another's differences or errors:
+// a value that does not decode, or holds a negative count, is left out
+// (and reported), and a sum that would pass the largest int64 holds there
+// rather than wrap negative.
+func TestShadowCountsCannotOffsetDifferences(t *testing.T) {
+	const module, digest = "widget", "sha256:aa"
+	peers := map[string]string{
+		"honest":   `{"widget":{"digest":"sha256:aa","agreements":5,"differences":2}}`,
+		"negative": `{"widget":{"digest":"sha256:aa","agreements":100,"differences":-2,"candidateErrors":-1}}`,
+		"garbled":  `{"widget":`,
+		"other":    `{"widget":{"digest":"sha256:bb","differences":7},"gadget":{"digest":"sha256:aa","differences":9}}`,
+	}
+	var left []string
+	bad := func(id, v string, err error) { left = append(left, id) }
+	st := sumShadowCounts(peers, module, digest, bad)
+	if st.Agreements != 5 || st.Differences != 2 || st.CandidateErrors != 0 {
+		t.Errorf("sum = %+v, want the honest replica's 5 agreements and 2 differences alone", st)
+	}
+	if !slices.Equal(left, []string{"garbled", "negative"}) {
+		t.Errorf("left out %v, want [garbled negative]", left)
+	}
+
+	huge := map[string]string{
+		"a": `{"widget":{"digest":"sha256:aa","differences":9223372036854775807}}`,
+		"b": `{"widget":{"digest":"sha256:aa","differences":1,"agreements":9223372036854775807}}`,
+	}
+	st = sumShadowCounts(huge, module, digest, bad)
+	st.AddCounts(shadow.Stats{Differences: 1, Agreements: 1}) // the elected replica's own
+	if st.Differences != math.MaxInt64 || st.Agreements != math.MaxInt64 {
+		t.Errorf("sum = %+v, want both held at MaxInt64", st)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"runtime/debug"
 	"slices"
@@ -78,6 +79,9 @@ type shards struct {
 	balanceMu sync.Mutex
 	plan      shard.Plan
 	badPlan   map[string]string
+	// badCounts are the AnnotationShadowCounts values left out, logged
+	// once each, by replica.
+	badCounts map[string]string
 	load      string
 	// freeAfter's: the newest selection to wait for, and whether a
 	// goroutine waits.
@@ -149,7 +153,7 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 			}
 		},
 		namespaces: map[string]struct{}{}, pending: map[int]bool{}, nsChanged: make(chan struct{}, 1), cache: mgr.GetCache(),
-		metrics: m, badPlan: map[string]string{}}
+		metrics: m, badPlan: map[string]string{}, badCounts: map[string]string{}}
 	s.probe = func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 		return cs.CoordinationV1().Leases(o.Namespace).List(ctx, lo)
 	}
@@ -293,19 +297,41 @@ func (s *shards) publishShadowCounts() map[string]string {
 // peerShadowStats is the sum of the other live replicas' published
 // counts of module's candidate digest (the modulecontroller adds its own).
 func (s *shards) peerShadowStats(module, digest string) shadow.Stats {
+	return sumShadowCounts(s.coord.Membership().Peers(AnnotationShadowCounts), module, digest, func(id, v string, err error) {
+		s.balanceMu.Lock()
+		defer s.balanceMu.Unlock()
+		if s.badCounts[id] != v {
+			s.badCounts[id] = v
+			s.log.Info("ignoring shadow counts that do not decode", "replica", id, "error", err.Error())
+		}
+	})
+}
+
+// sumShadowCounts adds up the counts of module's candidate digest in
+// peers (AnnotationShadowCounts by replica); a replica whose value does
+// not decode, or holds a negative count, is left out and passed to bad:
+// a count must never offset another replica's differences or errors,
+// which hold a promotion back. The sum saturates (shadow.Stats.AddCounts).
+func sumShadowCounts(peers map[string]string, module, digest string, bad func(id, v string, err error)) shadow.Stats {
 	var sum shadow.Stats
-	for id, v := range s.coord.Membership().Peers(AnnotationShadowCounts) {
+	for _, id := range slices.Sorted(maps.Keys(peers)) {
+		v := peers[id]
 		var counts map[string]shadowCount
 		if err := json.Unmarshal([]byte(v), &counts); err != nil {
-			s.log.Info("ignoring shadow counts that do not decode", "replica", id, "error", err.Error())
+			bad(id, v, err)
 			continue
 		}
 		c, ok := counts[module]
 		if !ok || c.Digest != digest {
 			continue
 		}
-		sum.AddCounts(shadow.Stats{Agreements: c.Agreements, Differences: c.Differences, CandidateErrors: c.CandidateErrors,
-			Skipped: c.Skipped, ServedByCandidate: c.ServedByCandidate, ServedByServing: c.ServedByServing})
+		st := shadow.Stats{Agreements: c.Agreements, Differences: c.Differences, CandidateErrors: c.CandidateErrors,
+			Skipped: c.Skipped, ServedByCandidate: c.ServedByCandidate, ServedByServing: c.ServedByServing}
+		if min(st.Agreements, st.Differences, st.CandidateErrors, st.Skipped, st.ServedByCandidate, st.ServedByServing) < 0 {
+			bad(id, v, fmt.Errorf("module %s: a negative count: %+v", module, c))
+			continue
+		}
+		sum.AddCounts(st)
 	}
 	return sum
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -176,13 +177,26 @@ type Stats struct {
 
 // AddCounts adds o's counts (agreements, differences, errors, skipped
 // and canary calls) to s, as the replicas of a sharded group add theirs.
+// Each sum saturates at the largest int64 rather than wrap: a count
+// that wrapped negative would let differences or errors pass for none.
 func (s *Stats) AddCounts(o Stats) {
-	s.Agreements += o.Agreements
-	s.Differences += o.Differences
-	s.CandidateErrors += o.CandidateErrors
-	s.Skipped += o.Skipped
-	s.ServedByCandidate += o.ServedByCandidate
-	s.ServedByServing += o.ServedByServing
+	s.Agreements = addSaturating(s.Agreements, o.Agreements)
+	s.Differences = addSaturating(s.Differences, o.Differences)
+	s.CandidateErrors = addSaturating(s.CandidateErrors, o.CandidateErrors)
+	s.Skipped = addSaturating(s.Skipped, o.Skipped)
+	s.ServedByCandidate = addSaturating(s.ServedByCandidate, o.ServedByCandidate)
+	s.ServedByServing = addSaturating(s.ServedByServing, o.ServedByServing)
+}
+
+// addSaturating is a+b, held at the int64 bounds.
+func addSaturating(a, b int64) int64 {
+	switch {
+	case b > 0 && a > math.MaxInt64-b:
+		return math.MaxInt64
+	case b < 0 && a < math.MinInt64-b:
+		return math.MinInt64
+	}
+	return a + b
 }
 
 // Shadow runs one candidate. It is safe for concurrent use.
