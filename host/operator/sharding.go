@@ -302,7 +302,7 @@ func (s *shards) peerShadowStats(module, digest string) shadow.Stats {
 		defer s.balanceMu.Unlock()
 		if s.badCounts[id] != v {
 			s.badCounts[id] = v
-			s.log.Info("ignoring shadow counts that do not decode", "replica", id, "error", err.Error())
+			s.log.Info("ignoring shadow counts that do not decode or hold a negative count", "replica", id, "error", err.Error())
 		}
 	})
 }
