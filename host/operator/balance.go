@@ -59,6 +59,11 @@ func formatLoad(l load) string {
 	return b.String()
 }
 
+// maxSlotLoad bounds a slot's count in a load, far above what one API
+// server holds, so that the sums of every replica's counts over 4096
+// slots cannot overflow into a load that is negative or wrong.
+const maxSlotLoad = 1 << 40
+
 func parseLoad(s string, slots int) (load, error) {
 	var l load
 	parts := strings.Split(s, ";")
@@ -81,8 +86,11 @@ func parseLoad(s string, slots int) (load, error) {
 			k, v, ok := strings.Cut(kv, ":")
 			slot, err1 := strconv.Atoi(k)
 			n, err2 := strconv.ParseInt(v, 10, 64)
-			if !ok || err1 != nil || err2 != nil || n < 0 || !slices.Contains(l.slots, slot) {
-				return load{}, fmt.Errorf("load %q: count %q: want SLOT:COUNT of a counted slot", s, kv)
+			if !ok || err1 != nil || err2 != nil || n < 0 || n > maxSlotLoad || !slices.Contains(l.slots, slot) {
+				return load{}, fmt.Errorf("load %q: count %q: want SLOT:COUNT of a counted slot, COUNT up to 2^40", s, kv)
+			}
+			if _, dup := l.counts[slot]; dup {
+				return load{}, fmt.Errorf("load %q: slot %d counted twice", s, slot)
 			}
 			l.counts[slot] = n
 		}

@@ -24,10 +24,12 @@ func TestLoadFormatAndParse(t *testing.T) {
 	if got, err := parseLoad("g=0;s=;t=0;c=", 16); err != nil || len(got.slots) != 0 || len(got.counts) != 0 {
 		t.Errorf("parseLoad of nothing = %+v, %v", got, err)
 	}
-	// A count of a slot not counted, a negative count, slots out of the
-	// space, and shapes that are not the annotation's are refused, so
-	// that the elected replica waits rather than plans on them.
-	for _, bad := range []string{"", "g=1;s=0", "g=1;s=0;c=", "g=x;s=0;t=1;c=", "g=-1;s=0;t=1;c=", "g=1;s=0;t=1;c=3:1", "g=1;s=0;t=1;c=0:-1", "g=1;s=16;t=1;c=", "g=1;s=0;t=1;c=0", "g=1;s=0;t=1;c=0:1;x=2", "g=1;s=0;t=-5;c=", "g=1;s=0;t=x;c=", "g=1;s=0;c=;t=1"} {
+	// A count of a slot not counted, a negative count, one past 2^40 (sums
+	// over every slot and replica must not overflow), a slot counted
+	// twice, slots out of the space, and shapes that are not the
+	// annotation's are refused, so that the elected replica waits rather
+	// than plans on them.
+	for _, bad := range []string{"", "g=1;s=0", "g=1;s=0;c=", "g=x;s=0;t=1;c=", "g=-1;s=0;t=1;c=", "g=1;s=0;t=1;c=3:1", "g=1;s=0;t=1;c=0:-1", "g=1;s=16;t=1;c=", "g=1;s=0;t=1;c=0", "g=1;s=0;t=1;c=0:1;x=2", "g=1;s=0;t=-5;c=", "g=1;s=0;t=x;c=", "g=1;s=0;c=;t=1", "g=1;s=0;t=1;c=0:1099511627777", "g=1;s=0-1;t=1;c=0:1,0:2"} {
 		if _, err := parseLoad(bad, 16); err == nil {
 			t.Errorf("parseLoad(%q) accepted", bad)
 		} else if !strings.HasPrefix(err.Error(), "load ") {
