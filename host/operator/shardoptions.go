@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/wasmreconcile/wasmreconcile/host/internal/membership"
 	"github.com/wasmreconcile/wasmreconcile/host/internal/shard"
 )
 
@@ -25,11 +25,11 @@ func (e *ShardingOptionError) Error() string {
 }
 
 // Validate reports the first field of o that cannot work, as a
-// *ShardingOptionError, without contacting the API server: so that a
+// *ShardingOptionError, without contacting the API server, so that a
 // binary can refuse a bad flag before it connects. Zero values stand for
-// their defaults and pass (so do a negative BalanceInterval, and the other
-// durations, which New defaults when not above 0); Identity and Namespace, required once Enabled,
-// may still be empty (New fills them). New runs the same checks.
+// their defaults and pass, and so do negative durations, which New also
+// defaults; Identity and Namespace, required once Enabled, may still be
+// empty here (New fills them). New runs the same checks.
 func (o ShardingOptions) Validate() error {
 	if o.Slots != 0 {
 		if _, err := shard.NewSpace(o.Slots); err != nil {
@@ -56,12 +56,12 @@ func (o ShardingOptions) Validate() error {
 	if group == "" {
 		group = DefaultShardGroup
 	}
-	if errs := validation.IsValidLabelValue(group); len(errs) > 0 {
-		return &ShardingOptionError{"Group", o.Group, "want a label value (the Leases' label): " + strings.Join(errs, "; ")}
+	if err := membership.CheckGroup(group); err != nil {
+		return &ShardingOptionError{"Group", o.Group, "want a label value (the Leases' label): " + err.Error()}
 	}
 	if o.Identity != "" {
-		if errs := validation.IsDNS1123Subdomain(group + "-" + o.Identity); len(errs) > 0 {
-			return &ShardingOptionError{"Identity", o.Identity, fmt.Sprintf("the replica's Lease is named %s-IDENTITY, which must be a DNS subdomain name (lower case letters, digits, '-' and '.'; at most %d characters in all): %s", group, validation.DNS1123SubdomainMaxLength, strings.Join(errs, "; "))}
+		if err := membership.CheckLeaseName(group, o.Identity); err != nil {
+			return &ShardingOptionError{"Identity", o.Identity, fmt.Sprintf("the replica's Lease is named %s, which must be a DNS subdomain name (lower case letters, digits, '-' and '.'; at most %d characters in all): %s", membership.LeaseName(group, "IDENTITY"), validation.DNS1123SubdomainMaxLength, err)}
 		}
 	}
 	return nil

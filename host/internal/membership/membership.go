@@ -210,12 +210,12 @@ func New(opts Options) (*Membership, error) {
 	if opts.now == nil {
 		opts.now = time.Now
 	}
-	name := opts.Group + "-" + opts.Identity
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return nil, fmt.Errorf("membership: Lease name %q (group-identity): %s", name, strings.Join(errs, "; "))
+	name := LeaseName(opts.Group, opts.Identity)
+	if err := CheckLeaseName(opts.Group, opts.Identity); err != nil {
+		return nil, fmt.Errorf("membership: %w", err)
 	}
-	if errs := validation.IsValidLabelValue(opts.Group); len(errs) > 0 {
-		return nil, fmt.Errorf("membership: group %q is not a label value: %s", opts.Group, strings.Join(errs, "; "))
+	if err := CheckGroup(opts.Group); err != nil {
+		return nil, fmt.Errorf("membership: %w", err)
 	}
 	return &Membership{
 		opts:      opts,
@@ -230,6 +230,27 @@ func New(opts Options) (*Membership, error) {
 
 // LeaseName is the name of this replica's Lease.
 func (m *Membership) LeaseName() string { return m.leaseName }
+
+// LeaseName is the name of the Lease of identity in group: GROUP-IDENTITY.
+func LeaseName(group, identity string) string { return group + "-" + identity }
+
+// CheckGroup reports whether group can label the Leases (a label value).
+func CheckGroup(group string) error {
+	if errs := validation.IsValidLabelValue(group); len(errs) > 0 {
+		return fmt.Errorf("group %q is not a label value: %s", group, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// CheckLeaseName reports whether identity's Lease in group has a valid
+// name (a DNS subdomain name).
+func CheckLeaseName(group, identity string) error {
+	name := LeaseName(group, identity)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("the Lease name %q (group-identity): %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
 
 // View is the group as last listed.
 func (m *Membership) View() View {
