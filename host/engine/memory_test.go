@@ -351,9 +351,22 @@ func TestCodeMappedFromTheCacheDirectory(t *testing.T) {
 	}
 	for _, inMemory := range []bool{false, true} {
 		dir := t.TempDir()
-		e, err := New(Options{CompilationCacheDir: dir, CodeInMemory: inMemory, CodeMapFailed: func(m string, err error) {
+		opts := Options{CompilationCacheDir: dir, CodeInMemory: inMemory, CodeMapFailed: func(m string, err error) {
 			t.Errorf("module %s: code not mapped: %v", m, err)
-		}})
+		}}
+		if inMemory {
+			// Compiled in the compile worker (a build without -race, several
+			// times faster than this process), as the operator compiles:
+			// the code comes through the cache directory and still stays
+			// in anonymous memory. Without CodeInMemory the compile stays
+			// in this process, the path of an embedder with no worker.
+			w, err := SelfCompileWorker()
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts.Compile.Worker = w
+		}
+		e, err := New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}

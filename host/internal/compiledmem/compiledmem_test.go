@@ -88,10 +88,70 @@ func calls(t *testing.T, rt wazero.Runtime, c wazero.CompiledModule, fns ...int)
 
 var wasmBytes = testModule()
 
+// seedDir is a wazero compilation cache directory holding wasmBytes
+// compiled once for the package: compiling its 6,000 functions takes
+// seconds under -race, and the tests are about what happens to the code
+// after a compile, which a load from wazero's cache gives them as a
+// compile does (the operator loads its modules that way).
+var seedDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "compiledmem-seed-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	seedDir = dir
+	code := func() int {
+		defer os.RemoveAll(dir)
+		ctx := context.Background()
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache))
+		_, err = rt.CompileModule(ctx, wasmBytes)
+		_ = rt.Close(ctx)
+		_ = cache.Close(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// seedCache copies the package's one compile of wasmBytes into the
+// compilation cache directory dir, so that compiling wasmBytes through a
+// cache in dir loads it instead.
+func seedCache(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.CopyFS(dir, os.DirFS(seedDir)); err != nil {
+		t.Fatalf("seeding the compilation cache %s: %v", dir, err)
+	}
+}
+
+// compiler is the optimizing compiler with a compilation cache of its own,
+// seeded with wasmBytes: each call's runtime loads the code into memory of
+// its own, as a compile would, and shares it with no other runtime.
+func compiler(t *testing.T) wazero.RuntimeConfig {
+	t.Helper()
+	dir := t.TempDir()
+	seedCache(t, dir)
+	cache, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cache.Close(context.Background()) })
+	return wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache)
+}
+
 // TestReleaseBodies: the bodies are freed (their bytes counted), and
 // instances made afterwards run every function right.
 func TestReleaseBodies(t *testing.T) {
-	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	rt, c := compile(t, compiler(t), wasmBytes)
 	freed, err := ReleaseBodies(c)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +214,7 @@ func TestMapCode(t *testing.T) {
 		t.Skip("backing code with a file is Linux's only")
 	}
 	dir := filepath.Join(t.TempDir(), "code")
-	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	rt, c := compile(t, compiler(t), wasmBytes)
 	n, mapped, err := MapCode(c, dir, [32]byte{})
 	if err != nil {
 		t.Fatal(err)
@@ -195,9 +255,9 @@ func TestMapCodeRewritesAWrongFile(t *testing.T) {
 		t.Skip("backing code with a file is Linux's only")
 	}
 	dir := t.TempDir()
-	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	rt, c := compile(t, compiler(t), wasmBytes)
 	// Find the code's name by mapping another compile of it first.
-	_, first := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	_, first := compile(t, compiler(t), wasmBytes)
 	if _, _, err := MapCode(first, dir, [32]byte{}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,10 +288,11 @@ func TestMapCodeKnownDigest(t *testing.T) {
 		t.Skip("backing code with a file is Linux's only")
 	}
 	dir := t.TempDir()
-	// One compile; the others load it from a compilation cache directory,
+	// Every compile loads the code from a compilation cache directory,
 	// each into a runtime and engine of its own, so that no two share code
 	// (as a waking module's does not).
 	cacheDir := t.TempDir()
+	seedCache(t, cacheDir)
 	cfg := func() wazero.RuntimeConfig {
 		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
 		if err != nil {
@@ -290,7 +351,7 @@ func TestMapCodeShared(t *testing.T) {
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	rt, c := compile(t, compiler(t), wasmBytes)
 	if _, _, err := MapCode(c, dir, [32]byte{}); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +373,7 @@ func TestMapCodeFailsSafe(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rt, c := compile(t, wazero.NewRuntimeConfigCompiler(), wasmBytes)
+	rt, c := compile(t, compiler(t), wasmBytes)
 	if _, _, err := MapCode(c, filepath.Join(notDir, "code"), [32]byte{}); err == nil {
 		t.Fatal("MapCode into a directory under a file succeeded")
 	}

@@ -42,11 +42,13 @@ func servedCacheClosable(t *testing.T, cacheDir, codeDir string, known func() ([
 	return wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache), m, cache
 }
 
-// firstCompile compiles the test module into wazero's cache in cacheDir and
-// maps its code from codeDir, as a first load does; it returns the code's
-// digest and the path of its file.
+// firstCompile puts the test module into wazero's cache in cacheDir (the
+// package's one compile of it, seedCache) and maps its code from codeDir,
+// as a first load does; it returns the code's digest and the path of its
+// file.
 func firstCompile(t *testing.T, cacheDir, codeDir string) ([sha256.Size]byte, string) {
 	t.Helper()
+	seedCache(t, cacheDir)
 	cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
 	if err != nil {
 		t.Fatal(err)
