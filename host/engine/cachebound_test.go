@@ -103,6 +103,10 @@ func TestBoundedCacheKeepsWhatUnloadedModulesNeed(t *testing.T) {
 	}
 
 	_ = kept.Close(ctx)
+	// Loading back checked the bound in the background; that check may
+	// still run, and with kept closed nothing of it is pinned: wait for it
+	// before walking the directory it may be removing from.
+	e.quota.Wait()
 	age(t, dir)
 	e.pruneCache()
 	e.quota.Wait()
