@@ -344,6 +344,11 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 			}
 			cpu0[i] = 0
 		}
+		for _, p := range procs { // serving its metrics, which the waits below read
+			if err := p.waitReady(ctx, 5*time.Minute); err != nil {
+				return res, err
+			}
+		}
 	} else {
 		b.say("%s: creating %s Widgets", label, thousands(objects))
 		t0 = time.Now()
@@ -363,10 +368,12 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 	if alone != nil {
 		// Converged: every Widget of the replica's share Ready, once all
 		// are created (its informers hold exactly its share).
-		if err := <-created; err != nil {
-			return res, err
+		if created != nil { // nil: created before the start (-shard-existing)
+			if err := <-created; err != nil {
+				return res, err
+			}
+			created = nil
 		}
-		created = nil
 		for {
 			share, err := procs[0].scrapeSeries("wasmreconcile_informer_objects", shardWidgetKind)
 			if err != nil {
