@@ -232,8 +232,8 @@ func newShards(mgr manager.Manager, m *metrics.Metrics, o ShardingOptions, infor
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
 	if o.agent != nil {
-		claims := s.coord.Membership().Claims
-		o.agent.claims.Store(&claims)
+		gen := s.coord.Membership().ClaimsGeneration
+		o.agent.generation.Store(&gen)
 	}
 	log.Info("sharding by "+key.Short(), "identity", o.Identity, "group", o.Group, "namespace", o.Namespace, "slots", o.Slots, "mode", s.mode)
 	return s, nil
@@ -693,7 +693,16 @@ func (s *shards) NeedLeaderElection() bool { return false }
 // audits it; an operator can too).
 type shardAgent struct {
 	base, identity string
-	claims         atomic.Pointer[func() membership.Claims]
+	generation     atomic.Pointer[func() int64] // of the claims
+	// last is the User-Agent last made and the generation it names: a
+	// request under the same claims reuses it (every status write of a
+	// replica makes one).
+	last atomic.Pointer[agentString]
+}
+
+type agentString struct {
+	generation int64
+	userAgent  string
 }
 
 func newShardAgent(cfg *rest.Config, identity string) *shardAgent {
@@ -707,10 +716,15 @@ func newShardAgent(cfg *rest.Config, identity string) *shardAgent {
 // userAgent is the User-Agent for a request now.
 func (a *shardAgent) userAgent() string {
 	var gen int64
-	if f := a.claims.Load(); f != nil {
-		gen = (*f)().Generation
+	if f := a.generation.Load(); f != nil {
+		gen = (*f)()
 	}
-	return fmt.Sprintf("%s shard=%s g=%d", a.base, a.identity, gen)
+	if last := a.last.Load(); last != nil && last.generation == gen {
+		return last.userAgent
+	}
+	ua := fmt.Sprintf("%s shard=%s g=%d", a.base, a.identity, gen)
+	a.last.Store(&agentString{generation: gen, userAgent: ua})
+	return ua
 }
 
 // wrap is a rest.Config's WrapTransport.

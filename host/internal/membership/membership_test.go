@@ -203,6 +203,9 @@ func TestJoinClaimAndLeave(t *testing.T) {
 	if err != nil || lease.Annotations[AnnotationClaims] != "g=4;s=0-2" {
 		t.Fatalf("after Claim returned, the Lease's claims are %q (%v)", lease.Annotations[AnnotationClaims], err)
 	}
+	if g, c := a.m.ClaimsGeneration(), a.m.Claims(); g != 4 || c.Generation != 4 {
+		t.Errorf("after Claim returned: ClaimsGeneration %d, Claims %+v; want generation 4", g, c)
+	}
 	waitFor(t, "b to see a's claim", func() error {
 		v := b.last()
 		if !v.ClaimedByOthers(1) || v.ClaimedByOthers(3) {
