@@ -374,17 +374,19 @@ func (b *bench) shardRunOnce(ctx context.Context, label string, gate bool, mode 
 			}
 			created = nil
 		}
-		// The replica's share is read from its metrics only to learn it
-		// (at most once a second) and to confirm it once that many Widgets
-		// are Ready: a scrape costs the replica ~4.5 ms of CPU, which is
-		// what is measured, and the single operator's wait scrapes nothing.
-		// (Until 2026-12-06 this loop scraped every 50 ms, ~0.09 s of CPU
-		// a second added to each replica alone after the creates ended.)
+		// The replica's share is read from its metrics to learn it (at
+		// most once a second), to confirm it once that many Widgets are
+		// Ready, and every 5 s in case it shrank: a scrape costs the
+		// replica ~4.5 ms of CPU, which is what is measured, and the
+		// single operator's wait scrapes nothing. (Until 2026-12-06 this
+		// loop scraped every 50 ms, ~0.09 s of CPU a second added to each
+		// replica alone after the creates ended.)
 		var share float64
 		var scraped time.Time
 		for {
 			readyNow := float64(ready.count.Load())
-			if (share == 0 && time.Since(scraped) >= time.Second) || (share > 0 && readyNow >= share) {
+			since := time.Since(scraped)
+			if (share == 0 && since >= time.Second) || (share > 0 && readyNow >= share) || since >= 5*time.Second {
 				s, err := procs[0].scrapeSeries("wasmreconcile_informer_objects", shardWidgetKind)
 				if err != nil {
 					return res, err
